@@ -1,0 +1,45 @@
+"""pycollect: fast, crash-safe reinforcement-learning data collection for PyTorch.
+
+The front door is :class:`Collector`; batches come out as TorchRL-compatible ``TensorDict``
+objects. Errors derive from :class:`PyCollectError`.
+"""
+
+from __future__ import annotations
+
+from pycollect._backends import EnvBackend, GymLikeEnv, backend_names
+from pycollect._collector import Collector
+from pycollect._core import __version__
+from pycollect._errors import (
+    CollectorClosedError,
+    ConfigError,
+    PolicyError,
+    PyCollectError,
+    PyCollectWarning,
+    UnknownBackendError,
+    UnknownEnvError,
+    UnsupportedSpaceError,
+)
+from pycollect._rollout import EpisodeRecord
+from pycollect._seeding import env_seeds
+from pycollect._specs import EnvSpecs, FieldSpec, specs_from_spaces
+
+__all__ = [
+    "__version__",
+    "Collector",
+    "EnvBackend",
+    "EnvSpecs",
+    "EpisodeRecord",
+    "FieldSpec",
+    "GymLikeEnv",
+    "backend_names",
+    "env_seeds",
+    "specs_from_spaces",
+    "PyCollectError",
+    "ConfigError",
+    "UnknownEnvError",
+    "UnknownBackendError",
+    "UnsupportedSpaceError",
+    "PolicyError",
+    "CollectorClosedError",
+    "PyCollectWarning",
+]

@@ -1,0 +1,62 @@
+"""The env-backend interface: how pycollect turns an env spec into environments."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pycollect._specs import EnvSpecs, specs_from_spaces
+
+__all__ = ["EnvBackend", "GymLikeEnv"]
+
+
+@runtime_checkable
+class GymLikeEnv(Protocol):
+    """What pycollect needs from an environment: gymnasium's ``Env`` API."""
+
+    observation_space: Any
+    action_space: Any
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Start an episode; return the first observation and an info dict."""
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Advance one step; return (observation, reward, terminated, truncated, info)."""
+
+    def close(self) -> None:
+        """Release the environment's resources."""
+
+
+class EnvBackend(abc.ABC):
+    """Builds environments from a target and reports their specs.
+
+    A backend is chosen by the prefix of an env spec (``"gymnasium:CartPole-v1"`` picks the
+    backend named ``"gymnasium"`` with target ``"CartPole-v1"``). :meth:`check` runs in the
+    trainer before any environment or worker exists; :meth:`make` runs wherever environments
+    step (the trainer in-process, or each worker process), so a backend must be importable
+    there and carry no unpicklable state.
+    """
+
+    name: ClassVar[str]
+    """The spec prefix that selects this backend."""
+
+    def check(self, target: Any, env_kwargs: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Validate ``target`` cheaply, before anything is built.
+
+        Raises:
+            UnknownEnvError: ``target`` names no environment this backend can build.
+        """
+
+    @abc.abstractmethod
+    def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> GymLikeEnv:
+        """Build one environment.
+
+        Args:
+            target: What follows the backend prefix in the env spec, or the object passed.
+            env_kwargs: Keyword arguments for the environment's constructor.
+        """
+
+    def specs(self, env: GymLikeEnv) -> EnvSpecs:
+        """Report the fields of a built environment (from its gymnasium spaces by default)."""
+        return specs_from_spaces(env.observation_space, env.action_space)

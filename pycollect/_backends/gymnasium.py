@@ -1,0 +1,54 @@
+"""The ``gymnasium`` env backend: any registered gymnasium id, kwargs passed through."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from pycollect._backends.base import EnvBackend, GymLikeEnv
+from pycollect._errors import UnknownEnvError
+
+__all__ = ["GymnasiumBackend"]
+
+
+class GymnasiumBackend(EnvBackend):
+    """Builds environments with :func:`gymnasium.make`.
+
+    Targets are registered ids such as ``"CartPole-v1"`` or gymnasium's ``"module:EnvId"``
+    form, which imports ``module`` first so that it can register its environments.
+    """
+
+    name = "gymnasium"
+
+    def check(self, target: Any, env_kwargs: Mapping[str, Any]) -> None:
+        if not isinstance(target, str) or not target:
+            raise UnknownEnvError(f"gymnasium env id must be a non-empty string, got {target!r}")
+        env_id = _import_module_prefix(target)
+        try:
+            gym.spec(env_id)
+        except gym.error.Error as exc:
+            raise UnknownEnvError(f"unknown gymnasium env id {target!r}: {exc}") from None
+
+    def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> GymLikeEnv:
+        env_id = _import_module_prefix(target)
+        try:
+            return gym.make(env_id, **dict(env_kwargs))
+        except gym.error.Error as exc:
+            raise UnknownEnvError(f"cannot make gymnasium env {target!r}: {exc}") from None
+
+
+def _import_module_prefix(target: str) -> str:
+    """Import ``module`` for a ``"module:EnvId"`` target and return ``EnvId``."""
+    if ":" not in target:
+        return target
+    module, env_id = target.split(":", 1)
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UnknownEnvError(
+            f"gymnasium env {target!r}: cannot import module {module!r} that should register it ({exc})"
+        ) from None
+    return env_id

@@ -1,0 +1,52 @@
+"""The pycollect exception hierarchy.
+
+Every error pycollect raises on purpose derives from :class:`PyCollectError`, so callers can
+catch one type. Errors about bad arguments also derive from :class:`ValueError` (or
+:class:`TypeError`) so that generic code that expects those keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PyCollectError",
+    "ConfigError",
+    "UnknownEnvError",
+    "UnknownBackendError",
+    "UnsupportedSpaceError",
+    "PolicyError",
+    "CollectorClosedError",
+    "PyCollectWarning",
+]
+
+
+class PyCollectError(Exception):
+    """Base class of every error raised by pycollect."""
+
+
+class ConfigError(PyCollectError, ValueError):
+    """An argument or option has a bad value; raised before anything starts running."""
+
+
+class UnknownEnvError(ConfigError):
+    """The env id is not known to the env backend that was asked to build it."""
+
+
+class UnknownBackendError(ConfigError):
+    """The prefix of an env spec (``"<backend>:<id>"``) names no registered env backend."""
+
+
+class UnsupportedSpaceError(ConfigError):
+    """An observation or action space has a type pycollect cannot lay out in a batch."""
+
+
+class PolicyError(ConfigError):
+    """The policy cannot be used: it fails on a sample observation or its output does not
+    fit the action space."""
+
+
+class CollectorClosedError(PyCollectError, RuntimeError):
+    """The collector was used after :meth:`~pycollect.Collector.shutdown`."""
+
+
+class PyCollectWarning(UserWarning):
+    """Base class of warnings issued by pycollect."""

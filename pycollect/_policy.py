@@ -1,0 +1,228 @@
+"""Calling the user's policy on a batch of observations.
+
+A policy may be ``None`` (uniform random actions), a tensordict ``TensorDictModule``, a plain
+``torch.nn.Module`` (called with one tensor per observation leaf) or any callable (called with
+the observation ``TensorDict``). Whatever it returns is normalised to an action array plus
+"extras": every other output, such as a log-probability, which is kept in the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from pycollect._errors import ConfigError, PolicyError
+from pycollect._specs import EnvSpecs, FieldSpec, Key
+
+__all__ = ["PolicyRunner", "PolicyOutput", "resolve_device", "policy_device"]
+
+Policy = Callable[..., Any] | torch.nn.Module | None
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """The fields a policy adds to a batch besides the action (e.g. ``sample_log_prob``)."""
+
+    key: Key
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+def resolve_device(value: Any, what: str) -> torch.device:
+    """Parse a device argument and check it exists here.
+
+    Raises:
+        ConfigError: The value is not a device, or names a CUDA device that is not available.
+    """
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"{what}={value!r} is not a torch device ({exc})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = device.index or 0
+        if index >= count:
+            raise ConfigError(f"{what}={value!r}: this machine has {count} CUDA device(s)")
+    elif device.type != "cpu":
+        raise ConfigError(f"{what}={value!r}: only 'cpu' and 'cuda' devices are supported")
+    return device
+
+
+def policy_device(policy: Policy) -> torch.device | None:
+    """The device of a module policy's first parameter or buffer, if it has any."""
+    if isinstance(policy, torch.nn.Module):
+        for tensor in (*policy.parameters(), *policy.buffers()):
+            return tensor.device
+    return None
+
+
+class PolicyRunner:
+    """Turns observation batches into action batches with one policy call per step.
+
+    Args:
+        policy: The user's policy, or ``None`` for random actions.
+        specs: The environment's fields.
+        num_envs: How many environments are stepped together (the batch size of each call).
+        device: Where observations go before the policy sees them.
+        rng: Random generator for random actions (``policy=None`` or ``init_random_frames``).
+
+    Raises:
+        PolicyError: The policy fails on an example observation, or its output does not fit
+            the action space (wrong shape, wrong kind of dtype, no ``"action"`` key).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        specs: EnvSpecs,
+        num_envs: int,
+        device: torch.device,
+        rng: np.random.Generator,
+    ) -> None:
+        self.policy = policy
+        self.specs = specs
+        self.num_envs = num_envs
+        self.device = device
+        self.rng = rng
+        self._obs_keys = [spec.key for spec in specs.observation]
+        self._obs_key_set = set(self._obs_keys)
+        self.outputs: tuple[PolicyOutput, ...] = ()
+        if policy is not None:
+            if not callable(policy):
+                raise PolicyError(f"policy must be callable, an nn.Module or None, got {policy!r}")
+            self.outputs = self._dry_run()
+
+    def random_action(self) -> np.ndarray:
+        """Uniform random actions for every env, shape ``[num_envs, *action_shape]``."""
+        return self.specs.action.sample(self.rng, self.num_envs)
+
+    def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, dict[Key, torch.Tensor]]:
+        """Call the policy once for all envs.
+
+        Args:
+            observation: One ``[num_envs, *shape]`` array per observation leaf key.
+
+        Returns:
+            The actions as a numpy array in the action field's dtype, and the extra outputs
+            as CPU tensors with a leading ``num_envs`` dimension.
+        """
+        if self.policy is None:
+            return self.random_action(), {}
+        with torch.no_grad():
+            raw = self._call(observation)
+        action, extras = self._split(raw)
+        return self._action_array(action), {key: value.detach().cpu() for key, value in extras.items()}
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _call(self, observation: Mapping[Key, np.ndarray]) -> Any:
+        tensors = {key: torch.from_numpy(np.asarray(observation[key])).to(self.device) for key in self._obs_keys}
+        policy = self.policy
+        if isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase):
+            return policy(*tensors.values())
+        td = TensorDict(batch_size=[self.num_envs], device=self.device)
+        for key, tensor in tensors.items():
+            td.set(key, tensor)
+        assert policy is not None
+        return policy(td)
+
+    def _split(self, raw: Any) -> tuple[Any, dict[Key, torch.Tensor]]:
+        if isinstance(raw, TensorDictBase | Mapping):
+            leaves = _leaves(raw)
+            if ("action",) not in leaves:
+                raise PolicyError(
+                    f"policy output has no 'action' key; its keys are {sorted('/'.join(k) for k in leaves)}"
+                )
+            action = leaves.pop(("action",))
+            extras = {key: value for key, value in leaves.items() if key not in self._obs_key_set}
+            return action, extras
+        if isinstance(raw, tuple):
+            raise PolicyError(
+                "policy returned a tuple; return the action, or a mapping/TensorDict with an "
+                "'action' key and any extra outputs"
+            )
+        return raw, {}
+
+    def _action_array(self, action: Any) -> np.ndarray:
+        if isinstance(action, torch.Tensor):
+            action = action.detach().cpu().numpy()
+        return np.asarray(action).astype(self.specs.action.dtype, copy=False)
+
+    def _dry_run(self) -> tuple[PolicyOutput, ...]:
+        """Call the policy on example observations and check what it returns."""
+        example = {spec.key: np.stack([spec.example()] * self.num_envs) for spec in self.specs.observation}
+        try:
+            with torch.no_grad():
+                raw = self._call(example)
+        except Exception as exc:
+            raise PolicyError(
+                f"policy {_describe(self.policy)} failed on an example observation batch "
+                f"({_shapes(example)}): {type(exc).__name__}: {exc}"
+            ) from exc
+        action, extras = self._split(raw)
+        _check_action(action, self.specs.action, self.num_envs, self.policy)
+        outputs = []
+        for key, value in extras.items():
+            if not isinstance(value, torch.Tensor | np.ndarray):
+                raise PolicyError(f"policy output {'/'.join(key)!r} is a {type(value).__name__}, not a tensor")
+            tensor = torch.as_tensor(value)
+            if tensor.ndim == 0 or tensor.shape[0] != self.num_envs:
+                raise PolicyError(
+                    f"policy output {'/'.join(key)!r} has shape {tuple(tensor.shape)}; its first "
+                    f"dimension must be the number of envs ({self.num_envs})"
+                )
+            try:
+                dtype = np.dtype(torch.empty((), dtype=tensor.dtype).numpy().dtype)
+            except TypeError:
+                raise PolicyError(
+                    f"policy output {'/'.join(key)!r} has dtype {tensor.dtype}, which cannot be "
+                    "stored in a batch; cast it to a numpy-compatible dtype"
+                ) from None
+            outputs.append(PolicyOutput(key, tuple(tensor.shape[1:]), dtype))
+        return tuple(outputs)
+
+
+def _check_action(action: Any, spec: FieldSpec, num_envs: int, policy: Policy) -> None:
+    if isinstance(action, torch.Tensor):
+        shape, is_float, dtype = tuple(action.shape), action.dtype.is_floating_point, str(action.dtype)
+    else:
+        array = np.asarray(action)
+        shape, is_float, dtype = array.shape, np.issubdtype(array.dtype, np.floating), str(array.dtype)
+    expected = (num_envs, *spec.shape)
+    where = f"policy {_describe(policy)} returned actions of shape {shape} and dtype {dtype}"
+    if shape != expected:
+        raise PolicyError(f"{where}, but the action space {spec.space} needs shape {expected} for {num_envs} envs")
+    if spec.discrete and is_float:
+        raise PolicyError(f"{where}, but the action space {spec.space} is discrete: return integer actions")
+    if not spec.discrete and not is_float:
+        raise PolicyError(f"{where}, but the action space {spec.space} is continuous: return floating-point actions")
+
+
+def _leaves(raw: TensorDictBase | Mapping[Any, Any], prefix: Key = ()) -> dict[Key, Any]:
+    if isinstance(raw, TensorDictBase):
+        return {
+            (key,) if isinstance(key, str) else tuple(key): value
+            for key, value in raw.items(include_nested=True, leaves_only=True)
+        }
+    out: dict[Key, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, TensorDictBase | Mapping):
+            out.update(_leaves(value, (*prefix, str(key))))
+        else:
+            out[(*prefix, str(key))] = value
+    return out
+
+
+def _describe(policy: Policy) -> str:
+    name = getattr(policy, "__qualname__", None) or type(policy).__name__
+    return name
+
+
+def _shapes(example: Mapping[Key, np.ndarray]) -> str:
+    return ", ".join(f"{'/'.join(key)}: {tuple(value.shape)} {value.dtype}" for key, value in example.items())

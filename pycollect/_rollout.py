@@ -1,0 +1,188 @@
+"""Stepping a group of environments and writing their transitions into rollout arrays.
+
+:class:`EnvRunner` is the one stepping loop of pycollect: the in-process collector drives it
+directly, and each worker process drives its own with arrays that live in shared memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pycollect._backends import GymLikeEnv
+from pycollect._batch import (
+    ACTION,
+    NEXT_DONE,
+    NEXT_OBS_PREFIX,
+    NEXT_TERMINATED,
+    NEXT_TRUNCATED,
+    REWARD,
+    TRAJ_IDS,
+)
+from pycollect._policy import PolicyRunner
+from pycollect._specs import EnvSpecs, Key, read_leaf
+
+__all__ = ["EnvRunner", "EpisodeRecord"]
+
+
+@dataclass
+class EpisodeRecord:
+    """Running totals of finished episodes, for summaries."""
+
+    count: int = 0
+    return_sum: float = 0.0
+    length_sum: int = 0
+    recent_returns: list[float] = field(default_factory=list)
+
+    def add(self, episode_return: float, length: int) -> None:
+        """Count one finished episode."""
+        self.count += 1
+        self.return_sum += episode_return
+        self.length_sum += length
+        self.recent_returns.append(episode_return)
+        del self.recent_returns[:-100]
+
+    @property
+    def mean_return(self) -> float:
+        """Mean return over every finished episode (NaN before the first)."""
+        return self.return_sum / self.count if self.count else float("nan")
+
+
+class EnvRunner:
+    """Steps ``K`` environments together and writes ``[K, T]`` rollouts.
+
+    Environments reset themselves after ``terminated`` or ``truncated``: the transition keeps
+    the terminal observation under ``("next", "observation")`` and the next step starts from
+    the reset one, as in TorchRL.
+
+    Args:
+        envs: The environments, already built.
+        specs: Their fields.
+        policy: Chooses actions.
+        seeds: One seed per environment for its first reset, or ``None`` for fresh entropy.
+        max_frames_per_traj: Truncate trajectories after this many steps (``None``: never).
+        traj_id_start: Trajectory id of the first environment's first trajectory.
+        traj_id_stride: Distance between consecutive trajectory ids this runner hands out, so
+            that runners in different processes never hand out the same id.
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[GymLikeEnv],
+        specs: EnvSpecs,
+        policy: PolicyRunner,
+        seeds: Sequence[int] | None,
+        *,
+        max_frames_per_traj: int | None = None,
+        traj_id_start: int = 0,
+        traj_id_stride: int = 1,
+    ) -> None:
+        self.envs = list(envs)
+        self.specs = specs
+        self.policy = policy
+        self.max_frames_per_traj = max_frames_per_traj
+        self.episodes = EpisodeRecord()
+        self._seeds = list(seeds) if seeds is not None else None
+        self._traj_stride = traj_id_stride
+        self._next_traj_id = traj_id_start
+        num_envs = len(self.envs)
+        self._paths = specs.observation_paths()
+        self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
+        self._traj_ids = np.zeros(num_envs, np.int64)
+        self._steps = np.zeros(num_envs, np.int64)
+        self._returns = np.zeros(num_envs, np.float64)
+        self._scalar_action = specs.action.shape == ()
+        self._has_reset = False
+
+    @property
+    def num_envs(self) -> int:
+        """How many environments this runner steps."""
+        return len(self.envs)
+
+    def state(self) -> dict[str, Any]:
+        """Counters needed to resume trajectory numbering after :meth:`load_state`."""
+        return {"next_traj_id": self._next_traj_id}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore counters saved by :meth:`state`."""
+        self._next_traj_id = int(state["next_traj_id"])
+
+    def reset(self) -> None:
+        """Reset every environment and start a new trajectory in each.
+
+        The first reset uses the per-environment seeds; later ones continue each
+        environment's own random stream.
+        """
+        seeds = self._seeds if not self._has_reset else None
+        for i, env in enumerate(self.envs):
+            obs, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
+            self._store_obs(i, obs)
+            self._start_trajectory(i)
+        self._has_reset = True
+
+    def rollout(self, out: Mapping[Key, np.ndarray], random_actions: bool = False) -> None:
+        """Step every environment ``T`` times, writing into ``out``.
+
+        Args:
+            out: Arrays of shape ``[K, T, ...]`` for every batch field (see
+                :func:`pycollect._batch.batch_fields`); ``T`` is read from them.
+            random_actions: Sample actions uniformly instead of calling the policy.
+        """
+        if not self._has_reset:
+            self.reset()
+        envs, obs = self.envs, self._obs
+        steps = next(iter(out.values())).shape[1]
+        obs_out = [(out[key], out[(*NEXT_OBS_PREFIX, *key)], obs[key], path) for key, path in self._paths]
+        actions_out, reward_out, traj_out = out[ACTION], out[REWARD], out[TRAJ_IDS]
+        term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
+        extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
+        limit = self.max_frames_per_traj
+        for t in range(steps):
+            for obs_array, _, current, _ in obs_out:
+                obs_array[:, t] = current
+            if random_actions:
+                actions, extras = self.policy.random_action(), {}
+            else:
+                actions, extras = self.policy.act(obs)
+            actions_out[:, t] = actions
+            for key, array in extras_out:
+                if key in extras:
+                    array[:, t] = extras[key].numpy()
+            traj_out[:, t] = self._traj_ids
+            for i, env in enumerate(envs):
+                action = actions[i].item() if self._scalar_action else actions[i]
+                next_obs, reward, terminated, truncated, _ = env.step(action)
+                self._steps[i] += 1
+                self._returns[i] += reward
+                if limit is not None and self._steps[i] >= limit:
+                    truncated = True
+                reward_out[i, t, 0] = reward
+                term_out[i, t, 0] = terminated
+                trunc_out[i, t, 0] = truncated
+                done = terminated or truncated
+                done_out[i, t, 0] = done
+                for _, next_array, _, path in obs_out:
+                    next_array[i, t] = read_leaf(next_obs, path)
+                if done:
+                    self.episodes.add(float(self._returns[i]), int(self._steps[i]))
+                    next_obs, _ = env.reset()
+                    self._start_trajectory(i)
+                self._store_obs(i, next_obs)
+
+    def close(self) -> None:
+        """Close every environment."""
+        for env in self.envs:
+            env.close()
+
+    def _store_obs(self, i: int, raw: Any) -> None:
+        for key, path in self._paths:
+            self._obs[key][i] = read_leaf(raw, path)
+
+    def _start_trajectory(self, i: int) -> None:
+        self._traj_ids[i] = self._next_traj_id
+        self._next_traj_id += self._traj_stride
+        self._steps[i] = 0
+        self._returns[i] = 0.0

@@ -1,0 +1,174 @@
+"""What an environment produces and accepts, as fixed-size fields.
+
+An env backend reports an :class:`EnvSpecs` before anything is collected. The collector lays
+out its batches (and, with worker processes, its shared memory) from it, the random policy
+samples from it, and a user policy's output is checked against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from pycollect._errors import UnsupportedSpaceError
+
+__all__ = ["FieldSpec", "EnvSpecs", "specs_from_spaces", "Key"]
+
+Key = tuple[str, ...]
+"""A (possibly nested) key in a batch, e.g. ``("observation",)`` or ``("next", "reward")``."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One fixed-shape field of an environment's observation or action.
+
+    Attributes:
+        key: Where the field lives in a batch, relative to the root (``("observation",)``,
+            ``("observation", "position")`` for a Dict space, ``("action",)``).
+        shape: The shape of one env's value (``()`` for a scalar).
+        dtype: The numpy dtype values are stored as.
+        low: Lower bounds, broadcast to ``shape`` (``-inf`` where unbounded).
+        high: Upper bounds, broadcast to ``shape`` (``+inf`` where unbounded). For discrete
+            fields this is the largest valid value, not one past it.
+        discrete: Whether values are integer categories (Discrete, MultiDiscrete,
+            MultiBinary, or an integer Box).
+        space: A short description of the gymnasium space the field came from, for messages.
+    """
+
+    key: Key
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    low: np.ndarray = field(repr=False, compare=False)
+    high: np.ndarray = field(repr=False, compare=False)
+    discrete: bool
+    space: str = field(default="", compare=False)
+
+    def sample(self, rng: np.random.Generator, batch: int) -> np.ndarray:
+        """Draw ``batch`` uniform random values (normal where a bound is infinite)."""
+        size = (batch, *self.shape)
+        if self.discrete:
+            low, high = self.low.astype(np.int64), self.high.astype(np.int64)
+            return rng.integers(low, high, size=size, endpoint=True).astype(self.dtype, copy=False)
+        low = np.broadcast_to(self.low, size)
+        high = np.broadcast_to(self.high, size)
+        bounded = np.isfinite(low) & np.isfinite(high)
+        out = rng.standard_normal(size)
+        if bounded.any():
+            uniform = rng.uniform(np.where(bounded, low, 0.0), np.where(bounded, high, 1.0))
+            out = np.where(bounded, uniform, out)
+        lower_only = np.isfinite(low) & ~np.isfinite(high)
+        out = np.where(lower_only, low + rng.exponential(size=size), out)
+        upper_only = ~np.isfinite(low) & np.isfinite(high)
+        out = np.where(upper_only, high - rng.exponential(size=size), out)
+        return out.astype(self.dtype, copy=False)
+
+    def example(self) -> np.ndarray:
+        """A deterministic valid value (zero clipped into the bounds), for dry runs."""
+        value = np.clip(np.zeros(self.shape), self.low, self.high)
+        return value.astype(self.dtype)
+
+
+@dataclass(frozen=True)
+class EnvSpecs:
+    """The fields of one environment.
+
+    Attributes:
+        observation: Every observation leaf, in a fixed order. A Box observation is the single
+            field ``("observation",)``; a Dict observation gives one field per leaf, nested
+            under ``"observation"``.
+        action: The action field, always keyed ``("action",)``.
+        observation_space: The original gymnasium observation space.
+        action_space: The original gymnasium action space.
+    """
+
+    observation: tuple[FieldSpec, ...]
+    action: FieldSpec
+    observation_space: gym.Space[Any] = field(repr=False, compare=False)
+    action_space: gym.Space[Any] = field(repr=False, compare=False)
+
+    def observation_paths(self) -> list[tuple[Key, Key]]:
+        """Pairs of (batch key, path inside the env's raw observation) for every leaf."""
+        return [(spec.key, spec.key[1:]) for spec in self.observation]
+
+
+def _describe(space: gym.Space[Any]) -> str:
+    return repr(space) if len(repr(space)) <= 120 else type(space).__name__
+
+
+def _bounds(shape: tuple[int, ...], low: Any, high: Any) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.broadcast_to(np.asarray(low, dtype=np.float64), shape).copy()
+    hi = np.broadcast_to(np.asarray(high, dtype=np.float64), shape).copy()
+    return lo, hi
+
+
+def _leaf(key: Key, space: gym.Space[Any]) -> FieldSpec:
+    """Turn one non-composite gymnasium space into a field."""
+    desc = _describe(space)
+    if isinstance(space, gym.spaces.Box):
+        dtype = np.dtype(space.dtype)
+        lo, hi = _bounds(space.shape, space.low, space.high)
+        is_int = np.issubdtype(dtype, np.integer) or dtype == np.bool_
+        return FieldSpec(key, tuple(space.shape), dtype, lo, hi, bool(is_int), desc)
+    if isinstance(space, gym.spaces.Discrete):
+        start = int(space.start)
+        lo, hi = _bounds((), start, start + int(space.n) - 1)
+        return FieldSpec(key, (), np.dtype(np.int64), lo, hi, True, desc)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        shape = tuple(space.nvec.shape)
+        lo, hi = _bounds(shape, space.start, space.start + space.nvec - 1)
+        return FieldSpec(key, shape, np.dtype(np.int64), lo, hi, True, desc)
+    if isinstance(space, gym.spaces.MultiBinary):
+        shape = tuple(space.shape)
+        lo, hi = _bounds(shape, 0, 1)
+        return FieldSpec(key, shape, np.dtype(np.int8), lo, hi, True, desc)
+    raise UnsupportedSpaceError(
+        f"unsupported space {desc} at key {'/'.join(key)}: pycollect supports Box, Discrete, "
+        "MultiDiscrete, MultiBinary and (for observations) Dict spaces"
+    )
+
+
+def _observation_leaves(key: Key, space: gym.Space[Any]) -> Iterator[FieldSpec]:
+    if isinstance(space, gym.spaces.Dict):
+        if not space.spaces:
+            raise UnsupportedSpaceError(f"empty Dict observation space at key {'/'.join(key)}")
+        for name, sub in space.spaces.items():
+            if not isinstance(name, str):
+                raise UnsupportedSpaceError(
+                    f"Dict observation space key {name!r} at {'/'.join(key)} is not a string"
+                )
+            yield from _observation_leaves((*key, name), sub)
+    else:
+        yield _leaf(key, space)
+
+
+def specs_from_spaces(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> EnvSpecs:
+    """Build :class:`EnvSpecs` from gymnasium spaces.
+
+    Args:
+        observation_space: Box, Discrete, MultiDiscrete, MultiBinary or a (nested) Dict of those.
+        action_space: Box, Discrete, MultiDiscrete or MultiBinary.
+
+    Raises:
+        UnsupportedSpaceError: A space (or a Dict leaf) of any other type; the message names it.
+    """
+    observation = tuple(_observation_leaves(("observation",), observation_space))
+    if isinstance(action_space, gym.spaces.Dict):
+        raise UnsupportedSpaceError(
+            f"unsupported action space {_describe(action_space)}: Dict action spaces are not "
+            "supported yet; use Box, Discrete, MultiDiscrete or MultiBinary"
+        )
+    action = _leaf(("action",), action_space)
+    return EnvSpecs(observation, action, observation_space, action_space)
+
+
+def read_leaf(raw: Any, path: Key) -> Any:
+    """Follow ``path`` into a raw (possibly nested Mapping) observation."""
+    for name in path:
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"observation is not a mapping at {name!r}")
+        raw = raw[name]
+    return raw

@@ -1,0 +1,182 @@
+"""The ``pycollect`` command line.
+
+``pycollect run`` collects experience from an environment with a random policy and reports
+how fast it went; it is the quickest way to see pycollect work on a machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main", "build_parser"]
+
+DEFAULT_ENV = "CartPole-v1"
+
+_DESCRIPTION = """\
+pycollect collects reinforcement-learning experience from environments and delivers it as
+TorchRL-compatible TensorDict batches.
+
+Start with:
+  pycollect run                          collect 100,000 frames of CartPole-v1, show the speed
+  pycollect run Pendulum-v1 --frames 50000
+  pycollect run --help                   every option of 'run'
+"""
+
+
+def _env_kwarg(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a Python identifier, got {text!r}")
+    try:
+        value: Any = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw  # a bare word is a string: render_mode=rgb_array
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``pycollect`` command."""
+    parser = argparse.ArgumentParser(
+        prog="pycollect",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"pycollect {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        help="collect frames from an environment and report frames/s",
+        description=(
+            "Collect frames from ENV with a uniform random policy, with a progress bar, then "
+            "print frames, frames/s, finished episodes and their mean return."
+        ),
+    )
+    run.add_argument(
+        "env",
+        nargs="?",
+        default=DEFAULT_ENV,
+        metavar="ENV",
+        help=(
+            f"environment: a gymnasium id such as {DEFAULT_ENV} (the default), or "
+            "'BACKEND:TARGET' such as 'gymnasium:Pendulum-v1' or 'callable:pkg.module:make_env'"
+        ),
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="worker processes stepping environments (default 0: step in this process)",
+    )
+    run.add_argument("--envs-per-worker", type=int, default=8, metavar="K", help="environments stepped together (default 8)")
+    run.add_argument("--frames", type=int, default=100_000, metavar="N", help="total frames to collect (default 100000)")
+    run.add_argument(
+        "--frames-per-batch", type=int, default=1024, metavar="N", help="frames in each batch (default 1024)"
+    )
+    run.add_argument("--max-frames-per-traj", type=int, default=None, metavar="N", help="truncate episodes after N steps")
+    run.add_argument("--seed", type=int, default=None, metavar="S", help="seed for a reproducible run")
+    run.add_argument(
+        "--env-kwarg",
+        type=_env_kwarg,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keyword argument for the environment constructor (repeatable); VALUE is a Python literal",
+    )
+    run.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
+    run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    return parser
+
+
+def _version() -> str:
+    from pycollect import __version__
+
+    return __version__
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from pycollect import Collector, PyCollectError
+
+    if args.workers != 0:
+        print(
+            f"pycollect: error: --workers {args.workers}: worker processes are not available yet "
+            "in this version; use --workers 0 (the default) to collect in this process",
+            file=sys.stderr,
+        )
+        return 2
+    started = time.perf_counter()
+    try:
+        collector = Collector(
+            args.env,
+            frames_per_batch=args.frames_per_batch,
+            total_frames=args.frames,
+            envs_per_worker=args.envs_per_worker,
+            max_frames_per_traj=args.max_frames_per_traj,
+            seed=args.seed,
+            env_kwargs=dict(args.env_kwarg),
+        )
+    except PyCollectError as exc:
+        print(f"pycollect: error: {exc}", file=sys.stderr)
+        return 2
+    interrupted = False
+    with collector, tqdm(
+        total=args.frames, unit="frames", unit_scale=True, disable=args.no_progress, file=sys.stderr, dynamic_ncols=True
+    ) as bar:
+        setup_s = time.perf_counter() - started
+        started = time.perf_counter()
+        try:
+            for batch in collector:
+                bar.update(batch.numel())
+        except KeyboardInterrupt:
+            interrupted = True
+        elapsed = time.perf_counter() - started
+    summary = {
+        "env": collector.env_source.describe(),
+        "workers": args.workers,
+        "envs_per_worker": collector.envs_per_worker,
+        "frames": collector.frames,
+        "seconds": round(elapsed, 3),
+        "frames_per_s": round(collector.frames / elapsed, 1) if elapsed > 0 else None,
+        "setup_seconds": round(setup_s, 3),
+        "episodes": collector.episodes.count,
+        "mean_return": round(collector.episodes.mean_return, 3) if collector.episodes.count else None,
+        "interrupted": interrupted,
+    }
+    _print_summary(summary, as_json=args.json)
+    return 130 if interrupted else 0
+
+
+def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary))
+        return
+    fps = summary["frames_per_s"]
+    mean = summary["mean_return"]
+    print(f"env          {summary['env']} ({summary['envs_per_worker']} envs, in-process)")
+    print(f"frames       {summary['frames']:,}{' (interrupted)' if summary['interrupted'] else ''}")
+    print(f"time         {summary['seconds']:.2f} s (+{summary['setup_seconds']:.2f} s setup)")
+    print(f"frames/s     {fps:,.0f}" if fps else "frames/s     -")
+    print(f"episodes     {summary['episodes']:,}")
+    print(f"mean return  {mean:.2f}" if mean is not None else "mean return  - (no episode finished)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``pycollect`` command; return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "run":
+        return _run(args)
+    parser.error(f"unknown command {args.command!r}")
+    return 2

@@ -1,0 +1,63 @@
+"""Shared fixtures. Every test is checked for leftovers: no child process and no pycollect
+shared-memory segment may outlive the test that created it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _shm_segments() -> set[str]:
+    try:
+        return {name for name in os.listdir("/dev/shm") if "pycollect" in name.lower()}
+    except FileNotFoundError:
+        return set()
+
+
+# Interpreter-wide helpers that multiprocessing starts once and keeps for the whole session
+# (torchrl's replay buffers start the resource tracker); they are not leaks of a test.
+_SESSION_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _children() -> set[int]:
+    pids = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(helper in " ".join(child.cmdline()) for helper in _SESSION_HELPERS):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        pids.add(child.pid)
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers() -> Iterator[None]:
+    """Fail a test that leaves a process or a /dev/shm segment behind."""
+    children_before, shm_before = _children(), _shm_segments()
+    yield
+    deadline = time.monotonic() + 5.0
+    while True:
+        extra_children = _children() - children_before
+        extra_shm = _shm_segments() - shm_before
+        if not extra_children and not extra_shm:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in extra_children:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+    pytest.fail(f"test left behind processes {sorted(extra_children)} and shm segments {sorted(extra_shm)}")

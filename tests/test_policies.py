@@ -1,0 +1,136 @@
+"""The kinds of policy a Collector accepts, their extra outputs and their errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+
+from envs import DictObsEnv
+from pycollect import Collector, PolicyError
+
+
+def test_tensordict_module_with_log_prob_extras_kept() -> None:
+    net = TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"])
+
+    def sample(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = torch.distributions.Categorical(logits=logits)
+        action = dist.sample()
+        return action, dist.log_prob(action)
+
+    sampler = TensorDictModule(sample, in_keys=["logits"], out_keys=["action", "sample_log_prob"])
+    policy = TensorDictSequential(net, sampler)
+    with Collector("CartPole-v1", policy, frames_per_batch=32, envs_per_worker=4, seed=0) as c:
+        batch = c.next_batch()
+    assert batch["logits"].shape == (4, 8, 2)
+    assert batch["sample_log_prob"].shape == (4, 8) and (batch["sample_log_prob"] <= 0).all()
+    expected = torch.distributions.Categorical(logits=batch["logits"]).log_prob(batch["action"])
+    assert torch.allclose(expected, batch["sample_log_prob"], atol=1e-6)
+
+
+def test_plain_module_gets_observation_tensor() -> None:
+    class Greedy(nn.Module):
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            assert obs.shape == (3, 4)
+            return (obs[:, 2] > 0).long()
+
+    with Collector("CartPole-v1", Greedy(), frames_per_batch=30, envs_per_worker=3, seed=0) as c:
+        batch = c.next_batch()
+    assert torch.equal(batch["action"], (batch["observation"][..., 2] > 0).long())
+
+
+def test_callable_gets_tensordict_and_may_return_mapping_with_extras() -> None:
+    def policy(td: TensorDict) -> dict:
+        assert isinstance(td, TensorDict) and td.batch_size == torch.Size([2])
+        pos = td["observation", "position"]
+        return {"action": torch.ones(2, 2, dtype=torch.int64), "value": pos.sum(-1, keepdim=True)}
+
+    with Collector(DictObsEnv, policy, frames_per_batch=6, envs_per_worker=2, seed=0) as c:
+        batch = c.next_batch()
+    assert (batch["action"] == 1).all()
+    assert torch.allclose(batch["value"][..., 0], batch["observation", "position"].sum(-1))
+
+
+def test_callable_may_return_numpy() -> None:
+    def policy(td: TensorDict) -> np.ndarray:
+        return np.full((td.batch_size[0], 1), 0.5, np.float64)
+
+    with Collector("Pendulum-v1", policy, frames_per_batch=8, envs_per_worker=2) as c:
+        batch = c.next_batch()
+    assert batch["action"].dtype == torch.float32 and (batch["action"] == 0.5).all()
+
+
+@pytest.mark.parametrize(
+    ("policy", "match"),
+    [
+        (lambda td: torch.zeros(3, dtype=torch.int64), r"shape \(3,\).*Discrete\(2\) needs shape \(2,\)"),
+        (lambda td: torch.zeros(2), "is discrete: return integer actions"),
+        (lambda td: {"logits": torch.zeros(2, 2)}, "no 'action' key; its keys are \\['logits'\\]"),
+        (lambda td: (torch.zeros(2, dtype=torch.int64), None), "returned a tuple"),
+        (lambda td: 1 / 0, "failed on an example observation.*ZeroDivisionError"),
+        (
+            lambda td: {"action": torch.zeros(2, dtype=torch.int64), "extra": torch.zeros(5)},
+            "'extra' has shape \\(5,\\)",
+        ),
+        ("not a policy", "must be callable"),
+    ],
+)
+def test_policy_that_does_not_fit_is_rejected_before_collection(policy, match: str) -> None:
+    with pytest.raises(PolicyError, match=match):
+        Collector("CartPole-v1", policy, frames_per_batch=8, envs_per_worker=2)
+
+
+def test_continuous_space_rejects_integer_actions() -> None:
+    with pytest.raises(PolicyError, match="continuous"):
+        Collector("Pendulum-v1", lambda td: torch.zeros(1, 1, dtype=torch.int64), frames_per_batch=8)
+
+
+def _greedy_policy() -> TensorDictSequential:
+    return TensorDictSequential(
+        TensorDictModule(nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"]),
+        TensorDictModule(lambda logits: logits.argmax(-1), in_keys=["logits"], out_keys=["action"]),
+    )
+
+
+def _fill(policy: nn.Module, value: float) -> nn.Module:
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.fill_(value)
+    return policy
+
+
+def test_update_policy_weights_copies_weights_and_bumps_version() -> None:
+    policy = _fill(_greedy_policy(), 0.0)
+    with Collector("CartPole-v1", policy, frames_per_batch=8) as c:
+        c.update_policy_weights_()
+        assert c.policy_version == 1
+        c.update_policy_weights_(_fill(_greedy_policy(), 1.0))  # a module
+        assert all((p == 1.0).all() for p in policy.parameters()) and c.policy_version == 2
+        c.update_policy_weights_(TensorDict.from_module(_fill(_greedy_policy(), 2.0)))  # a TensorDict
+        assert all((p == 2.0).all() for p in policy.parameters())
+        c.update_policy_weights_(_fill(_greedy_policy(), 3.0).state_dict())  # a state_dict
+        assert all((p == 3.0).all() for p in policy.parameters()) and c.policy_version == 4
+        with pytest.raises(Exception, match="worker_ids"):
+            c.update_policy_weights_(worker_ids=[1])
+
+
+def test_weights_given_for_a_non_module_policy_is_an_error() -> None:
+    with Collector("CartPole-v1", lambda td: torch.zeros(1, dtype=torch.int64), frames_per_batch=8) as c:
+        with pytest.raises(PolicyError, match="not an nn.Module"):
+            c.update_policy_weights_({"w": torch.zeros(1)})
+
+
+def test_device_mismatch_with_policy_parameters_is_named() -> None:
+    class OnMeta(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1, device="meta"))
+
+        def forward(self, obs):  # pragma: no cover - never called
+            return obs
+
+    with pytest.raises(Exception, match="device='cpu' but the policy's parameters are on meta"):
+        Collector("CartPole-v1", OnMeta(), frames_per_batch=8, device="cpu")
