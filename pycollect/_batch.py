@@ -19,23 +19,23 @@ from pycollect._policy import PolicyOutput
 from pycollect._specs import EnvSpecs, Key
 
 __all__ = [
-    "BatchField",
-    "batch_fields",
-    "allocate",
-    "to_tensordict",
-    "split_trajectories",
-    "OBS",
-    "NEXT_OBS_PREFIX",
     "ACTION",
-    "REWARD",
     "DONE",
-    "TERMINATED",
-    "TRUNCATED",
+    "MASK",
     "NEXT_DONE",
+    "NEXT_OBS_PREFIX",
     "NEXT_TERMINATED",
     "NEXT_TRUNCATED",
+    "OBS",
+    "REWARD",
+    "TERMINATED",
     "TRAJ_IDS",
-    "MASK",
+    "TRUNCATED",
+    "BatchField",
+    "allocate",
+    "batch_fields",
+    "split_trajectories",
+    "to_tensordict",
 ]
 
 ACTION: Key = ("action",)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pycollect._errors import ConfigError
 
-__all__ = ["positive_int", "non_negative_int", "optional_positive_int", "total_frames_arg", "seed_arg"]
+__all__ = ["non_negative_int", "optional_positive_int", "positive_int", "seed_arg", "total_frames_arg"]
 
 
 def _is_int(value: Any) -> bool:

@@ -215,9 +215,7 @@ class Collector:
         if policy_or_weights is not None:
             target = self.policy
             if not isinstance(target, torch.nn.Module):
-                raise PolicyError(
-                    f"cannot load weights into policy {type(target).__name__}: it is not an nn.Module"
-                )
+                raise PolicyError(f"cannot load weights into policy {type(target).__name__}: it is not an nn.Module")
             if isinstance(policy_or_weights, torch.nn.Module):
                 if policy_or_weights is not target:
                     target.load_state_dict(policy_or_weights.state_dict())

@@ -8,14 +8,14 @@ catch one type. Errors about bad arguments also derive from :class:`ValueError` 
 from __future__ import annotations
 
 __all__ = [
-    "PyCollectError",
-    "ConfigError",
-    "UnknownEnvError",
-    "UnknownBackendError",
-    "UnsupportedSpaceError",
-    "PolicyError",
     "CollectorClosedError",
+    "ConfigError",
+    "PolicyError",
+    "PyCollectError",
     "PyCollectWarning",
+    "UnknownBackendError",
+    "UnknownEnvError",
+    "UnsupportedSpaceError",
 ]
 
 
@@ -40,8 +40,10 @@ class UnsupportedSpaceError(ConfigError):
 
 
 class PolicyError(ConfigError):
-    """The policy cannot be used: it fails on a sample observation or its output does not
-    fit the action space."""
+    """The policy cannot be used.
+
+    It fails on an example observation, or its output does not fit the action space.
+    """
 
 
 class CollectorClosedError(PyCollectError, RuntimeError):

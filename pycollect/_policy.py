@@ -20,7 +20,7 @@ from tensordict.nn import TensorDictModuleBase
 from pycollect._errors import ConfigError, PolicyError
 from pycollect._specs import EnvSpecs, FieldSpec, Key
 
-__all__ = ["PolicyRunner", "PolicyOutput", "resolve_device", "policy_device"]
+__all__ = ["PolicyOutput", "PolicyRunner", "policy_device", "resolve_device"]
 
 Policy = Callable[..., Any] | torch.nn.Module | None
 

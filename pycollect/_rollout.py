@@ -143,8 +143,9 @@ class EnvRunner:
         for t in range(steps):
             for obs_array, _, current, _ in obs_out:
                 obs_array[:, t] = current
+            extras: dict[Key, Any] = {}
             if random_actions:
-                actions, extras = self.policy.random_action(), {}
+                actions = self.policy.random_action()
             else:
                 actions, extras = self.policy.act(obs)
             actions_out[:, t] = actions

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["env_seeds", "action_rng"]
+__all__ = ["action_rng", "env_seeds"]
 
 
 def _worker_sequence(seed: int | None, worker_index: int) -> np.random.SeedSequence:

@@ -16,7 +16,7 @@ import numpy as np
 
 from pycollect._errors import UnsupportedSpaceError
 
-__all__ = ["FieldSpec", "EnvSpecs", "specs_from_spaces", "Key"]
+__all__ = ["EnvSpecs", "FieldSpec", "Key", "specs_from_spaces"]
 
 Key = tuple[str, ...]
 """A (possibly nested) key in a batch, e.g. ``("observation",)`` or ``("next", "reward")``."""
@@ -137,9 +137,7 @@ def _observation_leaves(key: Key, space: gym.Space[Any]) -> Iterator[FieldSpec]:
             raise UnsupportedSpaceError(f"empty Dict observation space at key {'/'.join(key)}")
         for name, sub in space.spaces.items():
             if not isinstance(name, str):
-                raise UnsupportedSpaceError(
-                    f"Dict observation space key {name!r} at {'/'.join(key)} is not a string"
-                )
+                raise UnsupportedSpaceError(f"Dict observation space key {name!r} at {'/'.join(key)} is not a string")
             yield from _observation_leaves((*key, name), sub)
     else:
         yield _leaf(key, space)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 DEFAULT_ENV = "CartPole-v1"
 
@@ -75,12 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes stepping environments (default 0: step in this process)",
     )
-    run.add_argument("--envs-per-worker", type=int, default=8, metavar="K", help="environments stepped together (default 8)")
-    run.add_argument("--frames", type=int, default=100_000, metavar="N", help="total frames to collect (default 100000)")
+    run.add_argument(
+        "--envs-per-worker", type=int, default=8, metavar="K", help="environments stepped together (default 8)"
+    )
+    run.add_argument(
+        "--frames", type=int, default=100_000, metavar="N", help="total frames to collect (default 100000)"
+    )
     run.add_argument(
         "--frames-per-batch", type=int, default=1024, metavar="N", help="frames in each batch (default 1024)"
     )
-    run.add_argument("--max-frames-per-traj", type=int, default=None, metavar="N", help="truncate episodes after N steps")
+    run.add_argument(
+        "--max-frames-per-traj", type=int, default=None, metavar="N", help="truncate episodes after N steps"
+    )
     run.add_argument("--seed", type=int, default=None, metavar="S", help="seed for a reproducible run")
     run.add_argument(
         "--env-kwarg",
@@ -128,9 +134,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"pycollect: error: {exc}", file=sys.stderr)
         return 2
     interrupted = False
-    with collector, tqdm(
-        total=args.frames, unit="frames", unit_scale=True, disable=args.no_progress, file=sys.stderr, dynamic_ncols=True
-    ) as bar:
+    with (
+        collector,
+        tqdm(
+            total=args.frames,
+            unit="frames",
+            unit_scale=True,
+            disable=args.no_progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        ) as bar,
+    ):
         setup_s = time.perf_counter() - started
         started = time.perf_counter()
         try:

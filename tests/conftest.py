@@ -3,6 +3,7 @@ shared-memory segment may outlive the test that created it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -59,10 +60,8 @@ def no_leftovers() -> Iterator[None]:
             break
         time.sleep(0.05)
     for pid in extra_children:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).kill()
-        except psutil.NoSuchProcess:
-            pass
     pytest.fail(f"test left behind processes {sorted(extra_children)} and shm segments {sorted(extra_shm)}")
 
 

@@ -41,9 +41,7 @@ class DictObsEnv(gym.Env[dict, np.ndarray]):
         self.observation_space = gym.spaces.Dict(
             {
                 "position": gym.spaces.Box(-1, 1, (3,), np.float32),
-                "sensors": gym.spaces.Dict(
-                    {"touch": gym.spaces.MultiBinary(4), "mode": gym.spaces.Discrete(5)}
-                ),
+                "sensors": gym.spaces.Dict({"touch": gym.spaces.MultiBinary(4), "mode": gym.spaces.Discrete(5)}),
             }
         )
         self.action_space = gym.spaces.MultiDiscrete([2, 3])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from envs import CountingEnv
+
 from pycollect import ConfigError, UnknownBackendError, UnknownEnvError, backend_names
 from pycollect._backends import resolve_env
 

@@ -28,8 +28,22 @@ def test_run_defaults_to_cartpole_and_prints_a_summary() -> None:
 
 
 def test_run_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", "Pendulum-v1", "--frames", "800", "--frames-per-batch", "400", "--json", "--no-progress",
-                 "--env-kwarg", "g=9.81", "--seed", "1"])
+    code = main(
+        [
+            "run",
+            "Pendulum-v1",
+            "--frames",
+            "800",
+            "--frames-per-batch",
+            "400",
+            "--json",
+            "--no-progress",
+            "--env-kwarg",
+            "g=9.81",
+            "--seed",
+            "1",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["env"] == "gymnasium:Pendulum-v1" and summary["frames"] == 800

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from envs import CountingEnv, DictObsEnv, MultiBinaryActionEnv
 
 import pycollect
-from envs import CountingEnv, DictObsEnv, MultiBinaryActionEnv
 from pycollect import Collector, CollectorClosedError, ConfigError, PyCollectWarning
 
 TORCHRL_KEYS = {
@@ -34,7 +34,7 @@ def _keys(batch) -> set:
 def test_batch_has_torchrl_keys_shapes_and_time_dim() -> None:
     with Collector("CartPole-v1", frames_per_batch=64, envs_per_worker=4, seed=1) as collector:
         batch = collector.next_batch()
-    assert TORCHRL_KEYS <= _keys(batch)
+    assert _keys(batch) >= TORCHRL_KEYS
     assert batch.batch_size == torch.Size([4, 16]) and batch.names == [None, "time"]
     assert batch["observation"].shape == (4, 16, 4) and batch["observation"].dtype == torch.float32
     assert batch["action"].shape == (4, 16) and batch["action"].dtype == torch.int64

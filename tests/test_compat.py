@@ -60,9 +60,7 @@ def test_batches_go_through_torchrl_gae_with_correct_values() -> None:
 
 def test_transitions_match_a_hand_written_gymnasium_loop() -> None:
     num_envs, steps, seed = 3, 120, 11
-    with Collector(
-        "CartPole-v1", _greedy, frames_per_batch=num_envs * steps, envs_per_worker=num_envs, seed=seed
-    ) as c:
+    with Collector("CartPole-v1", _greedy, frames_per_batch=num_envs * steps, envs_per_worker=num_envs, seed=seed) as c:
         batch = c.next_batch()
 
     for i, env_seed in enumerate(pycollect.env_seeds(seed, num_envs)):

@@ -18,7 +18,11 @@ def test_all_names_exist_and_version_comes_from_native_module() -> None:
 
 
 def test_every_exception_derives_from_pycollect_error() -> None:
-    errors = [obj for obj in vars(pycollect).values() if inspect.isclass(obj) and issubclass(obj, Exception) and not issubclass(obj, Warning)]
+    errors = [
+        obj
+        for obj in vars(pycollect).values()
+        if inspect.isclass(obj) and issubclass(obj, Exception) and not issubclass(obj, Warning)
+    ]
     assert errors
     for error in errors:
         assert issubclass(error, pycollect.PyCollectError), error

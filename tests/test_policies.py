@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from envs import DictObsEnv
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from envs import DictObsEnv
 from pycollect import Collector, PolicyError
 
 
@@ -118,9 +118,11 @@ def test_update_policy_weights_copies_weights_and_bumps_version() -> None:
 
 
 def test_weights_given_for_a_non_module_policy_is_an_error() -> None:
-    with Collector("CartPole-v1", lambda td: torch.zeros(1, dtype=torch.int64), frames_per_batch=8) as c:
-        with pytest.raises(PolicyError, match="not an nn.Module"):
-            c.update_policy_weights_({"w": torch.zeros(1)})
+    with (
+        Collector("CartPole-v1", lambda td: torch.zeros(1, dtype=torch.int64), frames_per_batch=8) as c,
+        pytest.raises(PolicyError, match="not an nn.Module"),
+    ):
+        c.update_policy_weights_({"w": torch.zeros(1)})
 
 
 def test_device_mismatch_with_policy_parameters_is_named() -> None:

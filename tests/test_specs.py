@@ -20,9 +20,7 @@ def test_box_and_discrete() -> None:
 
 
 def test_dict_becomes_nested_keys_under_observation() -> None:
-    space = gym.spaces.Dict(
-        {"a": gym.spaces.Box(0, 1, (2,)), "b": gym.spaces.Dict({"c": gym.spaces.MultiBinary(3)})}
-    )
+    space = gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,)), "b": gym.spaces.Dict({"c": gym.spaces.MultiBinary(3)})})
     specs = specs_from_spaces(space, gym.spaces.MultiDiscrete([2, 5]))
     assert [s.key for s in specs.observation] == [("observation", "a"), ("observation", "b", "c")]
     assert specs.observation[1].dtype == np.int8 and specs.observation[1].shape == (3,)

@@ -84,6 +84,7 @@ def resolve_env(env: str | Callable[..., Any], env_kwargs: Mapping[str, Any] | N
         env_kwargs = {}
     if not isinstance(env_kwargs, Mapping):
         raise ConfigError(f"env_kwargs must be a mapping, got {type(env_kwargs).__name__}: {env_kwargs!r}")
+    target: Any
     if isinstance(env, str):
         prefix, sep, rest = env.partition(":")
         backend, target = (prefix, rest) if sep else (GymnasiumBackend.name, env)

@@ -28,7 +28,7 @@ class CallableBackend(EnvBackend):
 
     def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> GymLikeEnv:
         factory = _resolve(target)
-        env = factory(**dict(env_kwargs))
+        env: GymLikeEnv = factory(**dict(env_kwargs))
         missing = [name for name in _REQUIRED if not hasattr(env, name)]
         if missing:
             raise ConfigError(
@@ -42,9 +42,7 @@ def _resolve(target: Any) -> Callable[..., Any]:
     if isinstance(target, str):
         module_name, sep, attr = target.partition(":")
         if not sep or not module_name or not attr:
-            raise UnknownEnvError(
-                f"callable env target {target!r} must be an import path 'package.module:function'"
-            )
+            raise UnknownEnvError(f"callable env target {target!r} must be an import path 'package.module:function'")
         try:
             obj: Any = importlib.import_module(module_name)
             for part in attr.split("."):
@@ -54,7 +52,8 @@ def _resolve(target: Any) -> Callable[..., Any]:
         target = obj
     if not callable(target):
         raise UnknownEnvError(f"env factory {target!r} is not callable")
-    return target
+    factory: Callable[..., Any] = target
+    return factory
 
 
 def _name(factory: Callable[..., Any]) -> str:
