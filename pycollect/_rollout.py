@@ -92,9 +92,8 @@ class EnvRunner:
         self._paths = specs.observation_paths()
         self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
         self._traj_ids = np.zeros(num_envs, np.int64)
-        self._steps = np.zeros(num_envs, np.int64)
-        self._returns = np.zeros(num_envs, np.float64)
-        self._scalar_action = specs.action.shape == ()
+        self._steps = [0] * num_envs
+        self._returns = [0.0] * num_envs
         self._has_reset = False
 
     @property
@@ -133,13 +132,18 @@ class EnvRunner:
         """
         if not self._has_reset:
             self.reset()
-        envs, obs = self.envs, self._obs
+        envs, obs, num_envs = self.envs, self._obs, len(self.envs)
         steps = next(iter(out.values())).shape[1]
         obs_out = [(out[key], out[(*NEXT_OBS_PREFIX, *key)], obs[key], path) for key, path in self._paths]
+        single_leaf = len(obs_out) == 1 and obs_out[0][3] == ()
         actions_out, reward_out, traj_out = out[ACTION], out[REWARD], out[TRAJ_IDS]
         term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
         extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
         limit = self.max_frames_per_traj
+        step_counts, returns = self._steps, self._returns
+        rewards, terminated, truncated = [0.0] * num_envs, [False] * num_envs, [False] * num_envs
+        next_raw: list[Any] = [None] * num_envs
+        env_steps, env_range = [env.step for env in envs], range(num_envs)
         for t in range(steps):
             for obs_array, _, current, _ in obs_out:
                 obs_array[:, t] = current
@@ -153,25 +157,34 @@ class EnvRunner:
                 if key in extras:
                     array[:, t] = extras[key].numpy()
             traj_out[:, t] = self._traj_ids
-            for i, env in enumerate(envs):
-                action = actions[i].item() if self._scalar_action else actions[i]
-                next_obs, reward, terminated, truncated, _ = env.step(action)
-                self._steps[i] += 1
-                self._returns[i] += reward
-                if limit is not None and self._steps[i] >= limit:
-                    truncated = True
-                reward_out[i, t, 0] = reward
-                term_out[i, t, 0] = terminated
-                trunc_out[i, t, 0] = truncated
-                done = terminated or truncated
-                done_out[i, t, 0] = done
-                for _, next_array, _, path in obs_out:
-                    next_array[i, t] = read_leaf(next_obs, path)
-                if done:
-                    self.episodes.add(float(self._returns[i]), int(self._steps[i]))
-                    next_obs, _ = env.reset()
-                    self._start_trajectory(i)
-                self._store_obs(i, next_obs)
+            # Step every env, gathering results in Python lists; the arrays are then written
+            # once per step for all envs, which costs far less than per-element numpy stores.
+            finished = []
+            env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
+            for i in env_range:
+                next_raw[i], reward, terminated[i], trunc, _ = env_steps[i](env_actions[i])
+                step_counts[i] += 1
+                returns[i] += reward
+                rewards[i] = reward
+                truncated[i] = trunc or (limit is not None and step_counts[i] >= limit)
+                if terminated[i] or truncated[i]:
+                    finished.append(i)
+            reward_out[:, t, 0] = rewards
+            term_out[:, t, 0] = terminated
+            trunc_out[:, t, 0] = truncated
+            np.logical_or(term_out[:, t], trunc_out[:, t], out=done_out[:, t])
+            if single_leaf:
+                obs_out[0][1][:, t] = next_raw
+                obs_out[0][2][:] = next_raw
+            else:
+                for _, next_array, current, path in obs_out:
+                    next_array[:, t] = [read_leaf(raw, path) for raw in next_raw]
+                    current[:] = next_array[:, t]
+            for i in finished:
+                self.episodes.add(returns[i], step_counts[i])
+                reset_obs, _ = envs[i].reset()
+                self._store_obs(i, reset_obs)
+                self._start_trajectory(i)
 
     def close(self) -> None:
         """Close every environment."""
