@@ -50,5 +50,13 @@ class CollectorClosedError(PyCollectError, RuntimeError):
     """The collector was used after :meth:`~pycollect.Collector.shutdown`."""
 
 
+class TransportError(PyCollectError, RuntimeError):
+    """The shared-memory transport failed (a system call, a corrupt slot, a full store)."""
+
+
+class LayoutMismatchError(TransportError):
+    """A process tried to attach to a segment built with another layout or pycollect version."""
+
+
 class PyCollectWarning(UserWarning):
     """Base class of warnings issued by pycollect."""

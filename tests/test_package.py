@@ -29,19 +29,29 @@ def test_every_exception_derives_from_pycollect_error() -> None:
     assert issubclass(pycollect.ConfigError, ValueError)
 
 
-def _stub_names() -> set[str]:
-    stub = Path(pycollect.__file__).with_name("_core.pyi")
+def _stub() -> ast.Module:
+    return ast.parse(Path(pycollect.__file__).with_name("_core.pyi").read_text())
+
+
+def _is_type_alias(node: ast.stmt) -> bool:
+    return isinstance(node, ast.AnnAssign) and ast.unparse(node.annotation) == "TypeAlias"
+
+
+def _names(body: list[ast.stmt]) -> set[str]:
     names = set()
-    for node in ast.parse(stub.read_text()).body:
+    for node in body:
         if isinstance(node, ast.ClassDef | ast.FunctionDef):
             names.add(node.name)
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and not _is_type_alias(node):
             names.add(node.target.id)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return names
+    return {name for name in names if not name.startswith("_") or name == "__version__"}
 
 
 def test_core_stub_matches_the_binary() -> None:
-    native = {name for name in dir(_core) if not name.startswith("__") or name == "__version__"}
-    assert _stub_names() == native
+    stub = _stub()
+    native = {name for name in dir(_core) if not name.startswith("_") or name == "__version__"}
+    assert _names(stub.body) == native
+    for node in stub.body:
+        if isinstance(node, ast.ClassDef):
+            members = {name for name in dir(getattr(_core, node.name)) if not name.startswith("_")}
+            assert _names(node.body) == members, node.name

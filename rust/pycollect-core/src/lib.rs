@@ -3,6 +3,47 @@
 //! This crate has no PyO3 dependency so that its lock-free code can be tested with
 //! `cargo test`, loom and proptest without linking libpython. The bindings live in
 //! `rust/pycollect-py`.
+//!
+//! Modules, bottom-up:
+//! * [`sync`]: atomics facade (std, or loom under `--cfg loom`) and cache-line padding.
+//! * [`shared`]: references into shared (or, for loom, heap) memory that keep it alive.
+//! * [`futex`], [`eventcount`], [`wait`]: blocking without lost wake-ups.
+//! * [`ring`]: SPSC ring of slot indices (data rings and command rings).
+//! * [`weights`]: versioned multi-buffer weights store with reader pins.
+//! * [`commands`]: 64-byte POD command records on a ring.
+//! * [`worker`]: per-worker control block (state, generation, heartbeat, error text).
+//! * [`layout`], [`header`], [`segment`]: where everything lives, and the memfd itself.
+//!
+//! See `README.md` in this crate for the memory-ordering protocol.
+
+#[cfg(not(target_has_atomic = "64"))]
+compile_error!(
+    "pycollect-core needs lock-free 64-bit atomics (cross-process atomics must be address-free)"
+);
+
+pub mod commands;
+pub mod eventcount;
+pub mod futex;
+pub mod header;
+pub mod layout;
+pub mod ring;
+#[cfg(not(loom))]
+pub mod segment;
+pub mod shared;
+pub mod sync;
+pub mod wait;
+pub mod weights;
+pub mod worker;
+
+pub use commands::{Command, CommandError, CommandReceiver, CommandSender};
+pub use eventcount::EventCount;
+pub use layout::{DType, FieldSpec, Layout, LayoutError, LayoutParams};
+pub use ring::{Claim, ClaimBatch, Consumer, Producer, RingError, RingMem, SlotRef};
+#[cfg(not(loom))]
+pub use segment::{AttachOptions, Backing, Mapping, Segment, SegmentError};
+pub use wait::{wait_until, WaitOutcome, WaitPolicy, Waited};
+pub use weights::{WeightsError, WeightsMem, WeightsReader, WeightsWriter};
+pub use worker::{WorkerCtl, WorkerState};
 
 /// Version of the pycollect release this crate belongs to (the Python package reports it).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,51 @@
+//! Blocking without freezing Python: waits run with the GIL released, in slices, and Python
+//! signal handlers run between slices so Ctrl-C interrupts a waiting trainer promptly.
+
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// Longest time spent detached before signals are checked again.
+pub(crate) const SLICE: Duration = Duration::from_millis(50);
+
+/// What one slice of a wait produced.
+pub(crate) enum Slice<T> {
+    /// Finished (ready, or given up for a reason the caller encodes in `T`).
+    Done(T),
+    /// Nothing yet; the slice ran out.
+    Continue,
+}
+
+/// Parses a `timeout_s` argument: `None` waits forever (still sliced).
+pub(crate) fn deadline(timeout_s: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout_s {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 => {
+            Ok(Some(Instant::now() + Duration::from_secs_f64(s)))
+        }
+        Some(s) => Err(PyValueError::new_err(format!(
+            "timeout_s must be a non-negative number or None, got {s}"
+        ))),
+    }
+}
+
+/// Calls `attempt(slice_deadline)` with the GIL released until it is done or `deadline`
+/// passes, checking Python signals between slices. `Ok(None)` means the deadline passed.
+pub(crate) fn wait_sliced<T: Send>(
+    py: Python<'_>,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut(Instant) -> Slice<T> + Send,
+) -> PyResult<Option<T>> {
+    loop {
+        let now = Instant::now();
+        let slice_end = deadline.map_or(now + SLICE, |d| d.min(now + SLICE));
+        if let Slice::Done(value) = py.detach(|| attempt(slice_end)) {
+            return Ok(Some(value));
+        }
+        py.check_signals()?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! A worker's control block and its command channel.
+
+use std::sync::{Arc, Mutex};
+
+use pycollect_core::worker::monotonic_ns;
+use pycollect_core::{
+    Command, CommandReceiver as CoreReceiver, CommandSender as CoreSender, Segment as CoreSegment,
+    WaitPolicy, Waited, WorkerCtl, WorkerState,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::blocking::{deadline, wait_sliced, Slice};
+use crate::errors::py_err;
+
+fn state_name(state: Option<WorkerState>) -> &'static str {
+    match state {
+        Some(WorkerState::Empty) => "empty",
+        Some(WorkerState::Starting) => "starting",
+        Some(WorkerState::Running) => "running",
+        Some(WorkerState::Paused) => "paused",
+        Some(WorkerState::Exiting) => "exiting",
+        Some(WorkerState::Failed) => "failed",
+        None => "corrupt",
+    }
+}
+
+fn parse_state(name: &str) -> PyResult<WorkerState> {
+    Ok(match name {
+        "empty" => WorkerState::Empty,
+        "starting" => WorkerState::Starting,
+        "running" => WorkerState::Running,
+        "paused" => WorkerState::Paused,
+        "exiting" => WorkerState::Exiting,
+        "failed" => WorkerState::Failed,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown worker state '{other}'; expected empty, starting, running, paused, exiting or failed"
+            )))
+        }
+    })
+}
+
+/// A worker's control block: state, pid, generation, heartbeat and error text.
+#[derive(Debug)]
+#[pyclass(frozen, module = "pycollect._core")]
+pub struct WorkerControl {
+    inner: WorkerCtl,
+}
+
+impl WorkerControl {
+    pub(crate) fn new(segment: &Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
+        Ok(Self {
+            inner: segment.worker(worker).map_err(py_err)?,
+        })
+    }
+}
+
+#[pymethods]
+impl WorkerControl {
+    /// Worker index.
+    #[getter]
+    fn worker(&self) -> usize {
+        self.inner.index()
+    }
+
+    /// Lifecycle state as the worker reports it.
+    #[getter]
+    fn get_state(&self) -> &'static str {
+        state_name(self.inner.state())
+    }
+
+    #[setter]
+    fn set_state(&self, state: &str) -> PyResult<()> {
+        self.inner.set_state(parse_state(state)?);
+        Ok(())
+    }
+
+    /// Process id the worker reported (0: none).
+    #[getter]
+    fn get_pid(&self) -> u32 {
+        self.inner.pid()
+    }
+
+    #[setter]
+    fn set_pid(&self, pid: u32) {
+        self.inner.set_pid(pid);
+    }
+
+    /// Current generation (bumped at every restart).
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.inner.generation()
+    }
+
+    /// Starts a new generation: resets state, pid, heartbeat and error text. Call only while
+    /// no process of this worker is alive. Returns the new generation.
+    fn begin_generation(&self) -> u64 {
+        self.inner.begin_generation()
+    }
+
+    /// Records a heartbeat now.
+    fn beat(&self) {
+        self.inner.beat(monotonic_ns());
+    }
+
+    /// Monotonic time of the last heartbeat in ns (0: never).
+    #[getter]
+    fn last_heartbeat_ns(&self) -> u64 {
+        self.inner.last_heartbeat().0
+    }
+
+    /// Number of heartbeats so far in this generation.
+    #[getter]
+    fn heartbeats(&self) -> u64 {
+        self.inner.last_heartbeat().1
+    }
+
+    /// Stores an error text such as a traceback (truncated to the area's size).
+    fn write_error(&self, text: &str) -> usize {
+        self.inner.write_error(text)
+    }
+
+    /// The stored error text, if any.
+    fn read_error(&self) -> Option<String> {
+        self.inner.read_error()
+    }
+}
+
+fn encode(command: &str, arg: u64) -> PyResult<Command> {
+    Ok(match command {
+        "shutdown" => Command::Shutdown,
+        "pause" => Command::Pause,
+        "resume" => Command::Resume,
+        "reset" => Command::Reset { seed: arg },
+        "weights" => Command::WeightsReady { version: arg },
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown command '{other}'; expected shutdown, pause, resume, reset or weights"
+            )))
+        }
+    })
+}
+
+fn decode(command: Command) -> (&'static str, u64) {
+    match command {
+        Command::Shutdown => ("shutdown", 0),
+        Command::Pause => ("pause", 0),
+        Command::Resume => ("resume", 0),
+        Command::Reset { seed } => ("reset", seed),
+        Command::WeightsReady { version } => ("weights", version),
+    }
+}
+
+/// Sends fixed-size command records to one worker.
+#[derive(Debug)]
+#[pyclass(frozen, module = "pycollect._core")]
+pub struct CommandSender {
+    inner: Mutex<CoreSender>,
+}
+
+impl CommandSender {
+    pub(crate) fn new(segment: &Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
+        Ok(Self {
+            inner: Mutex::new(segment.command_sender(worker).map_err(py_err)?),
+        })
+    }
+}
+
+#[pymethods]
+impl CommandSender {
+    /// Sends `command` ("shutdown", "pause", "resume", "reset" with a seed, "weights" with a
+    /// version) to the worker's `generation`.
+    #[pyo3(signature = (command, arg=0, *, generation))]
+    fn send(&self, command: &str, arg: u64, generation: u64) -> PyResult<()> {
+        let command = encode(command, arg)?;
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(command, generation)
+            .map_err(py_err)
+    }
+}
+
+/// Receives a worker's commands (in the worker process).
+#[derive(Debug)]
+#[pyclass(frozen, module = "pycollect._core")]
+pub struct CommandReceiver {
+    segment: Arc<CoreSegment>,
+    inner: Mutex<CoreReceiver>,
+}
+
+impl CommandReceiver {
+    pub(crate) fn new(segment: &Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
+        let inner = segment.command_receiver(worker).map_err(py_err)?;
+        Ok(Self {
+            segment: Arc::clone(segment),
+            inner: Mutex::new(inner),
+        })
+    }
+}
+
+#[pymethods]
+impl CommandReceiver {
+    /// The next command as `(name, arg)`, if one is waiting.
+    fn try_recv(&self) -> PyResult<Option<(&'static str, u64)>> {
+        let received = self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_recv()
+            .map_err(py_err)?;
+        Ok(received.map(decode))
+    }
+
+    /// Waits up to `timeout_s` (GIL released) for a command; `None` on timeout or shutdown.
+    #[pyo3(signature = (timeout_s=None))]
+    fn recv(
+        &self,
+        py: Python<'_>,
+        timeout_s: Option<f64>,
+    ) -> PyResult<Option<(&'static str, u64)>> {
+        let deadline = deadline(timeout_s)?;
+        let policy = WaitPolicy::BLOCKING;
+        let segment = &self.segment;
+        let inner = &self.inner;
+        let got = wait_sliced(py, deadline, |slice_end| {
+            let mut receiver = inner.lock().unwrap_or_else(|e| e.into_inner());
+            match receiver.recv_wait(&policy, Some(slice_end), || segment.is_shutdown()) {
+                Ok(Waited::Ready(c)) => Slice::Done(Ok(Some(c))),
+                Ok(Waited::Aborted) => Slice::Done(Ok(None)),
+                Ok(Waited::TimedOut) => Slice::Continue,
+                Err(e) => Slice::Done(Err(e)),
+            }
+        })?;
+        match got {
+            None => Ok(None),
+            Some(result) => Ok(result.map_err(py_err)?.map(decode)),
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! `Segment`: one collector's shared memory, as seen from Python.
+
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pycollect_core::{
+    AttachOptions, Backing, DType, FieldSpec, Layout, LayoutParams, Segment as CoreSegment,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::control::{CommandReceiver, CommandSender, WorkerControl};
+use crate::errors::py_err;
+use crate::ring::{Consumer, Producer};
+use crate::view::SlotView;
+use crate::weights::{WeightsReader, WeightsWriter};
+
+/// `(name, dtype name, per-step shape)`, as Python passes and receives fields.
+type FieldDef = (String, String, Vec<usize>);
+
+/// A collector's shared-memory segment: rollout rings, control blocks, weights store.
+#[derive(Debug)]
+#[pyclass(frozen, module = "pycollect._core")]
+pub struct Segment {
+    pub(crate) inner: Arc<CoreSegment>,
+}
+
+impl Segment {
+    /// Index of a field by name, or a ValueError that lists the known names.
+    pub(crate) fn field_index(&self, field: &str) -> PyResult<usize> {
+        let layout = self.inner.layout();
+        layout.field_index(field).ok_or_else(|| {
+            let known: Vec<&str> = layout
+                .params()
+                .fields
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect();
+            PyValueError::new_err(format!(
+                "no field '{field}' in this segment; fields: {}",
+                known.join(", ")
+            ))
+        })
+    }
+
+    fn check_slot(&self, slot: usize) -> PyResult<()> {
+        let slots = self.inner.layout().params().slots_per_worker;
+        if slot >= slots {
+            return Err(PyValueError::new_err(format!(
+                "slot {slot} out of range: the rings have {slots} slots"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_worker(&self, worker: usize) -> PyResult<()> {
+        let n = self.inner.layout().n_workers();
+        if worker >= n {
+            return Err(PyValueError::new_err(format!(
+                "worker {worker} out of range: the segment has {n} workers"
+            )));
+        }
+        Ok(())
+    }
+
+    /// View of one worker's rollout of `field` in `slot`: `[K, T, *shape]`.
+    pub(crate) fn worker_view(
+        &self,
+        field: usize,
+        slot: usize,
+        worker: usize,
+        readonly: bool,
+        owner: Option<Py<PyAny>>,
+    ) -> SlotView {
+        let layout = self.inner.layout();
+        let (spec, _) = layout.field(field);
+        let p = layout.params();
+        let mut shape = vec![p.envs_per_worker, p.steps];
+        shape.extend_from_slice(&spec.shape);
+        let offset = layout.field_offset(field, slot, worker);
+        SlotView::new(
+            self.inner.mapping(),
+            offset,
+            &shape,
+            spec.dtype,
+            readonly,
+            owner,
+        )
+    }
+}
+
+fn parse_fields(fields: Vec<FieldDef>) -> PyResult<Vec<FieldSpec>> {
+    fields
+        .into_iter()
+        .map(|(name, dtype, shape)| {
+            let dt = DType::from_name(&dtype).ok_or_else(|| {
+                PyValueError::new_err(format!("field '{name}': unsupported dtype '{dtype}'"))
+            })?;
+            Ok(FieldSpec::new(name, dt, &shape))
+        })
+        .collect()
+}
+
+fn attach_options(expected_layout_hash: Option<u64>, timeout_s: f64) -> PyResult<AttachOptions> {
+    if !(timeout_s.is_finite() && timeout_s >= 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "timeout_s must be a non-negative number, got {timeout_s}"
+        )));
+    }
+    Ok(AttachOptions {
+        ready_timeout: Duration::from_secs_f64(timeout_s),
+        expected_layout_hash,
+    })
+}
+
+#[pymethods]
+impl Segment {
+    /// Creates a segment sized for `fields` over `n_workers` x `envs_per_worker` envs.
+    #[staticmethod]
+    #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker=2, weights_capacity=0, weights_buffers=3, backing="auto"))]
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        py: Python<'_>,
+        fields: Vec<FieldDef>,
+        n_workers: usize,
+        envs_per_worker: usize,
+        steps: usize,
+        slots_per_worker: usize,
+        weights_capacity: usize,
+        weights_buffers: usize,
+        backing: &str,
+    ) -> PyResult<Self> {
+        let backing = match backing {
+            "auto" => Backing::Auto,
+            "memfd" => Backing::Memfd,
+            "named" => Backing::Named,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "backing must be 'auto', 'memfd' or 'named', got '{other}'"
+                )))
+            }
+        };
+        let params = LayoutParams::new(
+            parse_fields(fields)?,
+            n_workers,
+            envs_per_worker,
+            steps,
+            slots_per_worker,
+        )
+        .with_weights(weights_capacity, weights_buffers);
+        let layout = Layout::new(params).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        // Creating pre-faults every page, which can take a while for big segments.
+        let inner = py
+            .detach(|| CoreSegment::create_with(layout, backing))
+            .map_err(py_err)?;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Attaches to the segment behind an inherited file descriptor (which is duplicated).
+    #[staticmethod]
+    #[pyo3(signature = (fd, *, expected_layout_hash=None, timeout_s=10.0))]
+    fn attach(
+        py: Python<'_>,
+        fd: i32,
+        expected_layout_hash: Option<u64>,
+        timeout_s: f64,
+    ) -> PyResult<Self> {
+        if fd < 0 {
+            return Err(PyValueError::new_err(format!(
+                "fd must be a file descriptor, got {fd}"
+            )));
+        }
+        let opts = attach_options(expected_layout_hash, timeout_s)?;
+        // SAFETY: the caller passes a descriptor it owns for the duration of this call;
+        // `attach` duplicates it before returning and never closes the original.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let inner = py
+            .detach(|| CoreSegment::attach(borrowed, opts))
+            .map_err(py_err)?;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Attaches to a named fallback segment (`/pycollect-...`).
+    #[staticmethod]
+    #[pyo3(signature = (name, *, expected_layout_hash=None, timeout_s=10.0))]
+    fn attach_named(
+        py: Python<'_>,
+        name: &str,
+        expected_layout_hash: Option<u64>,
+        timeout_s: f64,
+    ) -> PyResult<Self> {
+        let opts = attach_options(expected_layout_hash, timeout_s)?;
+        let inner = py
+            .detach(|| CoreSegment::attach_named(name, opts))
+            .map_err(py_err)?;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The segment's file descriptor in this process (pass it to children).
+    #[getter]
+    fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.inner.fd().as_raw_fd()
+    }
+
+    /// `/dev/shm` name of a named segment until unlinked; `None` for memfd.
+    #[getter]
+    fn name(&self) -> Option<String> {
+        self.inner.name()
+    }
+
+    /// Removes the name of a named segment (once every party has attached).
+    fn unlink_name(&self) -> PyResult<()> {
+        self.inner.unlink_name().map_err(py_err)
+    }
+
+    /// Hash of everything that determines the layout; attachers compare it.
+    #[getter]
+    fn layout_hash(&self) -> u64 {
+        self.inner.layout().hash()
+    }
+
+    /// Number of workers.
+    #[getter]
+    fn n_workers(&self) -> usize {
+        self.inner.layout().n_workers()
+    }
+
+    /// Environments per worker (K).
+    #[getter]
+    fn envs_per_worker(&self) -> usize {
+        self.inner.layout().params().envs_per_worker
+    }
+
+    /// Steps per rollout (T).
+    #[getter]
+    fn steps(&self) -> usize {
+        self.inner.layout().params().steps
+    }
+
+    /// Rollout slots in each worker's ring.
+    #[getter]
+    fn slots_per_worker(&self) -> usize {
+        self.inner.layout().params().slots_per_worker
+    }
+
+    /// Bytes one set of weights may take in the weights store.
+    #[getter]
+    fn weights_capacity(&self) -> usize {
+        self.inner.layout().params().weights_capacity
+    }
+
+    /// Size of the segment in bytes.
+    #[getter]
+    fn total_len(&self) -> usize {
+        self.inner.layout().total_len()
+    }
+
+    /// Base address of this process's mapping.
+    #[getter]
+    fn address(&self) -> usize {
+        self.inner.base_ptr() as usize
+    }
+
+    /// The field table: `(name, dtype, shape)` for every field.
+    fn fields(&self) -> Vec<FieldDef> {
+        self.inner
+            .layout()
+            .params()
+            .fields
+            .iter()
+            .map(|f| (f.name.clone(), f.dtype.name().to_owned(), f.shape.clone()))
+            .collect()
+    }
+
+    /// View of one worker's rollout of `field` in `slot`: `[K, T, *shape]`.
+    #[pyo3(signature = (field, slot, worker, *, writable=false))]
+    fn slot_view(
+        &self,
+        field: &str,
+        slot: usize,
+        worker: usize,
+        writable: bool,
+    ) -> PyResult<SlotView> {
+        let index = self.field_index(field)?;
+        self.check_slot(slot)?;
+        self.check_worker(worker)?;
+        Ok(self.worker_view(index, slot, worker, !writable, None))
+    }
+
+    /// View of `field` in `slot` for all workers at once: `[n_workers*K, T, *shape]`.
+    #[pyo3(signature = (field, slot, *, writable=false))]
+    fn batch_view(&self, field: &str, slot: usize, writable: bool) -> PyResult<SlotView> {
+        let index = self.field_index(field)?;
+        self.check_slot(slot)?;
+        let layout = self.inner.layout();
+        let (spec, _) = layout.field(index);
+        let p = layout.params();
+        let mut shape = vec![p.n_workers * p.envs_per_worker, p.steps];
+        shape.extend_from_slice(&spec.shape);
+        let (offset, _len) = layout.field_block(index, slot);
+        Ok(SlotView::new(
+            self.inner.mapping(),
+            offset,
+            &shape,
+            spec.dtype,
+            !writable,
+            None,
+        ))
+    }
+
+    /// The producing end of `worker`'s data ring, for the given generation.
+    fn producer(&self, worker: usize, generation: u64) -> PyResult<Producer> {
+        self.check_worker(worker)?;
+        Producer::new(&self.inner, worker, generation)
+    }
+
+    /// The consuming end of `worker`'s data ring.
+    fn consumer(slf: Bound<'_, Self>, worker: usize) -> PyResult<Consumer> {
+        slf.get().check_worker(worker)?;
+        Consumer::new(slf.unbind(), worker)
+    }
+
+    /// `worker`'s control block.
+    fn worker_control(&self, worker: usize) -> PyResult<WorkerControl> {
+        self.check_worker(worker)?;
+        WorkerControl::new(&self.inner, worker)
+    }
+
+    /// Sends commands to `worker`.
+    fn command_sender(&self, worker: usize) -> PyResult<CommandSender> {
+        self.check_worker(worker)?;
+        CommandSender::new(&self.inner, worker)
+    }
+
+    /// Receives `worker`'s commands addressed to its current generation or later.
+    fn command_receiver(&self, worker: usize) -> PyResult<CommandReceiver> {
+        self.check_worker(worker)?;
+        CommandReceiver::new(&self.inner, worker)
+    }
+
+    /// The weights store's writing end (the trainer).
+    fn weights_writer(&self) -> PyResult<WeightsWriter> {
+        WeightsWriter::new(&self.inner)
+    }
+
+    /// The weights store's reading end for `worker`.
+    fn weights_reader(&self, worker: usize) -> PyResult<WeightsReader> {
+        self.check_worker(worker)?;
+        WeightsReader::new(&self.inner, worker)
+    }
+
+    /// Sets the shutdown flag and wakes every waiter (idempotent).
+    fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// Whether the shutdown flag is set.
+    #[getter]
+    fn is_shutdown(&self) -> bool {
+        self.inner.is_shutdown()
+    }
+
+    fn __repr__(&self) -> String {
+        let p = self.inner.layout().params();
+        format!(
+            "Segment(n_workers={}, envs_per_worker={}, steps={}, slots_per_worker={}, total_len={}, fd={})",
+            p.n_workers,
+            p.envs_per_worker,
+            p.steps,
+            p.slots_per_worker,
+            self.inner.layout().total_len(),
+            self.fd()
+        )
+    }
+}

@@ -1,0 +1,72 @@
+"""Child-process side of the transport tests: ``python transport_child.py MODE FD ARGS...``.
+
+Modes:
+    produce N WORKER GEN   commit N slots whose payload is a function of (worker, gen, seq)
+    half WORKER GEN        claim a slot, write half of it, then hang until killed
+    weights-read N         read the weights store N times, checking no set is torn
+    wait                   block in Consumer.pop() forever (for the Ctrl-C test)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from pycollect import _core
+
+
+def payload(n: int, worker: int, generation: int, seq: int) -> np.ndarray:
+    """The bytes slot ``seq`` of (worker, generation) must hold: cheap to make and to check."""
+    out = ((np.arange(n, dtype=np.uint32) * 31 + seq * 7 + worker * 13 + generation * 3) % 251).astype(np.uint8)
+    out[: min(8, n)] = np.frombuffer(np.uint64(seq).tobytes(), np.uint8)[: min(8, n)]
+    return out
+
+
+def main() -> None:
+    mode, fd = sys.argv[1], int(sys.argv[2])
+    segment = _core.Segment.attach(fd)
+    if mode == "produce":
+        count, worker, generation = (int(a) for a in sys.argv[3:6])
+        producer = segment.producer(worker, generation)
+        for seq in range(count):
+            slot = producer.claim(timeout_s=30)
+            assert slot is not None, "claim timed out"
+            view = np.asarray(segment.slot_view("payload", slot, worker, writable=True))
+            view.reshape(-1)[:] = payload(view.size, worker, generation, seq)
+            producer.commit(slot)
+    elif mode == "half":
+        worker, generation = int(sys.argv[3]), int(sys.argv[4])
+        producer = segment.producer(worker, generation)
+        slot = producer.claim(timeout_s=30)
+        assert slot is not None
+        view = np.asarray(segment.slot_view("payload", slot, worker, writable=True)).reshape(-1)
+        view[: view.size // 2] = 0xAB
+        print("ready", flush=True)
+        time.sleep(600)
+    elif mode == "weights-read":
+        reader = segment.weights_reader(0)
+        out = np.empty(segment.weights_capacity, np.uint8)
+        seen = set()
+        for _ in range(int(sys.argv[3])):
+            got = reader.read_into(out)
+            if got is None:
+                continue
+            version, nbytes = got
+            data = out[:nbytes]
+            if not (data == data[0]).all() or int(data[0]) != version % 256:
+                print(f"torn weights: version {version}, bytes {np.unique(data)[:5]}", flush=True)
+                sys.exit(3)
+            seen.add(version)
+        print(f"versions {len(seen)}", flush=True)
+    elif mode == "wait":
+        consumer = segment.consumer(0)
+        print("waiting", flush=True)
+        consumer.pop()
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main()
