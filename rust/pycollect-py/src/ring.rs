@@ -98,10 +98,12 @@ impl Producer {
         let mut claimed = lock(&self.claimed);
         match claimed.front() {
             Some(claim) if claim.index == slot => {}
-            Some(claim) => return Err(PyValueError::new_err(format!(
+            Some(claim) => {
+                return Err(PyValueError::new_err(format!(
                 "commit({slot}): slots are committed in claim order; the oldest claimed slot is {}",
                 claim.index
-            ))),
+            )))
+            }
             None => {
                 return Err(PyValueError::new_err(format!(
                     "commit({slot}): no slot is claimed"
