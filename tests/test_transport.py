@@ -249,10 +249,11 @@ def test_ctrl_c_interrupts_a_waiting_consumer() -> None:
     child = _child("wait", segment.fd, stderr=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline().strip() == "waiting"
     time.sleep(0.2)
-    started = time.monotonic()
+    sent = time.monotonic()
     child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=10)
-    assert time.monotonic() - started < 2.0
+    out, err = child.communicate(timeout=30)
+    caught = float(out.split()[-1])
+    assert caught - sent < 1.0, f"KeyboardInterrupt took {caught - sent:.2f} s"
     assert "KeyboardInterrupt" in err
 
 

@@ -63,7 +63,11 @@ def main() -> None:
     elif mode == "wait":
         consumer = segment.consumer(0)
         print("waiting", flush=True)
-        consumer.pop()
+        try:
+            consumer.pop()
+        except KeyboardInterrupt:
+            print(f"interrupted {time.monotonic()}", flush=True)  # CLOCK_MONOTONIC: system-wide
+            raise
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
