@@ -9,6 +9,7 @@ from __future__ import annotations
 from pycollect._backends import EnvBackend, GymLikeEnv, backend_names
 from pycollect._collector import Collector
 from pycollect._core import __version__
+from pycollect._episodes import EpisodeRecord
 from pycollect._errors import (
     CollectorClosedError,
     ConfigError,
@@ -20,8 +21,8 @@ from pycollect._errors import (
     UnknownBackendError,
     UnknownEnvError,
     UnsupportedSpaceError,
+    WorkerCrashedError,
 )
-from pycollect._rollout import EpisodeRecord
 from pycollect._seeding import env_seeds
 from pycollect._specs import EnvSpecs, FieldSpec, specs_from_spaces
 
@@ -42,6 +43,7 @@ __all__ = [
     "UnknownBackendError",
     "UnknownEnvError",
     "UnsupportedSpaceError",
+    "WorkerCrashedError",
     "__version__",
     "backend_names",
     "env_seeds",

@@ -44,3 +44,10 @@ def seed_arg(value: Any) -> int | None:
     if value is None:
         return None
     return non_negative_int("seed", value)
+
+
+def positive_seconds(name: str, value: Any) -> float:
+    """A duration in seconds: a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)

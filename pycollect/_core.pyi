@@ -11,7 +11,7 @@ bad arguments raise ValueError naming the value.
 """
 
 from collections.abc import Sequence
-from typing import TypeAlias, final
+from typing import Any, TypeAlias, final
 
 from typing_extensions import Buffer
 
@@ -131,6 +131,8 @@ class Consumer:
     @property
     def worker(self) -> int: ...
     def available(self) -> int: ...
+    def peek(self) -> tuple[int, int] | None:
+        """``(seq, generation)`` of the next committed slot, without popping it."""
     def try_pop(self) -> Lease | None: ...
     def pop(self, timeout_s: float | None = None) -> Lease | None:
         """Wait for the next committed slot (GIL released); None on timeout/shutdown."""
@@ -217,3 +219,42 @@ class WeightsReader:
     def latest_version(self) -> int: ...
     def read_into(self, out: Buffer) -> tuple[int, int] | None:
         """Copy the latest weights into the writable buffer ``out``; (version, nbytes) or None."""
+
+@final
+class Supervisor:
+    """The worker processes of one segment: started in parallel, watched, restarted, stopped.
+
+    Each child runs ``argv`` with ``env`` plus ``PYCOLLECT_WORKER``, ``PYCOLLECT_GENERATION``,
+    ``PYCOLLECT_SEGMENT_FD`` (the segment at fd 4), ``PYCOLLECT_LIFELINE_FD`` and every
+    ``(our_fd, child_fd)`` of ``pass_fds``, in its own process group with a parent-death
+    signal. Events and stats are dicts.
+    """
+
+    def __init__(
+        self,
+        segment: Segment,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        pass_fds: Sequence[tuple[int, int]],
+        restart: str = "permanent",
+        max_restarts: int = 3,
+        restart_window_s: float = 60.0,
+        backoff_initial_s: float = 0.1,
+        backoff_max_s: float = 5.0,
+        startup_timeout_s: float = 120.0,
+        heartbeat_timeout_s: float = 30.0,
+        check_interval_s: float = 0.1,
+        grace_s: float = 2.0,
+        term_timeout_s: float = 2.0,
+    ) -> None: ...
+    @property
+    def workers(self) -> int: ...
+    def next_event(self, timeout_s: float = 0.0) -> dict[str, Any] | None:
+        """The next event: ``kind`` is started, exited, spawn_failed, restarting or gave_up."""
+    def stats(self) -> list[dict[str, Any]]:
+        """Per worker: state, pid, generation, restarts, last_exit, last_error."""
+    def last_error(self, worker: int) -> str | None:
+        """The error text (type, message, traceback) the worker last wrote, if any."""
+    def shutdown(self, grace_s: float = 2.0) -> list[dict[str, Any]]:
+        """Flag, grace, SIGTERM to each group, SIGKILL, reap; how each worker ended."""

@@ -10,12 +10,15 @@ from __future__ import annotations
 __all__ = [
     "CollectorClosedError",
     "ConfigError",
+    "LayoutMismatchError",
     "PolicyError",
     "PyCollectError",
     "PyCollectWarning",
+    "TransportError",
     "UnknownBackendError",
     "UnknownEnvError",
     "UnsupportedSpaceError",
+    "WorkerCrashedError",
 ]
 
 
@@ -56,6 +59,26 @@ class TransportError(PyCollectError, RuntimeError):
 
 class LayoutMismatchError(TransportError):
     """A process tried to attach to a segment built with another layout or pycollect version."""
+
+
+class WorkerCrashedError(PyCollectError, RuntimeError):
+    """A worker process died (or hung) and its restart policy gave up on it.
+
+    The message carries the worker's own exception type, message and traceback when the
+    worker could write them (an exception in an environment or policy); otherwise how the
+    process ended (a signal, an exit code, a hang).
+
+    Attributes:
+        worker: Index of the worker.
+        generation: The generation that ended last.
+        error: The text the worker wrote (``"Type: message"``, then its traceback), or None.
+    """
+
+    def __init__(self, message: str, *, worker: int, generation: int, error: str | None) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.generation = generation
+        self.error = error
 
 
 class PyCollectWarning(UserWarning):

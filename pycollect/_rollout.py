@@ -6,8 +6,7 @@ directly, and each worker process drives its own with arrays that live in shared
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,30 +24,7 @@ from pycollect._batch import (
 from pycollect._policy import PolicyRunner
 from pycollect._specs import EnvSpecs, Key, read_leaf
 
-__all__ = ["EnvRunner", "EpisodeRecord"]
-
-
-@dataclass
-class EpisodeRecord:
-    """Running totals of finished episodes, for summaries."""
-
-    count: int = 0
-    return_sum: float = 0.0
-    length_sum: int = 0
-    recent_returns: list[float] = field(default_factory=list)
-
-    def add(self, episode_return: float, length: int) -> None:
-        """Count one finished episode."""
-        self.count += 1
-        self.return_sum += episode_return
-        self.length_sum += length
-        self.recent_returns.append(episode_return)
-        del self.recent_returns[:-100]
-
-    @property
-    def mean_return(self) -> float:
-        """Mean return over every finished episode (NaN before the first)."""
-        return self.return_sum / self.count if self.count else float("nan")
+__all__ = ["EnvRunner"]
 
 
 class EnvRunner:
@@ -84,7 +60,6 @@ class EnvRunner:
         self.specs = specs
         self.policy = policy
         self.max_frames_per_traj = max_frames_per_traj
-        self.episodes = EpisodeRecord()
         self._seeds = list(seeds) if seeds is not None else None
         self._traj_stride = traj_id_stride
         self._next_traj_id = traj_id_start
@@ -93,7 +68,6 @@ class EnvRunner:
         self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
         self._traj_ids = np.zeros(num_envs, np.int64)
         self._steps = [0] * num_envs
-        self._returns = [0.0] * num_envs
         self._has_reset = False
 
     @property
@@ -122,13 +96,20 @@ class EnvRunner:
             self._start_trajectory(i)
         self._has_reset = True
 
-    def rollout(self, out: Mapping[Key, np.ndarray], random_actions: bool = False) -> None:
+    def rollout(
+        self,
+        out: Mapping[Key, np.ndarray],
+        random_actions: bool = False,
+        on_step: Callable[[], None] | None = None,
+    ) -> None:
         """Step every environment ``T`` times, writing into ``out``.
 
         Args:
             out: Arrays of shape ``[K, T, ...]`` for every batch field (see
-                :func:`pycollect._batch.batch_fields`); ``T`` is read from them.
+                :func:`pycollect._batch.batch_fields`); ``T`` is read from them. In a worker
+                process they are views of a shared-memory slot.
             random_actions: Sample actions uniformly instead of calling the policy.
+            on_step: Called once per step (a worker's heartbeat).
         """
         if not self._has_reset:
             self.reset()
@@ -140,11 +121,13 @@ class EnvRunner:
         term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
         extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
         limit = self.max_frames_per_traj
-        step_counts, returns = self._steps, self._returns
+        step_counts = self._steps
         rewards, terminated, truncated = [0.0] * num_envs, [False] * num_envs, [False] * num_envs
         next_raw: list[Any] = [None] * num_envs
         env_steps, env_range = [env.step for env in envs], range(num_envs)
         for t in range(steps):
+            if on_step is not None:
+                on_step()
             for obs_array, _, current, _ in obs_out:
                 obs_array[:, t] = current
             extras: dict[Key, Any] = {}
@@ -162,10 +145,8 @@ class EnvRunner:
             finished = []
             env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             for i in env_range:
-                next_raw[i], reward, terminated[i], trunc, _ = env_steps[i](env_actions[i])
+                next_raw[i], rewards[i], terminated[i], trunc, _ = env_steps[i](env_actions[i])
                 step_counts[i] += 1
-                returns[i] += reward
-                rewards[i] = reward
                 truncated[i] = trunc or (limit is not None and step_counts[i] >= limit)
                 if terminated[i] or truncated[i]:
                     finished.append(i)
@@ -181,7 +162,6 @@ class EnvRunner:
                     next_array[:, t] = [read_leaf(raw, path) for raw in next_raw]
                     current[:] = next_array[:, t]
             for i in finished:
-                self.episodes.add(returns[i], step_counts[i])
                 reset_obs, _ = envs[i].reset()
                 self._store_obs(i, reset_obs)
                 self._start_trajectory(i)
@@ -199,4 +179,3 @@ class EnvRunner:
         self._traj_ids[i] = self._next_traj_id
         self._next_traj_id += self._traj_stride
         self._steps[i] = 0
-        self._returns[i] = 0.0

@@ -25,6 +25,7 @@ TorchRL-compatible TensorDict batches.
 Start with:
   pycollect run                          collect 100,000 frames of CartPole-v1, show the speed
   pycollect run Pendulum-v1 --frames 50000
+  pycollect run --workers 2             step the environments in 2 worker processes
   pycollect run --help                   every option of 'run'
 """
 
@@ -76,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes stepping environments (default 0: step in this process)",
     )
     run.add_argument(
+        "--async",
+        dest="async_",
+        action="store_true",
+        help="with --workers: each batch is the next rollout of any worker (default: one of every worker)",
+    )
+    run.add_argument(
         "--envs-per-worker", type=int, default=8, metavar="K", help="environments stepped together (default 8)"
     )
     run.add_argument(
@@ -112,13 +119,6 @@ def _run(args: argparse.Namespace) -> int:
 
     from pycollect import Collector, PyCollectError
 
-    if args.workers != 0:
-        print(
-            f"pycollect: error: --workers {args.workers}: worker processes are not available yet "
-            "in this version; use --workers 0 (the default) to collect in this process",
-            file=sys.stderr,
-        )
-        return 2
     started = time.perf_counter()
     try:
         collector = Collector(
@@ -126,6 +126,8 @@ def _run(args: argparse.Namespace) -> int:
             frames_per_batch=args.frames_per_batch,
             total_frames=args.frames,
             envs_per_worker=args.envs_per_worker,
+            num_workers=args.workers,
+            sync=not args.async_,
             max_frames_per_traj=args.max_frames_per_traj,
             seed=args.seed,
             env_kwargs=dict(args.env_kwarg),
@@ -134,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"pycollect: error: {exc}", file=sys.stderr)
         return 2
     interrupted = False
+    setup_s = 0.0
     with (
         collector,
         tqdm(
@@ -145,21 +148,31 @@ def _run(args: argparse.Namespace) -> int:
             dynamic_ncols=True,
         ) as bar,
     ):
-        setup_s = time.perf_counter() - started
-        started = time.perf_counter()
+        # Steady-state speed is timed from the first batch on; construction and the first
+        # batch (which waits for worker processes to start) are reported as start-up.
+        first_frames = 0
         try:
             for batch in collector:
                 bar.update(batch.numel())
+                if not first_frames:
+                    first_frames = collector.frames
+                    setup_s = time.perf_counter() - started
+                    started = time.perf_counter()
         except KeyboardInterrupt:
             interrupted = True
+        if not first_frames:
+            setup_s, started = time.perf_counter() - started, time.perf_counter()
         elapsed = time.perf_counter() - started
+    timed_frames = collector.frames - first_frames
     summary = {
         "env": collector.env_source.describe(),
         "workers": args.workers,
+        "mode": "in-process" if not args.workers else ("async" if args.async_ else "sync"),
+        "restarts": collector.stats()["restarts"],
         "envs_per_worker": collector.envs_per_worker,
         "frames": collector.frames,
         "seconds": round(elapsed, 3),
-        "frames_per_s": round(collector.frames / elapsed, 1) if elapsed > 0 else None,
+        "frames_per_s": round(timed_frames / elapsed, 1) if elapsed > 0 and timed_frames else None,
         "setup_seconds": round(setup_s, 3),
         "episodes": collector.episodes.count,
         "mean_return": round(collector.episodes.mean_return, 3) if collector.episodes.count else None,
@@ -175,11 +188,19 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
         return
     fps = summary["frames_per_s"]
     mean = summary["mean_return"]
-    print(f"env          {summary['env']} ({summary['envs_per_worker']} envs, in-process)")
+    where = (
+        "in-process"
+        if summary["mode"] == "in-process"
+        else f"{summary['workers']} workers x {summary['envs_per_worker']} envs, {summary['mode']}"
+    )
+    envs = f"{summary['envs_per_worker']} envs, " if summary["mode"] == "in-process" else ""
+    print(f"env          {summary['env']} ({envs}{where})")
     print(f"frames       {summary['frames']:,}{' (interrupted)' if summary['interrupted'] else ''}")
-    print(f"time         {summary['seconds']:.2f} s (+{summary['setup_seconds']:.2f} s setup)")
+    print(f"time         {summary['seconds']:.2f} s (+{summary['setup_seconds']:.2f} s start-up and first batch)")
     print(f"frames/s     {fps:,.0f}" if fps else "frames/s     -")
     print(f"episodes     {summary['episodes']:,}")
+    if summary["restarts"]:
+        print(f"restarts     {summary['restarts']} worker restart(s)")
     print(f"mean return  {mean:.2f}" if mean is not None else "mean return  - (no episode finished)")
 
 

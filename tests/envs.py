@@ -91,3 +91,69 @@ class TupleObsEnv(gym.Env[tuple, int]):
 def make_counting(length: int = 5) -> CountingEnv:
     """Factory used through the callable backend's import-path form."""
     return CountingEnv(length=length)
+
+
+class RaisingEnv(CountingEnv):
+    """Raises ``ZeroDivisionError("boom at step N")`` on step ``fail_at`` of an episode; with
+    ``only_generation`` only in that worker generation (so a restarted worker recovers)."""
+
+    def __init__(self, fail_at: int = 7, only_generation: int | None = None) -> None:
+        import os
+
+        super().__init__(length=1000)
+        self.fail_at = fail_at
+        generation = int(os.environ.get("PYCOLLECT_GENERATION", "1"))
+        self.armed = only_generation is None or generation == only_generation
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.armed and self._t + 1 == self.fail_at:
+            raise ZeroDivisionError(f"boom at step {self.fail_at}")
+        return super().step(action)
+
+
+class HangingEnv(CountingEnv):
+    """Hangs forever (a stuck simulator) on step ``hang_at``."""
+
+    def __init__(self, hang_at: int = 5) -> None:
+        super().__init__(length=1000)
+        self.hang_at = hang_at
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self._t + 1 == self.hang_at:
+            import time
+
+            while True:
+                time.sleep(1)
+        return super().step(action)
+
+
+def _echo_server(conn: Any) -> None:
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        conn.send(message + 1)
+
+
+class ChildProcessEnv(CountingEnv):
+    """Steps through a child process of its own (like a simulator server): the observation's
+    step counter comes back from a ``multiprocessing`` child. Daemonic workers could not start it."""
+
+    def __init__(self) -> None:
+        import multiprocessing as mp
+
+        super().__init__(length=4)
+        ctx = mp.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._server = ctx.Process(target=_echo_server, args=(child_conn,))
+        self._server.start()
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        self._conn.send(int(obs[1]) - 1)
+        obs[1] = self._conn.recv()
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._server.join(timeout=10)

@@ -61,7 +61,7 @@ def test_run_counts_episodes_and_mean_return(capsys: pytest.CaptureFixture[str])
     [
         (["run", "NoSuchEnv-v0"], "unknown gymnasium env id 'NoSuchEnv-v0'"),
         (["run", "--frames-per-batch", "0"], "frames_per_batch must be a positive integer, got 0"),
-        (["run", "--workers", "2"], "--workers 2: worker processes are not available yet"),
+        (["run", "--workers", "-1"], "num_workers must be a non-negative integer, got -1"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,3 +91,11 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.strip() == f"pycollect {pycollect.__version__}"
+
+
+@pytest.mark.timeout(180)
+def test_run_with_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--workers", "2", "--frames", "4000", "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["mode"] == "sync" and summary["workers"] == 2 and summary["frames"] >= 4000
+    assert summary["restarts"] == 0 and summary["episodes"] > 0

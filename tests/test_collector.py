@@ -117,7 +117,7 @@ def test_endless_collector_has_no_len() -> None:
 
 
 def test_frames_per_batch_rounds_up_with_a_warning() -> None:
-    with pytest.warns(PyCollectWarning, match="frames_per_batch=10 .* envs_per_worker=4"):
+    with pytest.warns(PyCollectWarning, match="frames_per_batch=10 .* 4 environments .*envs_per_worker=4"):
         c = Collector("CartPole-v1", frames_per_batch=10, envs_per_worker=4)
     with c:
         assert c.frames_per_batch == 12 and c.next_batch().batch_size == torch.Size([4, 3])

@@ -30,6 +30,8 @@ pub mod ring;
 #[cfg(not(loom))]
 pub mod segment;
 pub mod shared;
+#[cfg(not(loom))]
+pub mod supervisor;
 pub mod sync;
 pub mod wait;
 pub mod weights;

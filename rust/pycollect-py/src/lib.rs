@@ -9,6 +9,7 @@ mod control;
 mod errors;
 mod ring;
 mod segment;
+mod supervisor;
 mod view;
 mod weights;
 
@@ -29,6 +30,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<control::CommandReceiver>()?;
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
+    m.add_class::<supervisor::Supervisor>()?;
     m.add_function(wrap_pyfunction!(ring::wait_any, m)?)?;
     Ok(())
 }

@@ -160,6 +160,12 @@ impl Consumer {
         lock(&self.inner).available()
     }
 
+    /// `(seq, generation)` of the next committed slot, without popping it.
+    fn peek(&self) -> PyResult<Option<(u64, u64)>> {
+        let slot = lock(&self.inner).peek().map_err(py_err)?;
+        Ok(slot.map(|s| (s.seq, s.generation)))
+    }
+
     /// Pops the next committed slot if there is one.
     fn try_pop(&self, py: Python<'_>) -> PyResult<Option<Lease>> {
         let slot = lock(&self.inner).try_pop().map_err(py_err)?;

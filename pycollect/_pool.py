@@ -1,0 +1,311 @@
+"""The trainer's side of worker processes: segment, supervisor, and batches out of the rings.
+
+A :class:`WorkerPool` owns one shared-memory segment and one supervisor. Each of its
+``num_workers`` worker processes (``python -m pycollect.worker``) fills rollout slots in its
+own ring; the pool turns committed slots into ``TensorDict`` batches:
+
+* sync: one rollout of every worker per batch, ordered by worker, ``[W*K, T]``. Every worker
+  commits exactly one slot per batch, so batch ``b`` sits in slot ``b % slots`` of every
+  ring and, in the segment, forms one contiguous block per field.
+* async: the next finished rollout of any worker, ``[K, T]``; workers keep collecting while
+  the trainer trains.
+
+Batches are copied out (owned by the caller) unless ``zero_copy`` is set, in which case they
+are views of the slots, valid until the next batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from pycollect import _core
+from pycollect._batch import NEXT_DONE, NEXT_TRUNCATED, BatchField
+from pycollect._errors import WorkerCrashedError
+from pycollect._weights import WeightsLayout
+from pycollect._workerspec import WorkerSpec, field_name, write_spec
+
+__all__ = ["PoolOptions", "WorkerPool"]
+
+_SPEC_CHILD_FD = 5
+_POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
+
+
+class PoolOptions:
+    """Supervision settings of a pool (see :class:`pycollect.Collector` for their meaning)."""
+
+    def __init__(
+        self,
+        *,
+        restart: str = "permanent",
+        max_restarts: int = 3,
+        restart_window_s: float = 60.0,
+        heartbeat_timeout_s: float = 30.0,
+        startup_timeout_s: float = 120.0,
+        shutdown_grace_s: float = 2.0,
+    ) -> None:
+        self.restart = restart
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.shutdown_grace_s = shutdown_grace_s
+
+
+class WorkerPool:
+    """Worker processes that fill the rings of one segment, and the batches they make.
+
+    Args:
+        spec: What every worker builds (the segment fields are ``spec.fields``).
+        fields: The batch fields, with shapes and dtypes, in the spec's order.
+        sync: Sync (one rollout of every worker per batch) or async mode.
+        zero_copy: Yield views of the slots (valid until the next batch) instead of copies.
+        storing_device: Where owned batches are delivered.
+        options: Supervision settings.
+    """
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        fields: Sequence[BatchField],
+        *,
+        sync: bool,
+        zero_copy: bool,
+        storing_device: torch.device,
+        options: PoolOptions,
+        weights: WeightsLayout | None,
+    ) -> None:
+        self.num_workers = spec.num_workers
+        self.sync = sync
+        self.zero_copy = zero_copy
+        self.storing_device = storing_device
+        self.options = options
+        self._fields = list(fields)
+        self._names = {field.key: field_name(field.key) for field in self._fields}
+        self._held: list[Any] = []  # leases of the last zero-copy batch
+        self._next_worker = 0  # async round-robin start
+        self._dead_generation = [0] * self.num_workers  # newest generation seen to end, per worker
+        self._restarts = 0
+        self._events: list[dict[str, Any]] = []
+        self._closed = False
+        self._weights = weights
+        self._weights_buffer = np.empty(weights.nbytes if weights is not None else 0, np.uint8)
+
+        self.segment = _core.Segment.create(
+            [(self._names[f.key], f.dtype.name, f.shape) for f in self._fields],
+            n_workers=spec.num_workers,
+            envs_per_worker=spec.envs_per_worker,
+            steps=spec.steps,
+            slots_per_worker=2,
+            weights_capacity=weights.nbytes if weights is not None else 0,
+        )
+        self._spec_fd = -1
+        self.supervisor: Any = None
+        try:
+            spec = _with_layout_hash(spec, self.segment.layout_hash)
+            self._spec_fd = write_spec(spec)
+            self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
+            self._writer = self.segment.weights_writer() if weights is not None else None
+            self.supervisor = _core.Supervisor(
+                self.segment,
+                [sys.executable, "-m", "pycollect.worker"],
+                env=_worker_env(),
+                pass_fds=[(self._spec_fd, _SPEC_CHILD_FD)],
+                restart=options.restart,
+                max_restarts=options.max_restarts,
+                restart_window_s=options.restart_window_s,
+                heartbeat_timeout_s=options.heartbeat_timeout_s,
+                startup_timeout_s=options.startup_timeout_s,
+                grace_s=options.shutdown_grace_s,
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    # -- batches ---------------------------------------------------------------------------
+
+    def next_batch(self) -> TensorDict:
+        """The next batch: ``[W*K, T]`` in sync mode, ``[K, T]`` in async mode."""
+        self._release_held()
+        leases = [self._pop(worker) for worker in range(self.num_workers)] if self.sync else [self._pop_any()]
+        try:
+            batch = self._assemble(leases)
+        except BaseException:
+            for lease in leases:
+                lease.release()
+            raise
+        if self.zero_copy:
+            self._held = leases
+        else:
+            for lease in leases:
+                lease.release()
+        return batch
+
+    def _pop(self, worker: int) -> Any:
+        consumer = self.consumers[worker]
+        while True:
+            self._check_workers()
+            lease = consumer.pop(timeout_s=_POLL_S)
+            if lease is not None:
+                return lease
+            if self.segment.is_shutdown:
+                raise RuntimeError("the collector is shutting down")
+
+    def _pop_any(self) -> Any:
+        while True:
+            self._check_workers()
+            which = _core.wait_any(self.consumers, timeout_s=_POLL_S, start=self._next_worker)
+            if which is not None:
+                lease = self.consumers[which].try_pop()
+                if lease is not None:
+                    self._next_worker = (which + 1) % self.num_workers
+                    return lease
+            if self.segment.is_shutdown:
+                raise RuntimeError("the collector is shutting down")
+
+    def _assemble(self, leases: list[Any]) -> TensorDict:
+        k, t = self.segment.envs_per_worker, self.segment.steps
+        rows = k * len(leases)
+        one_block = self.sync and len({lease.slot for lease in leases}) == 1 and len(leases) == self.num_workers
+        td = TensorDict(batch_size=[rows, t], names=[None, "time"])
+        for field in self._fields:
+            name = self._names[field.key]
+            if one_block:
+                # Writable: torch warns about read-only buffers; only leased slots are exposed.
+                view = self.segment.batch_view(name, leases[0].slot, writable=True)
+                tensor = torch.from_numpy(np.asarray(view))
+            elif len(leases) == 1:
+                tensor = torch.from_numpy(np.asarray(leases[0].view(name)))
+            else:  # rings out of step after a restart: no single view exists, gather (a copy)
+                td.set(field.key, torch.from_numpy(np.concatenate([np.asarray(x.view(name)) for x in leases])))
+                continue
+            td.set(field.key, tensor if self.zero_copy else tensor.clone())
+        for i, lease in enumerate(leases):
+            if self._generation_ended(lease):
+                _mark_cut(td, slice(i * k, (i + 1) * k))
+        if not self.zero_copy and self.storing_device.type != "cpu":
+            td = td.to(self.storing_device)
+        return td
+
+    def _generation_ended(self, lease: Any) -> bool:
+        """Whether ``lease`` is the last rollout its (dead) worker generation committed."""
+        if lease.generation > self._dead_generation[lease.worker]:
+            return False
+        following = self.consumers[lease.worker].peek()
+        return following is None or following[1] != lease.generation
+
+    def _release_held(self) -> None:
+        for lease in self._held:
+            lease.release()
+        self._held = []
+
+    # -- supervision -----------------------------------------------------------------------
+
+    def _check_workers(self) -> None:
+        """Take in supervisor events; raise if a worker was given up on."""
+        while (event := self.supervisor.next_event()) is not None:
+            self._events.append(event)
+            del self._events[:-100]
+            kind, worker = event["kind"], event.get("worker", -1)
+            if kind == "exited":
+                self._dead_generation[worker] = max(self._dead_generation[worker], event["generation"])
+            elif kind == "restarting":
+                self._restarts += 1
+            elif kind == "gave_up":
+                raise self._crash_error(worker, event)
+
+    def _crash_error(self, worker: int, event: dict[str, Any]) -> WorkerCrashedError:
+        text = self.supervisor.last_error(worker)
+        stats = self.supervisor.stats()[worker]
+        last_exit = stats.get("last_exit") or {}
+        how = _describe_exit(last_exit)
+        restarts = event.get("restarts", 0)
+        message = f"worker {worker} (generation {event['generation']}) {how}; restart policy "
+        message += f"'{self.options.restart}' gave up after {restarts} restart(s)"
+        if text:
+            message += f"\n\nThe worker raised {text}"
+        return WorkerCrashedError(message, worker=worker, generation=event["generation"], error=text)
+
+    def stats(self) -> dict[str, Any]:
+        """Per-worker supervision stats, the restart count, and the last worker error."""
+        workers = self.supervisor.stats() if self.supervisor is not None else []
+        errors = [w["last_error"] for w in workers if w.get("last_error")]
+        return {
+            "workers": workers,
+            "restarts": sum(w["restarts"] for w in workers),
+            "last_error": errors[-1] if errors else None,
+            "events": list(self._events),
+        }
+
+    # -- weights ---------------------------------------------------------------------------
+
+    def publish_weights(self, module: torch.nn.Module) -> int:
+        """Copy ``module``'s weights into the store; workers load them between rollouts."""
+        assert self._weights is not None and self._writer is not None
+        data = self._weights.pack(module, self._weights_buffer)
+        return int(self._writer.publish(data))
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> list[dict[str, Any]]:
+        """Stop every worker (flag, grace, SIGTERM, SIGKILL, reap) and release the segment."""
+        if self._closed:
+            return []
+        self._closed = True
+        self._held = []
+        report: list[dict[str, Any]] = []
+        if self.supervisor is not None:
+            report = self.supervisor.shutdown(grace_s=self.options.shutdown_grace_s)
+        else:
+            self.segment.shutdown()
+        if self._spec_fd >= 0:
+            os.close(self._spec_fd)
+            self._spec_fd = -1
+        return report
+
+
+def _with_layout_hash(spec: WorkerSpec, layout_hash: int) -> WorkerSpec:
+    from dataclasses import replace
+
+    return replace(spec, layout_hash=layout_hash)
+
+
+def _worker_env() -> dict[str, str]:
+    """Environment for workers.
+
+    One compute thread each, no CUDA context on the CPU, and the trainer's import path, so
+    that whatever the trainer can import (the module of an env factory, say) a worker can too.
+    """
+    return {
+        "PYCOLLECT_SYS_PATH": json.dumps([entry or os.getcwd() for entry in sys.path]),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONUNBUFFERED": "1",
+        "PYCOLLECT_SPEC_FD": str(_SPEC_CHILD_FD),
+    }
+
+
+def _mark_cut(td: TensorDict, rows: slice) -> None:
+    """Mark the last step of ``rows`` truncated: their trajectories end with a dead worker."""
+    truncated, done = td.get(NEXT_TRUNCATED), td.get(NEXT_DONE)
+    truncated[rows, -1] = True
+    done[rows, -1] = True
+
+
+def _describe_exit(last_exit: dict[str, Any]) -> str:
+    reason = last_exit.get("reason")
+    if reason == "hung":
+        return "stopped beating its heartbeat and was killed"
+    if last_exit.get("signal") is not None:
+        return f"was killed by signal {last_exit['signal']}"
+    if last_exit.get("code") is not None:
+        return f"exited with status {last_exit['code']}"
+    return "ended"

@@ -1,0 +1,84 @@
+"""What a worker process needs to know, and how it gets there.
+
+The trainer pickles one :class:`WorkerSpec` (with cloudpickle, so lambdas and local classes
+work) into an anonymous memory file whose descriptor every worker inherits. It is trusted
+data from the parent, read once at start; commands during the run are fixed-size records in
+shared memory, never pickles.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from pycollect._backends import EnvSource
+from pycollect._specs import Key
+from pycollect._weights import WeightsLayout
+
+__all__ = ["WorkerSpec", "field_name", "read_spec", "write_spec"]
+
+
+def field_name(key: Key) -> str:
+    """The segment field name of a batch key: its parts joined by ``/``."""
+    return "/".join(key)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker builds its environments, policy and rollout loop from.
+
+    Attributes:
+        env_source: Which backend builds the environments, from what.
+        policy: The pickled policy (``None``: random actions).
+        num_workers: Workers in the collector (the stride of trajectory ids).
+        envs_per_worker: Environments each worker steps (K).
+        steps: Steps per rollout (T).
+        seed: The collector's seed.
+        max_frames_per_traj: Truncate trajectories after this many steps.
+        init_random_frames: Frames (over all workers) collected with random actions first.
+        reset_at_each_iter: Reset every environment at the start of every rollout.
+        fields: The batch keys written into each slot.
+        weights: How policy weights are laid out in the weights store (``None``: no sync).
+        layout_hash: The segment layout the worker must find.
+    """
+
+    env_source: EnvSource
+    policy: bytes | None
+    num_workers: int
+    envs_per_worker: int
+    steps: int
+    seed: int | None
+    max_frames_per_traj: int | None
+    init_random_frames: int
+    reset_at_each_iter: bool
+    fields: tuple[Key, ...]
+    weights: WeightsLayout | None
+    layout_hash: int
+
+    def load_policy(self) -> Any:
+        """Unpickle the policy (``None`` for random actions)."""
+        return None if self.policy is None else cloudpickle.loads(self.policy)
+
+
+def write_spec(spec: WorkerSpec) -> int:
+    """Pickle ``spec`` into a new anonymous memory file and return its descriptor."""
+    fd = os.memfd_create("pycollect-spec", os.MFD_CLOEXEC)
+    data = cloudpickle.dumps(spec)
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    return fd
+
+
+def read_spec(fd: int) -> WorkerSpec:
+    """Read the spec from an inherited descriptor (from its start, so restarts can re-read)."""
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0)
+    spec = cloudpickle.loads(data)
+    if not isinstance(spec, WorkerSpec):
+        raise TypeError(f"fd {fd} does not hold a WorkerSpec but a {type(spec).__name__}")
+    return spec

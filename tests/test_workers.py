@@ -1,0 +1,292 @@
+"""Worker processes: batch format in sync and async mode, determinism, weights, and the
+failure behaviour (killed workers, crashing and hanging envs, a killed or interrupted trainer)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from envs import ChildProcessEnv, CountingEnv, HangingEnv, RaisingEnv
+from torch import nn
+
+import pycollect
+from pycollect import Collector, ConfigError, PolicyError, WorkerCrashedError
+
+pytestmark = pytest.mark.timeout(180)
+TESTS = Path(__file__).parent
+
+
+def _check_consistent(batch) -> None:
+    """Within each env row: next observation of step t is the observation of step t+1 unless
+    the episode ended, and trajectory ids only change after a done."""
+    obs, next_obs = batch["observation"], batch["next", "observation"]
+    done = batch["next", "done"][..., 0]
+    ids = batch["collector", "traj_ids"]
+    same = ~done[:, :-1]
+    assert torch.equal(next_obs[:, :-1][same], obs[:, 1:][same])
+    assert torch.equal(ids[:, 1:][same], ids[:, :-1][same])
+    assert (ids[:, 1:][done[:, :-1]] != ids[:, :-1][done[:, :-1]]).all()
+
+
+def test_sync_batches_hold_one_rollout_of_every_worker_in_order() -> None:
+    with Collector(CountingEnv, frames_per_batch=60, envs_per_worker=3, num_workers=2, seed=0, total_frames=240) as c:
+        batches = list(c)
+        stats = c.stats()
+    assert len(batches) == 4 and c.frames == 240
+    for batch in batches:
+        assert batch.batch_size == torch.Size([6, 10]) and batch.names == [None, "time"]
+        ids = batch["collector", "traj_ids"]
+        assert (ids[:3] % 2 == 0).all() and (ids[3:] % 2 == 1).all()  # worker 0 rows, then worker 1
+        _check_consistent(batch)
+    steps = torch.cat([b["observation"][:, :, 1] for b in batches], dim=1)
+    assert steps[0].tolist()[:12] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1]  # continues across batches
+    assert stats["restarts"] == 0 and [w["state"] for w in stats["workers"]] == ["running", "running"]
+
+
+def test_one_worker_reproduces_the_in_process_collector() -> None:
+    kwargs = {"frames_per_batch": 64, "envs_per_worker": 4, "seed": 5}
+    with Collector("CartPole-v1", **kwargs) as here, Collector("CartPole-v1", num_workers=1, **kwargs) as there:
+        for _ in range(3):
+            a, b = here.next_batch(), there.next_batch()
+            assert (a == b).all()
+
+
+def test_same_seed_same_batches_in_sync_mode() -> None:
+    def run():
+        with Collector("CartPole-v1", frames_per_batch=64, envs_per_worker=4, num_workers=2, seed=3) as c:
+            return [c.next_batch() for _ in range(3)]
+
+    for a, b in zip(run(), run(), strict=True):
+        assert (a == b).all()
+
+
+def test_async_batches_come_from_any_worker() -> None:
+    batches, workers = [], set()
+    with Collector(CountingEnv, frames_per_batch=20, envs_per_worker=2, num_workers=2, sync=False, seed=0) as c:
+        deadline = time.monotonic() + 60  # the first worker up may deliver alone for a while
+        while workers != {0, 1} and time.monotonic() < deadline:
+            batches.append(c.next_batch())
+            workers.add(int(batches[-1]["collector", "traj_ids"][0, 0]) % 2)
+    assert workers == {0, 1}
+    assert all(b.batch_size == torch.Size([2, 10]) for b in batches)
+    for b in batches:
+        _check_consistent(b)
+
+
+def test_zero_copy_batches_are_views_of_shared_memory() -> None:
+    with Collector(CountingEnv, frames_per_batch=8, envs_per_worker=2, num_workers=2, zero_copy=True) as c:
+        batch = c.next_batch()
+        segment = c._engine.segment
+        pointer = batch["observation"].data_ptr()
+        assert segment.address <= pointer < segment.address + segment.total_len
+        kept = batch.clone()
+        c.next_batch()
+        assert kept.batch_size == torch.Size([4, 2])
+
+
+def test_policy_weights_reach_the_workers() -> None:
+    class Threshold(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bias = nn.Parameter(torch.tensor(-1.0))
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return (obs[:, 0] * 0 + self.bias > 0).long()  # 0 while bias < 0, 1 after
+
+    policy = Threshold()
+    with Collector("CartPole-v1", policy, frames_per_batch=32, envs_per_worker=4, num_workers=2, seed=0) as c:
+        assert (c.next_batch()["action"] == 0).all()
+        with torch.no_grad():
+            policy.bias.fill_(1.0)
+        c.update_policy_weights_()
+        # workers run at most one rollout ahead, so the batch after next uses the new weights
+        actions = [c.next_batch()["action"] for _ in range(3)]
+    assert (actions[-1] == 1).all() and c.policy_version == 1
+
+
+def _worker_pids(c: Collector) -> list[int]:
+    return [w["pid"] for w in c.stats()["workers"]]
+
+
+def test_killed_worker_is_restarted_and_collection_continues() -> None:
+    with Collector(
+        CountingEnv, frames_per_batch=40, envs_per_worker=2, num_workers=2, seed=0, env_kwargs={"length": 1000}
+    ) as c:
+        c.next_batch()
+        time.sleep(0.3)  # both rings fill: the rollout after the kill is already committed
+        victim = _worker_pids(c)[1]
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.5)  # the trainer is busy training; the supervisor notices meanwhile
+        batches = [c.next_batch() for _ in range(4)]
+        stats = c.stats()
+    assert stats["restarts"] == 1
+    worker1 = stats["workers"][1]
+    assert worker1["generation"] == 2 and worker1["pid"] != victim
+    assert worker1["last_exit"]["signal"] == signal.SIGKILL
+    exited = [e for e in c._engine._events if e["kind"] == "exited"]
+    assert exited and exited[0]["worker"] == 1
+    seen_ids: set[int] = set()
+    cut_marked = False
+    for batch in batches:
+        _check_consistent(batch)
+        rows = batch["collector", "traj_ids"][2:]  # worker 1
+        # a trajectory of the dead generation never continues in the new one
+        new_generation = rows >= (1 << 32)
+        cut_marked |= bool(batch["next", "truncated"][2:, -1].all() and not new_generation.any())
+        seen_ids |= set(rows.unique().tolist())
+    assert any(i >= (1 << 32) for i in seen_ids), "the restarted worker delivered rollouts"
+    assert cut_marked, "the last rollout of the killed generation ends truncated"
+
+
+def test_env_exception_with_no_restart_raises_the_worker_traceback() -> None:
+    with (
+        Collector(RaisingEnv, frames_per_batch=20, num_workers=1, restart="never") as c,
+        pytest.raises(WorkerCrashedError) as info,
+    ):
+        c.next_batch()
+    message = str(info.value)
+    assert "ZeroDivisionError: boom at step 7" in message
+    assert "Traceback (most recent call last)" in message and "envs.py" in message and "in step" in message
+    assert info.value.worker == 0 and "ZeroDivisionError" in (info.value.error or "")
+
+
+def test_env_exception_with_restarts_is_restarted_and_counted() -> None:
+    with Collector(
+        RaisingEnv, frames_per_batch=20, num_workers=1, env_kwargs={"only_generation": 1}, max_restarts=2
+    ) as c:
+        batch = c.next_batch()
+        stats = c.stats()
+    assert stats["restarts"] == 1 and stats["workers"][0]["generation"] == 2
+    assert "ZeroDivisionError: boom at step 7" in stats["last_error"]
+    assert (batch["collector", "traj_ids"] >= (1 << 32)).all()  # from the restarted generation
+
+
+def test_env_failing_every_time_exhausts_the_restarts() -> None:
+    with (
+        Collector(RaisingEnv, frames_per_batch=20, num_workers=1, max_restarts=1) as c,
+        pytest.raises(WorkerCrashedError, match="gave up after 1 restart"),
+    ):
+        c.next_batch()
+
+
+def test_hung_env_is_detected_by_heartbeat_and_restarted() -> None:
+    with Collector(
+        HangingEnv,
+        frames_per_batch=8,
+        num_workers=1,
+        heartbeat_timeout_s=1.0,
+        restart="never",
+    ) as c:
+        started = time.monotonic()
+        with pytest.raises(WorkerCrashedError, match="stopped beating its heartbeat"):
+            c.next_batch()
+        assert time.monotonic() - started < 30
+
+
+def test_env_with_its_own_child_process_works() -> None:
+    with Collector(ChildProcessEnv, frames_per_batch=16, envs_per_worker=2, num_workers=2, seed=0) as c:
+        batch = c.next_batch()
+    assert batch["next", "observation"][0, :4, 1].tolist() == [1, 2, 3, 4]
+
+
+TRAINER = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import pycollect
+from envs import CountingEnv
+c = pycollect.Collector(CountingEnv, frames_per_batch=8, envs_per_worker=2, num_workers=2)
+c.next_batch()
+print(" ".join(str(w["pid"]) for w in c.stats()["workers"]), flush=True)
+try:
+    while True:
+        c.next_batch()
+except KeyboardInterrupt:
+    c.shutdown()
+    print("clean", flush=True)
+"""
+
+
+def _start_trainer() -> tuple[subprocess.Popen[str], list[int]]:
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER.format(tests=str(TESTS))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert trainer.stdout is not None
+    line = trainer.stdout.readline()
+    assert line, trainer.stderr.read() if trainer.stderr else "trainer died"
+    return trainer, [int(pid) for pid in line.split()]
+
+
+def _gone(pids: list[int], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigkill_of_the_trainer_leaves_no_worker() -> None:
+    trainer, workers = _start_trainer()
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait(timeout=10)
+    assert _gone(workers, within=2.0), f"workers {workers} outlived the trainer by 2 s"
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"pycollect-{trainer.pid}-")]
+
+
+def test_ctrl_c_in_the_trainer_shuts_down_cleanly() -> None:
+    trainer, workers = _start_trainer()
+    time.sleep(0.3)
+    trainer.send_signal(signal.SIGINT)
+    out, err = trainer.communicate(timeout=30)
+    assert "clean" in out, err
+    assert trainer.returncode == 0
+    assert _gone(workers, within=1.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_workers": -1}, ConfigError, "num_workers must be a non-negative integer, got -1"),
+        ({"num_workers": 1, "restart": "sometimes"}, ConfigError, "restart='sometimes'"),
+        ({"num_workers": 1, "heartbeat_timeout_s": 0}, ConfigError, "heartbeat_timeout_s .* got 0"),
+        ({"zero_copy": True}, ConfigError, "zero_copy=True needs num_workers"),
+    ],
+)
+def test_bad_worker_arguments_fail_before_any_worker_starts(kwargs: dict, error: type, match: str) -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(error, match=match):
+        Collector("CartPole-v1", frames_per_batch=8, **kwargs)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_unpicklable_policy_is_named() -> None:
+    import threading
+
+    lock = threading.Lock()
+
+    def policy(td):
+        with lock:
+            return torch.zeros(td.batch_size[0], dtype=torch.int64)
+
+    with pytest.raises(PolicyError, match="cannot be pickled for worker processes"):
+        Collector("CartPole-v1", policy, frames_per_batch=8, num_workers=1)
+
+
+def test_frames_per_batch_is_split_across_workers() -> None:
+    with pytest.warns(pycollect.PyCollectWarning, match="frames_per_batch=50"):
+        c = Collector(CountingEnv, frames_per_batch=50, envs_per_worker=2, num_workers=2)
+    with c:
+        assert c.frames_per_batch == 52 and c.next_batch().batch_size == torch.Size([4, 13])
+    assert np.isclose(c.stats()["frames"], 52)
