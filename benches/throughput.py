@@ -1,16 +1,40 @@
-"""Frames per second through pycollect next to its peers, measured side by side.
+"""Frames per second through pycollect next to its peers, measured side by side in one run.
 
-Every contender collects the same number of frames from the same environment with a uniform
-random policy; contenders run interleaved (A B C A B C ...) for several rounds, because the
-speed of these virtual machines drifts by tens of percent over minutes. The table reports the
-median frames/s of each contender and its ratio to the raw single-process gymnasium loop of
-the same rounds.
+Workloads (``--workloads``):
+
+``cartpole-random``
+    CartPole-v1, uniform random actions (pre-sampled for the raw loop and the vector envs).
+``cartpole-mlp``
+    CartPole-v1, a 2x64 tanh MLP picking the argmax action, called once per step on the
+    batch of observations by every contender (the same weights everywhere).
+``synthetic-84x84x4``
+    ``benches/synthetic_env.py``: 4x84x84 uint8 observations (28 KiB), a step that costs
+    about a microsecond, random actions. Measures how a collector moves bytes.
+
+Contenders, each with ``--envs`` (K, default 8) environments per worker where it has workers:
+
+* raw gymnasium loop: one env stepped in a plain loop in this process (the baseline);
+* pycollect in-process (``num_workers=0``, K envs);
+* pycollect sync with 1 worker, sync with 2 workers, async with 2 workers (K envs each);
+* gymnasium ``SyncVectorEnv`` (K envs) and ``AsyncVectorEnv(shared_memory=True)`` with 2
+  envs (one process per core, as many processes as pycollect has workers) and with 2K envs
+  (as many envs as pycollect's 2 workers step, one process each);
+* TorchRL ``MultiSyncCollector`` and ``MultiAsyncCollector`` with 2 workers, each stepping a
+  ``SerialEnv`` of K ``GymEnv``.
+
+Batches hold 64 steps of every env: K x 64 frames in-process and per async batch, 2K x 64
+per sync batch (TorchRL's ``frames_per_batch`` is set the same way). Only steady state counts:
+construction and the first batch (or the first 64 steps) of every contender are excluded and
+reported separately as startup. Contenders run interleaved (A B C ... A B C ...) for
+``--rounds`` rounds, because the speed of these shared virtual machines drifts by tens of
+percent over minutes; every ratio compares two contenders of the same round.
 
 Run:
-    python benches/throughput.py                      # CartPole-v1, 5 rounds
-    python benches/throughput.py --env Pendulum-v1 --rounds 3 --frames 50000
+    python benches/throughput.py                 # all workloads, 3 rounds (~6-8 min)
+    python benches/throughput.py --quick         # fewer frames, 2 rounds (~2 min)
+    python benches/throughput.py --workloads cartpole-random --rounds 5
 
-Writes ``benches/results/throughput-<env>.json`` and a bar chart ``...png`` (needs matplotlib).
+Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png``.
 """
 
 from __future__ import annotations
@@ -20,147 +44,590 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import torch
+from torch import nn
 
 import pycollect
 
+sys.path.insert(0, str(Path(__file__).parent))
+import synthetic_env  # needs the path above; registers Synthetic84x84x4-v0
+
 torch.set_num_threads(1)
 RESULTS = Path(__file__).parent / "results"
+STEPS = 64  # steps per env per batch, for every contender
+WORKERS = 2
 
-Contender = Callable[[str, int, int], float]
+
+# -- policies --------------------------------------------------------------------------------
 
 
-def raw_loop(env_id: str, frames: int, num_envs: int) -> float:
-    """One env stepped in a plain Python loop, actions sampled up front (the baseline)."""
-    env = gym.make(env_id)
+class MLPPolicy(nn.Module):
+    """A 2x64 tanh MLP returning argmax actions (integers), used by every contender."""
+
+    def __init__(self, obs_dim: int = 4, num_actions: int = 2) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.net = nn.Sequential(
+            nn.Linear(obs_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, num_actions)
+        )
+        with torch.no_grad():
+            for param in self.net.parameters():
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.3)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.net(observation).argmax(-1)
+
+
+class OneHotMLPPolicy(nn.Module):
+    """The same MLP emitting one-hot actions, as TorchRL's ``GymEnv`` wants for Discrete spaces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLPPolicy()
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(self.mlp(observation), 2)
+
+
+# -- workloads -------------------------------------------------------------------------------
+
+
+def _cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def _torchrl_cartpole() -> Any:
+    from torchrl.envs import GymEnv
+
+    return GymEnv("CartPole-v1")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One environment + policy combination and its frame budgets per kind of contender."""
+
+    name: str
+    title: str
+    make_gym: Callable[[], gym.Env]
+    make_torchrl: Callable[[], Any]
+    pycollect_env: str | Callable[[], gym.Env]
+    mlp: bool
+    frames: dict[str, int]  # "raw", "fast" (pycollect, SyncVectorEnv), "vector" (AsyncVectorEnv), "torchrl"
+
+
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload(
+            "cartpole-random",
+            "CartPole-v1, random policy",
+            _cartpole,
+            _torchrl_cartpole,
+            "CartPole-v1",
+            False,
+            {"raw": 120_000, "fast": 150_000, "vector": 24_000, "torchrl": 12_288},
+        ),
+        Workload(
+            "cartpole-mlp",
+            "CartPole-v1, 2x64 MLP policy",
+            _cartpole,
+            _torchrl_cartpole,
+            "CartPole-v1",
+            True,
+            {"raw": 30_000, "fast": 100_000, "vector": 16_000, "torchrl": 8_192},
+        ),
+        Workload(
+            "synthetic-84x84x4",
+            "synthetic env, 4x84x84 uint8 observations, random policy",
+            synthetic_env.make_env,
+            synthetic_env.make_torchrl_env,
+            synthetic_env.make_env,
+            False,
+            {"raw": 300_000, "fast": 60_000, "vector": 12_000, "torchrl": 8_192},
+        ),
+    )
+}
+
+
+# -- measurement helpers ---------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """One contender's run: steady-state frames/s, plus what surrounds it."""
+
+    fps: float
+    frames: int
+    seconds: float
+    cpu_seconds: float  # CPU time of this process and all its children during the timed part
+    startup_s: float | None = None  # constructor + first batch
+    close_s: float | None = None
+    batch_ms: list[float] | None = None  # wall time of each timed next-batch call
+
+
+class CpuClock:
+    """CPU time of this process and every live descendant (workers included)."""
+
+    def __init__(self) -> None:
+        self.me = psutil.Process()
+
+    def read(self) -> float:
+        total = 0.0
+        for proc in [self.me, *self.me.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+
+CPU = CpuClock()
+
+
+class Timer:
+    """Wall and whole-tree CPU time of the timed (steady-state) part of a run."""
+
+    def __enter__(self) -> Timer:
+        self.cpu0 = CPU.read()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.cpu_seconds = CPU.read() - self.cpu0
+
+
+def _policy_for(workload: Workload) -> MLPPolicy | None:
+    return MLPPolicy() if workload.mlp else None
+
+
+# -- contenders ------------------------------------------------------------------------------
+
+
+def raw_loop(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """One env in a plain loop; random actions pre-sampled, or the MLP called every step."""
+    env = workload.make_gym()
     env.action_space.seed(0)
     actions = [env.action_space.sample() for _ in range(1024)]
-    env.reset(seed=0)
-    start = time.perf_counter()
-    for i in range(frames):
-        _, _, terminated, truncated, _ = env.step(actions[i & 1023])
-        if terminated or truncated:
-            env.reset()
-    elapsed = time.perf_counter() - start
+    policy = _policy_for(workload)
+    obs, _ = env.reset(seed=0)
+    n = frames["raw"]
+
+    def run(count: int, obs: Any) -> Any:
+        for i in range(count):
+            if policy is None:
+                action = actions[i & 1023]
+            else:
+                with torch.no_grad():
+                    action = int(policy(torch.from_numpy(obs)[None])[0])
+            obs, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                obs, _ = env.reset()
+        return obs
+
+    obs = run(STEPS, obs)  # warm-up, like everyone's first batch
+    with Timer() as timer:
+        run(n, obs)
     env.close()
-    return frames / elapsed
+    return Result(n / timer.seconds, n, timer.seconds, timer.cpu_seconds)
 
 
-def pycollect_in_process(env_id: str, frames: int, num_envs: int) -> float:
-    """pycollect's Collector stepping ``num_envs`` envs in this process."""
-    with pycollect.Collector(
-        env_id, frames_per_batch=num_envs * 128, total_frames=frames, envs_per_worker=num_envs, seed=0
-    ) as collector:
-        start = time.perf_counter()
-        for _ in collector:
-            pass
-        return collector.frames / (time.perf_counter() - start)
+def _pycollect(workload: Workload, k: int, frames: int, num_workers: int, sync: bool) -> Result:
+    rows = k * (num_workers if num_workers and sync else 1)
+    t0 = time.perf_counter()
+    collector = pycollect.Collector(
+        workload.pycollect_env,
+        _policy_for(workload),
+        frames_per_batch=rows * STEPS,
+        envs_per_worker=k,
+        num_workers=num_workers,
+        sync=sync,
+        seed=0,
+    )
+    try:
+        collector.next_batch()
+        startup = time.perf_counter() - t0
+        batches, got, times = max(1, round(frames / (rows * STEPS))), 0, []
+        with Timer() as timer:
+            for _ in range(batches):
+                b0 = time.perf_counter()
+                got += collector.next_batch().numel()
+                times.append((time.perf_counter() - b0) * 1e3)
+    finally:
+        c0 = time.perf_counter()
+        collector.shutdown()
+        close = time.perf_counter() - c0
+    return Result(got / timer.seconds, got, timer.seconds, timer.cpu_seconds, startup, close, times)
 
 
-def _vector_env(vector_cls: type, env_id: str, frames: int, num_envs: int, **kwargs: object) -> float:
-    envs = vector_cls([lambda: gym.make(env_id)] * num_envs, **kwargs)
-    envs.action_space.seed(0)
-    actions = [envs.action_space.sample() for _ in range(64)]
-    envs.reset(seed=0)
-    steps = frames // num_envs
-    start = time.perf_counter()
-    for i in range(steps):
-        envs.step(actions[i & 63])
-    elapsed = time.perf_counter() - start
-    envs.close()
-    return steps * num_envs / elapsed
+def pycollect_in_process(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """``Collector(num_workers=0)``: K envs stepped in this process."""
+    return _pycollect(workload, k, frames["fast"], 0, True)
 
 
-def gym_sync_vector(env_id: str, frames: int, num_envs: int) -> float:
-    """gymnasium ``SyncVectorEnv`` with ``num_envs`` envs."""
-    return _vector_env(gym.vector.SyncVectorEnv, env_id, frames, num_envs)
+def pycollect_sync_1(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """``Collector(num_workers=1)``: one worker process with K envs."""
+    return _pycollect(workload, k, frames["fast"], 1, True)
 
 
-def gym_async_vector(env_id: str, frames: int, num_envs: int) -> float:
-    """gymnasium ``AsyncVectorEnv(shared_memory=True)``, one process per env (2 envs)."""
-    return _vector_env(gym.vector.AsyncVectorEnv, env_id, frames // 8, 2, shared_memory=True)
+def pycollect_sync_2(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """``Collector(num_workers=2, sync=True)``: batches [2K, 64]."""
+    return _pycollect(workload, k, frames["fast"], WORKERS, True)
 
 
+def pycollect_async_2(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """``Collector(num_workers=2, sync=False)``: batches [K, 64] from whichever worker is done."""
+    return _pycollect(workload, k, frames["fast"], WORKERS, False)
+
+
+def _vector_env(workload: Workload, num_envs: int, frames: int, vector_cls: type, **kwargs: Any) -> Result:
+    t0 = time.perf_counter()
+    envs = vector_cls([workload.make_gym] * num_envs, **kwargs)
+    try:
+        envs.action_space.seed(0)
+        actions = [envs.action_space.sample() for _ in range(64)]
+        policy = _policy_for(workload)
+        obs, _ = envs.reset(seed=0)
+
+        def run(count: int, obs: Any) -> Any:
+            for i in range(count):
+                if policy is None:
+                    action = actions[i & 63]
+                else:
+                    with torch.no_grad():
+                        action = policy(torch.from_numpy(obs)).numpy()
+                obs, *_ = envs.step(action)  # vector envs reset finished envs themselves
+            return obs
+
+        obs = run(STEPS, obs)
+        startup = time.perf_counter() - t0
+        steps = max(1, frames // num_envs)
+        with Timer() as timer:
+            run(steps, obs)
+    finally:
+        c0 = time.perf_counter()
+        envs.close()
+        close = time.perf_counter() - c0
+    n = steps * num_envs
+    return Result(n / timer.seconds, n, timer.seconds, timer.cpu_seconds, startup, close)
+
+
+def gym_sync_vector(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """gymnasium ``SyncVectorEnv`` with K envs, in this process."""
+    return _vector_env(workload, k, frames["fast"], gym.vector.SyncVectorEnv)
+
+
+def gym_async_vector_2(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """gymnasium ``AsyncVectorEnv(shared_memory=True)``, 2 envs = 2 processes."""
+    return _vector_env(workload, WORKERS, frames["vector"], gym.vector.AsyncVectorEnv, shared_memory=True)
+
+
+def gym_async_vector_2k(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """gymnasium ``AsyncVectorEnv(shared_memory=True)``, 2K envs = 2K processes."""
+    return _vector_env(workload, WORKERS * k, frames["vector"], gym.vector.AsyncVectorEnv, shared_memory=True)
+
+
+def _torchrl(workload: Workload, k: int, frames: int, sync: bool) -> Result:
+    import functools
+
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
+    from torchrl.envs import SerialEnv
+
+    make = functools.partial(SerialEnv, k, workload.make_torchrl)
+    policy = None
+    if workload.mlp:
+        policy = TensorDictModule(OneHotMLPPolicy(), in_keys=["observation"], out_keys=["action"])
+    cls = MultiSyncCollector if sync else MultiAsyncCollector
+    # MultiSync splits frames_per_batch across its workers; MultiAsync gives each worker all of it.
+    per_batch = k * STEPS * (WORKERS if sync else 1)
+    t0 = time.perf_counter()
+    collector = cls([make] * WORKERS, policy, frames_per_batch=per_batch, total_frames=-1)
+    try:
+        iterator = iter(collector)
+        next(iterator)
+        startup = time.perf_counter() - t0
+        batches, got, times = max(1, round(frames / per_batch)), 0, []
+        with Timer() as timer:
+            for _ in range(batches):
+                b0 = time.perf_counter()
+                got += next(iterator).numel()
+                times.append((time.perf_counter() - b0) * 1e3)
+    finally:
+        c0 = time.perf_counter()
+        collector.shutdown()
+        close = time.perf_counter() - c0
+    return Result(got / timer.seconds, got, timer.seconds, timer.cpu_seconds, startup, close, times)
+
+
+def torchrl_multi_sync(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """TorchRL ``MultiSyncCollector``, 2 workers, each a ``SerialEnv`` of K envs."""
+    return _torchrl(workload, k, frames["torchrl"], True)
+
+
+def torchrl_multi_async(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """TorchRL ``MultiAsyncCollector``, 2 workers, each a ``SerialEnv`` of K envs."""
+    return _torchrl(workload, k, frames["torchrl"], False)
+
+
+Contender = Callable[[Workload, int, dict[str, int]], Result]
+RAW, TORCHRL_SYNC = "raw gymnasium loop", "TorchRL MultiSync (2 workers)"
 CONTENDERS: dict[str, Contender] = {
-    "raw gymnasium loop": raw_loop,
+    RAW: raw_loop,
     "pycollect in-process": pycollect_in_process,
-    "gymnasium SyncVectorEnv": gym_sync_vector,
-    "gymnasium AsyncVectorEnv (2 procs)": gym_async_vector,
+    "pycollect sync, 1 worker": pycollect_sync_1,
+    "pycollect sync, 2 workers": pycollect_sync_2,
+    "pycollect async, 2 workers": pycollect_async_2,
+    "gymnasium SyncVectorEnv (K envs)": gym_sync_vector,
+    "gymnasium AsyncVectorEnv (2 procs)": gym_async_vector_2,
+    "gymnasium AsyncVectorEnv (2K procs)": gym_async_vector_2k,
+    TORCHRL_SYNC: torchrl_multi_sync,
+    "TorchRL MultiAsync (2 workers)": torchrl_multi_async,
 }
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def _machine() -> dict[str, Any]:
+    import tensordict
+    import torchrl
+
+    cpu_model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "gymnasium": gym.__version__,
+        "torchrl": torchrl.__version__,
+        "tensordict": tensordict.__version__,
+        "pycollect": pycollect.__version__,
+    }
+
+
+def _steal() -> int:
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
+def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, entries in runs.items():
+        if not entries:
+            continue
+        fps = [e["fps"] for e in entries]
+        row: dict[str, Any] = {
+            "fps_median": statistics.median(fps),
+            "fps_min": min(fps),
+            "fps_max": max(fps),
+            "frames_per_cpu_s_median": statistics.median(e["frames"] / max(e["cpu_seconds"], 1e-9) for e in entries),
+        }
+        for key in ("x_raw", "x_torchrl_sync"):
+            values = [e[key] for e in entries if e.get(key) is not None]
+            if values:
+                row[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        startups = [e["startup_s"] for e in entries if e.get("startup_s") is not None]
+        if startups:
+            row["startup_s"] = {"median": statistics.median(startups), "min": min(startups), "max": max(startups)}
+        batch = [ms for e in entries for ms in (e.get("batch_ms") or [])]
+        if batch:
+            row["batch_ms_p50"] = float(np.percentile(batch, 50))
+            row["batch_ms_p99"] = float(np.percentile(batch, 99))
+        out[name] = row
+    return out
+
+
+def _print_table(workload: Workload, summary: dict[str, dict[str, Any]], rounds: int, k: int) -> None:
+    print(f"\n{workload.title} ({workload.name}); K={k} envs per worker, {rounds} rounds, median (min-max)")
+    header = f"{'contender':38s} {'frames/s':>26s} {'x raw':>18s} {'x TorchRL sync':>20s}"
+    header += f" {'fr/CPU-s':>9s} {'start s':>7s}"
+    print(header)
+    print("-" * len(header))
+    for name, row in summary.items():
+        fps = f"{row['fps_median']:,.0f} ({row['fps_min']:,.0f}-{row['fps_max']:,.0f})"
+        cells = []
+        for key in ("x_raw", "x_torchrl_sync"):
+            r = row.get(key)
+            cells.append(f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})" if r else "")
+        start = row.get("startup_s")
+        print(
+            f"{name:38s} {fps:>26s} {cells[0]:>18s} {cells[1]:>20s} {row['frames_per_cpu_s_median']:9,.0f} "
+            f"{'' if start is None else format(start['median'], '.2f'):>7s}"
+        )
+
+
+def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = []
+
+    def ratio(workload: str, name: str, key: str, goal: float, what: str) -> None:
+        row = summaries.get(workload, {}).get(name, {}).get(key)
+        if row:
+            checks.append({"target": what, "goal": goal, **row, "met": row["median"] >= goal})
+
+    ratio("cartpole-random", "pycollect sync, 2 workers", "x_raw", 1.2, "CartPole random: pycollect sync >= 1.2x raw")
+    ratio("cartpole-random", "pycollect sync, 2 workers", "x_torchrl_sync", 20, "CartPole random: sync >= 20x TorchRL")
+    ratio("synthetic-84x84x4", "pycollect sync, 2 workers", "x_torchrl_sync", 10, "84x84x4: sync >= 10x TorchRL")
+    for name, summary in summaries.items():
+        one = summary.get("pycollect sync, 1 worker", {}).get("startup_s")
+        two = summary.get("pycollect sync, 2 workers", {}).get("startup_s")
+        if one and two:
+            value = two["median"] / one["median"]
+            checks.append(
+                {
+                    "target": f"{name}: startup(2 workers) / startup(1 worker) <= 1.3",
+                    "goal": 1.3,
+                    "median": value,
+                    "met": value <= 1.3,
+                }
+            )
+    return checks
 
 
 def main() -> None:
     """Run the benchmark and print, save and plot the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--frames", type=int, default=100_000)
-    parser.add_argument("--envs", type=int, default=8, help="envs per collector / vector env")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
+    parser.add_argument("--contenders", default="", help="comma-separated substrings selecting contenders")
+    parser.add_argument("--rounds", type=int, default=None, help="default 3 (2 with --quick)")
+    parser.add_argument("--envs", type=int, default=8, help="K: envs per worker / in-process collector")
+    parser.add_argument("--quick", action="store_true", help="a quarter of the frames, 2 rounds")
+    parser.add_argument("--out", default=str(RESULTS / "throughput"), help="path stem for .json and .png")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 3)
+    workloads = [WORKLOADS[name.strip()] for name in args.workloads.split(",") if name.strip()]
+    wanted = [s.strip().lower() for s in args.contenders.split(",") if s.strip()]
+    contenders = {n: fn for n, fn in CONTENDERS.items() if not wanted or any(s in n.lower() for s in wanted)}
+    k = args.envs
 
-    runs: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    ratios: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    for round_index in range(args.rounds):
-        this_round = {name: fn(args.env, args.frames, args.envs) for name, fn in CONTENDERS.items()}
-        baseline = this_round["raw gymnasium loop"]
-        for name, fps in this_round.items():
-            runs[name].append(fps)
-            ratios[name].append(fps / baseline)
-        print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(f"{n} {v:,.0f}" for n, v in this_round.items()))
+    runs = {w.name: {name: [] for name in contenders} for w in workloads}
+    loads: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    steal0 = _steal()
+    for round_index in range(rounds):
+        for workload in workloads:
+            frames = {key: value // 4 if args.quick else value for key, value in workload.frames.items()}
+            load_before = os.getloadavg()[0]
+            this_round: dict[str, dict[str, Any]] = {}
+            for name, fn in contenders.items():
+                result = fn(workload, k, frames)
+                this_round[name] = {**result.__dict__, "round": round_index}
+            raw = this_round.get(RAW, {}).get("fps")
+            trl = this_round.get(TORCHRL_SYNC, {}).get("fps")
+            for name, entry in this_round.items():
+                entry["x_raw"] = entry["fps"] / raw if raw else None
+                entry["x_torchrl_sync"] = entry["fps"] / trl if trl else None
+                runs[workload.name][name].append(entry)
+            loads.append({"round": round_index, "workload": workload.name, "load1_before": load_before})
+            print(
+                f"round {round_index + 1}/{rounds} {workload.name} (load {load_before:.1f}): "
+                + ", ".join(f"{n} {e['fps']:,.0f}" for n, e in this_round.items()),
+                flush=True,
+            )
+    elapsed = time.perf_counter() - started
+    steal_s = (_steal() - steal0) / os.sysconf("SC_CLK_TCK")
 
-    print(f"\n{args.env}, {args.frames:,} frames, {args.envs} envs, median of {args.rounds} rounds")
-    print(f"{'contender':40s} {'frames/s':>12s} {'x raw (min-max)':>22s}")
-    for name in CONTENDERS:
-        r = ratios[name]
-        print(
-            f"{name:40s} {statistics.median(runs[name]):12,.0f} {statistics.median(r):8.2f} ({min(r):.2f}-{max(r):.2f})"
-        )
+    summaries = {w.name: _summary(runs[w.name]) for w in workloads}
+    for workload in workloads:
+        _print_table(workload, summaries[workload.name], rounds, k)
+    checks = _targets(summaries)
+    if checks:
+        print("\ntargets (median of per-round ratios):")
+        for check in checks:
+            print(f"  {'MET   ' if check['met'] else 'MISSED'} {check['target']}: {check['median']:.2f}")
+    print(f"\nwall time {elapsed:.0f} s, steal {steal_s:.1f} s, load average now {os.getloadavg()[0]:.1f}")
 
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"throughput-{args.env}"
+    stem = Path(args.out)
+    stem.parent.mkdir(parents=True, exist_ok=True)
     record = {
-        "env": args.env,
-        "frames": args.frames,
-        "envs": args.envs,
-        "rounds": args.rounds,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
-        "pycollect": pycollect.__version__,
-        "frames_per_s": runs,
-        "ratio_to_raw": ratios,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "rounds": rounds,
+        "envs_per_worker": k,
+        "steps_per_batch": STEPS,
+        "workers": WORKERS,
+        "quick": args.quick,
+        "frame_budgets": {w.name: {key: v // 4 if args.quick else v for key, v in w.frames.items()} for w in workloads},
+        "machine": _machine(),
+        "load": loads,
+        "steal_s": steal_s,
+        "wall_s": elapsed,
+        "summary": summaries,
+        "targets": checks,
+        "runs": runs,
     }
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=2))
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
     if not args.no_plot:
-        _plot(stem.with_suffix(".png"), args.env, runs)
-    print(f"\nwrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+        _plot(stem.with_suffix(".png"), workloads, summaries, k, rounds)
+    print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
 
 
-def _plot(path: Path, env_id: str, runs: dict[str, list[float]]) -> None:
+def _plot(
+    path: Path, workloads: list[Workload], summaries: dict[str, dict[str, dict[str, Any]]], k: int, rounds: int
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(runs)
-    medians = [statistics.median(runs[n]) for n in names]
-    errors = np.array([[m - min(runs[n]), max(runs[n]) - m] for n, m in zip(names, medians, strict=True)]).T
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.5))
-    ax.barh(names, medians, xerr=errors, color="#4C72B0")
-    ax.invert_yaxis()
-    ax.set_xlabel("frames per second (median, min-max whiskers)")
-    ax.set_title(f"{env_id}, random policy")
-    for y, value in enumerate(medians):
-        ax.text(value, y, f" {value:,.0f}", va="center")
+    def color(name: str) -> str:
+        if name.startswith("pycollect"):
+            return "#C44E52"
+        if name.startswith("TorchRL"):
+            return "#8172B2"
+        if name.startswith("gymnasium"):
+            return "#55A868"
+        return "#4C72B0"
+
+    names = list(next(iter(summaries.values())))
+    fig, axes = plt.subplots(
+        1, len(workloads), figsize=(5.2 * len(workloads) + 2.6, 0.42 * len(names) + 1.8), sharey=True, squeeze=False
+    )
+    for ax, workload in zip(axes[0], workloads, strict=True):
+        summary = summaries[workload.name]
+        medians = [summary[n]["fps_median"] for n in names]
+        spans = [[m - summary[n]["fps_min"], summary[n]["fps_max"] - m] for n, m in zip(names, medians, strict=True)]
+        errors = np.array(spans).T
+        ax.barh(names, medians, xerr=errors, color=[color(n) for n in names], capsize=2)
+        ax.set_xscale("log")
+        ax.set_xlim(min(medians) / 2, max(medians) * 6)
+        ax.set_title(workload.title, fontsize=9)
+        ax.set_xlabel("frames/s (log; median, min-max whiskers)", fontsize=8)
+        ax.grid(axis="x", which="both", alpha=0.25)
+        for y, value in enumerate(medians):
+            raw = summary[names[y]].get("x_raw")
+            label = f" {value / 1000:,.1f}k" + (f"  ({raw['median']:.2f}x raw)" if raw and names[y] != RAW else "")
+            ax.text(value * 1.05, y, label, va="center", fontsize=7)
+    axes[0][0].invert_yaxis()
+    axes[0][0].tick_params(axis="y", labelsize=8)
+    fig.suptitle(f"Collector throughput, 2 workers where applicable, K={k} envs per worker, {rounds} rounds")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 

@@ -6,10 +6,10 @@ objects. Errors derive from :class:`PyCollectError`.
 
 from __future__ import annotations
 
-from pycollect._backends import EnvBackend, GymLikeEnv, backend_names
-from pycollect._collector import Collector
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pycollect._core import __version__
-from pycollect._episodes import EpisodeRecord
 from pycollect._errors import (
     CollectorClosedError,
     ConfigError,
@@ -23,8 +23,41 @@ from pycollect._errors import (
     UnsupportedSpaceError,
     WorkerCrashedError,
 )
-from pycollect._seeding import env_seeds
-from pycollect._specs import EnvSpecs, FieldSpec, specs_from_spaces
+
+if TYPE_CHECKING:
+    from pycollect._backends import EnvBackend, GymLikeEnv, backend_names
+    from pycollect._collector import Collector
+    from pycollect._episodes import EpisodeRecord
+    from pycollect._seeding import env_seeds
+    from pycollect._specs import EnvSpecs, FieldSpec, specs_from_spaces
+
+# Imported on first use: a worker process imports this package too, and one with a random
+# policy should not pay for importing torch and tensordict.
+_LAZY = {
+    "Collector": "pycollect._collector",
+    "EnvBackend": "pycollect._backends",
+    "GymLikeEnv": "pycollect._backends",
+    "backend_names": "pycollect._backends",
+    "EpisodeRecord": "pycollect._episodes",
+    "env_seeds": "pycollect._seeding",
+    "EnvSpecs": "pycollect._specs",
+    "FieldSpec": "pycollect._specs",
+    "specs_from_spaces": "pycollect._specs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pycollect' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Collector",

@@ -15,41 +15,24 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from pycollect._policy import PolicyOutput
-from pycollect._specs import EnvSpecs, Key
+from pycollect._actions import PolicyOutput
+from pycollect._keys import (
+    ACTION,
+    DONE,
+    MASK,
+    NEXT_DONE,
+    NEXT_OBS_PREFIX,
+    NEXT_TERMINATED,
+    NEXT_TRUNCATED,
+    REWARD,
+    TERMINATED,
+    TRAJ_IDS,
+    TRUNCATED,
+    Key,
+)
+from pycollect._specs import EnvSpecs
 
-__all__ = [
-    "ACTION",
-    "DONE",
-    "MASK",
-    "NEXT_DONE",
-    "NEXT_OBS_PREFIX",
-    "NEXT_TERMINATED",
-    "NEXT_TRUNCATED",
-    "OBS",
-    "REWARD",
-    "TERMINATED",
-    "TRAJ_IDS",
-    "TRUNCATED",
-    "BatchField",
-    "allocate",
-    "batch_fields",
-    "split_trajectories",
-    "to_tensordict",
-]
-
-ACTION: Key = ("action",)
-OBS: Key = ("observation",)
-NEXT_OBS_PREFIX: Key = ("next",)
-REWARD: Key = ("next", "reward")
-DONE: Key = ("done",)
-TERMINATED: Key = ("terminated",)
-TRUNCATED: Key = ("truncated",)
-NEXT_DONE: Key = ("next", "done")
-NEXT_TERMINATED: Key = ("next", "terminated")
-NEXT_TRUNCATED: Key = ("next", "truncated")
-TRAJ_IDS: Key = ("collector", "traj_ids")
-MASK: Key = ("collector", "mask")
+__all__ = ["BatchField", "allocate", "batch_fields", "split_trajectories", "to_tensordict"]
 
 _FLAG = (1,)  # TorchRL keeps rewards and done flags with a trailing singleton dimension
 

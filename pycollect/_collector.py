@@ -15,12 +15,14 @@ import torch
 from tensordict import TensorDictBase
 
 from pycollect import _checks
+from pycollect._actions import action_source
 from pycollect._backends import EnvSource, resolve_env
 from pycollect._batch import BatchField, batch_fields, split_trajectories
+from pycollect._devices import policy_device, resolve_device
 from pycollect._episodes import EpisodeRecord
 from pycollect._errors import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
 from pycollect._inprocess import InProcessEngine
-from pycollect._policy import Policy, PolicyRunner, policy_device, resolve_device
+from pycollect._policy import Policy
 from pycollect._pool import PoolOptions, WorkerPool
 from pycollect._rollout import EnvRunner
 from pycollect._seeding import action_rng, env_seeds
@@ -195,18 +197,18 @@ class Collector:
         envs = [self.env_source.make() for _ in range(self.envs_per_worker)]
         try:
             self.specs: EnvSpecs = self.env_source.specs(envs[0])
-            policy_runner = PolicyRunner(
+            actions = action_source(
                 self.policy, self.specs, self.envs_per_worker, self.device, action_rng(self.seed, self.envs_per_worker)
             )
         except BaseException:
             for built in envs:
                 built.close()
             raise
-        self.fields: tuple[BatchField, ...] = batch_fields(self.specs, policy_runner.outputs)
+        self.fields: tuple[BatchField, ...] = batch_fields(self.specs, actions.outputs)
         runner = EnvRunner(
             envs,
             self.specs,
-            policy_runner,
+            actions,
             env_seeds(self.seed, self.envs_per_worker),
             max_frames_per_traj=self.max_frames_per_traj,
         )
@@ -220,10 +222,10 @@ class Collector:
             self.specs = self.env_source.specs(probe)
         finally:
             probe.close()
-        policy_runner = PolicyRunner(
+        actions = action_source(
             self.policy, self.specs, self.envs_per_worker, self.device, action_rng(self.seed, self.envs_per_worker)
         )
-        self.fields = batch_fields(self.specs, policy_runner.outputs)
+        self.fields = batch_fields(self.specs, actions.outputs)
         try:
             env_blob = cloudpickle.dumps(self.env_source)
         except Exception as exc:

@@ -9,7 +9,6 @@ the observation ``TensorDict``). Whatever it returns is normalised to an action 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,60 +16,25 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from pycollect._errors import ConfigError, PolicyError
-from pycollect._specs import EnvSpecs, FieldSpec, Key
+from pycollect._actions import PolicyOutput, RandomActions
+from pycollect._errors import PolicyError
+from pycollect._keys import Key
+from pycollect._specs import EnvSpecs, FieldSpec
 
-__all__ = ["PolicyOutput", "PolicyRunner", "policy_device", "resolve_device"]
+__all__ = ["Policy", "PolicyRunner"]
 
 Policy = Callable[..., Any] | torch.nn.Module | None
-
-
-@dataclass(frozen=True)
-class PolicyOutput:
-    """The fields a policy adds to a batch besides the action (e.g. ``sample_log_prob``)."""
-
-    key: Key
-    shape: tuple[int, ...]
-    dtype: np.dtype[Any]
-
-
-def resolve_device(value: Any, what: str) -> torch.device:
-    """Parse a device argument and check it exists here.
-
-    Raises:
-        ConfigError: The value is not a device, or names a CUDA device that is not available.
-    """
-    try:
-        device = torch.device(value)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"{what}={value!r} is not a torch device ({exc})") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = device.index or 0
-        if index >= count:
-            raise ConfigError(f"{what}={value!r}: this machine has {count} CUDA device(s)")
-    elif device.type != "cpu":
-        raise ConfigError(f"{what}={value!r}: only 'cpu' and 'cuda' devices are supported")
-    return device
-
-
-def policy_device(policy: Policy) -> torch.device | None:
-    """The device of a module policy's first parameter or buffer, if it has any."""
-    if isinstance(policy, torch.nn.Module):
-        for tensor in (*policy.parameters(), *policy.buffers()):
-            return tensor.device
-    return None
 
 
 class PolicyRunner:
     """Turns observation batches into action batches with one policy call per step.
 
     Args:
-        policy: The user's policy, or ``None`` for random actions.
+        policy: The user's policy (``None`` is served by :class:`RandomActions` instead).
         specs: The environment's fields.
         num_envs: How many environments are stepped together (the batch size of each call).
         device: Where observations go before the policy sees them.
-        rng: Random generator for random actions (``policy=None`` or ``init_random_frames``).
+        rng: Random generator for the random actions of ``init_random_frames``.
 
     Raises:
         PolicyError: The policy fails on an example observation, or its output does not fit
@@ -85,22 +49,20 @@ class PolicyRunner:
         device: torch.device,
         rng: np.random.Generator,
     ) -> None:
+        if not callable(policy):
+            raise PolicyError(f"policy must be callable, an nn.Module or None, got {policy!r}")
         self.policy = policy
         self.specs = specs
         self.num_envs = num_envs
         self.device = device
-        self.rng = rng
+        self._random = RandomActions(specs.action, num_envs, rng)
         self._obs_keys = [spec.key for spec in specs.observation]
         self._obs_key_set = set(self._obs_keys)
-        self.outputs: tuple[PolicyOutput, ...] = ()
-        if policy is not None:
-            if not callable(policy):
-                raise PolicyError(f"policy must be callable, an nn.Module or None, got {policy!r}")
-            self.outputs = self._dry_run()
+        self.outputs: tuple[PolicyOutput, ...] = self._dry_run()
 
     def random_action(self) -> np.ndarray:
         """Uniform random actions for every env, shape ``[num_envs, *action_shape]``."""
-        return self.specs.action.sample(self.rng, self.num_envs)
+        return self._random.random_action()
 
     def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, dict[Key, torch.Tensor]]:
         """Call the policy once for all envs.
@@ -112,8 +74,6 @@ class PolicyRunner:
             The actions as a numpy array in the action field's dtype, and the extra outputs
             as CPU tensors with a leading ``num_envs`` dimension.
         """
-        if self.policy is None:
-            return self.random_action(), {}
         with torch.no_grad():
             raw = self._call(observation)
         action, extras = self._split(raw)

@@ -27,8 +27,9 @@ import torch
 from tensordict import TensorDict
 
 from pycollect import _core
-from pycollect._batch import NEXT_DONE, NEXT_TRUNCATED, BatchField
+from pycollect._batch import BatchField
 from pycollect._errors import WorkerCrashedError
+from pycollect._keys import NEXT_DONE, NEXT_TRUNCATED
 from pycollect._weights import WeightsLayout
 from pycollect._workerspec import WorkerSpec, field_name, write_spec
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from pycollect._actions import ActionSource
 from pycollect._backends import GymLikeEnv
-from pycollect._batch import (
+from pycollect._keys import (
     ACTION,
     NEXT_DONE,
     NEXT_OBS_PREFIX,
@@ -20,9 +21,9 @@ from pycollect._batch import (
     NEXT_TRUNCATED,
     REWARD,
     TRAJ_IDS,
+    Key,
 )
-from pycollect._policy import PolicyRunner
-from pycollect._specs import EnvSpecs, Key, read_leaf
+from pycollect._specs import EnvSpecs, read_leaf
 
 __all__ = ["EnvRunner"]
 
@@ -49,7 +50,7 @@ class EnvRunner:
         self,
         envs: Sequence[GymLikeEnv],
         specs: EnvSpecs,
-        policy: PolicyRunner,
+        policy: ActionSource,
         seeds: Sequence[int] | None,
         *,
         max_frames_per_traj: int | None = None,
@@ -130,7 +131,7 @@ class EnvRunner:
                 on_step()
             for obs_array, _, current, _ in obs_out:
                 obs_array[:, t] = current
-            extras: dict[Key, Any] = {}
+            extras: Mapping[Key, Any] = {}
             if random_actions:
                 actions = self.policy.random_action()
             else:

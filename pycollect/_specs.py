@@ -15,11 +15,9 @@ import gymnasium as gym
 import numpy as np
 
 from pycollect._errors import UnsupportedSpaceError
+from pycollect._keys import Key
 
-__all__ = ["EnvSpecs", "FieldSpec", "Key", "specs_from_spaces"]
-
-Key = tuple[str, ...]
-"""A (possibly nested) key in a batch, e.g. ``("observation",)`` or ``("next", "reward")``."""
+__all__ = ["EnvSpecs", "FieldSpec", "specs_from_spaces"]
 
 
 @dataclass(frozen=True)

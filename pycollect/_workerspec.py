@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from pycollect._backends import EnvSource
-from pycollect._specs import Key
-from pycollect._weights import WeightsLayout
+from pycollect._keys import Key
+
+if TYPE_CHECKING:
+    from pycollect._weights import WeightsLayout
 
 __all__ = ["WorkerSpec", "field_name", "read_spec", "write_spec"]
 

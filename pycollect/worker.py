@@ -62,14 +62,12 @@ def _watch_lifeline(fd: int) -> None:
 
 def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
     import numpy as np
-    import torch
 
-    from pycollect._policy import PolicyRunner
+    from pycollect._actions import action_source
     from pycollect._rollout import EnvRunner
     from pycollect._seeding import action_rng, env_seeds
     from pycollect._workerspec import field_name, read_spec
 
-    torch.set_num_threads(1)
     spec = read_spec(int(os.environ["PYCOLLECT_SPEC_FD"]))
     if segment.layout_hash != spec.layout_hash:
         raise RuntimeError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
@@ -82,13 +80,17 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
         envs = [spec.env_source.make() for _ in range(k)]
         specs = spec.env_source.specs(envs[0])
         policy = spec.load_policy()
-        if spec.seed is not None and policy is not None:
-            torch.manual_seed(spec.seed + stream)
-        policy_runner = PolicyRunner(policy, specs, k, torch.device("cpu"), action_rng(spec.seed, k, stream))
+        if policy is not None:  # torch is only imported for a real policy
+            import torch
+
+            torch.set_num_threads(1)
+            if spec.seed is not None:
+                torch.manual_seed(spec.seed + stream)
+        actions = action_source(policy, specs, k, None, action_rng(spec.seed, k, stream))
         runner = EnvRunner(
             envs,
             specs,
-            policy_runner,
+            actions,
             env_seeds(spec.seed, k, stream),
             max_frames_per_traj=spec.max_frames_per_traj,
             traj_id_start=worker + w * ((generation - 1) << 32),

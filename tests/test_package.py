@@ -55,3 +55,16 @@ def test_core_stub_matches_the_binary() -> None:
         if isinstance(node, ast.ClassDef):
             members = {name for name in dir(getattr(_core, node.name)) if not name.startswith("_")}
             assert _names(node.body) == members, node.name
+
+
+def test_a_random_policy_worker_does_not_import_torch() -> None:
+    """Worker start-up stays at numpy + gymnasium when there is no policy to run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pycollect.worker, pycollect._workerspec, pycollect._rollout, pycollect._actions, "
+        "pycollect._seeding, pycollect._backends; print('torch' in sys.modules, 'tensordict' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "False"]

@@ -1,0 +1,90 @@
+"""Where actions come from, seen from the stepping loop (no torch needed here).
+
+:class:`~pycollect._rollout.EnvRunner` asks an :class:`ActionSource` for one action batch
+per step. :class:`RandomActions` samples uniformly from the action space with numpy alone,
+so a worker with ``policy=None`` never imports torch; :class:`~pycollect._policy.PolicyRunner`
+calls a user policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from pycollect._keys import Key
+from pycollect._specs import EnvSpecs, FieldSpec
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ActionSource", "PolicyOutput", "RandomActions", "action_source"]
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """A field a policy adds to a batch besides the action (e.g. ``sample_log_prob``)."""
+
+    key: Key
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+class ActionSource(Protocol):
+    """Chooses the actions of ``num_envs`` environments, one batch per step."""
+
+    outputs: tuple[PolicyOutput, ...]
+    """Extra outputs :meth:`act` returns besides the action."""
+
+    def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, Mapping[Key, Any]]:
+        """Actions ``[num_envs, *action_shape]`` and extra outputs for one observation batch."""
+
+    def random_action(self) -> np.ndarray:
+        """Uniform random actions ``[num_envs, *action_shape]``."""
+
+
+class RandomActions:
+    """Uniform random actions from the action space (``policy=None``).
+
+    Args:
+        action: The action field.
+        num_envs: Environments stepped together.
+        rng: The random stream (see :func:`pycollect._seeding.action_rng`).
+    """
+
+    outputs: tuple[PolicyOutput, ...] = ()
+
+    def __init__(self, action: FieldSpec, num_envs: int, rng: np.random.Generator) -> None:
+        self.action = action
+        self.num_envs = num_envs
+        self.rng = rng
+
+    def random_action(self) -> np.ndarray:
+        """Uniform random actions for every env."""
+        return self.action.sample(self.rng, self.num_envs)
+
+    def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, Mapping[Key, Any]]:
+        """Random actions: the observation is not looked at."""
+        return self.random_action(), {}
+
+
+def action_source(
+    policy: Any, specs: EnvSpecs, num_envs: int, device: torch.device | None, rng: np.random.Generator
+) -> ActionSource:
+    """Random actions for ``policy=None``, else a :class:`~pycollect._policy.PolicyRunner`.
+
+    torch is imported only in the second case, which keeps a random-policy worker's start-up
+    to numpy and gymnasium.
+
+    Raises:
+        PolicyError: The policy does not fit (see :class:`~pycollect._policy.PolicyRunner`).
+    """
+    if policy is None:
+        return RandomActions(specs.action, num_envs, rng)
+    import torch
+
+    from pycollect._policy import PolicyRunner
+
+    return PolicyRunner(policy, specs, num_envs, device or torch.device("cpu"), rng)

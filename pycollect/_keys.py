@@ -1,0 +1,35 @@
+"""The keys of a batch, as TorchRL's collectors name them."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACTION",
+    "DONE",
+    "MASK",
+    "NEXT_DONE",
+    "NEXT_OBS_PREFIX",
+    "NEXT_TERMINATED",
+    "NEXT_TRUNCATED",
+    "OBS",
+    "REWARD",
+    "TERMINATED",
+    "TRAJ_IDS",
+    "TRUNCATED",
+    "Key",
+]
+
+Key = tuple[str, ...]
+"""A (possibly nested) key in a batch, e.g. ``("observation",)`` or ``("next", "reward")``."""
+
+ACTION: Key = ("action",)
+OBS: Key = ("observation",)
+NEXT_OBS_PREFIX: Key = ("next",)
+REWARD: Key = ("next", "reward")
+DONE: Key = ("done",)
+TERMINATED: Key = ("terminated",)
+TRUNCATED: Key = ("truncated",)
+NEXT_DONE: Key = ("next", "done")
+NEXT_TERMINATED: Key = ("next", "terminated")
+NEXT_TRUNCATED: Key = ("next", "truncated")
+TRAJ_IDS: Key = ("collector", "traj_ids")
+MASK: Key = ("collector", "mask")
