@@ -20,6 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,25 +40,16 @@ _SPEC_CHILD_FD = 5
 _POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
 
 
+@dataclass(frozen=True)
 class PoolOptions:
     """Supervision settings of a pool (see :class:`pycollect.Collector` for their meaning)."""
 
-    def __init__(
-        self,
-        *,
-        restart: str = "permanent",
-        max_restarts: int = 3,
-        restart_window_s: float = 60.0,
-        heartbeat_timeout_s: float = 30.0,
-        startup_timeout_s: float = 120.0,
-        shutdown_grace_s: float = 2.0,
-    ) -> None:
-        self.restart = restart
-        self.max_restarts = max_restarts
-        self.restart_window_s = restart_window_s
-        self.heartbeat_timeout_s = heartbeat_timeout_s
-        self.startup_timeout_s = startup_timeout_s
-        self.shutdown_grace_s = shutdown_grace_s
+    restart: str = "permanent"
+    max_restarts: int = 3
+    restart_window_s: float = 60.0
+    heartbeat_timeout_s: float = 30.0
+    startup_timeout_s: float = 120.0
+    shutdown_grace_s: float = 2.0
 
 
 class WorkerPool:
@@ -110,7 +102,7 @@ class WorkerPool:
         self._spec_fd = -1
         self.supervisor: Any = None
         try:
-            spec = _with_layout_hash(spec, self.segment.layout_hash)
+            spec = replace(spec, layout_hash=self.segment.layout_hash)
             self._spec_fd = write_spec(spec)
             self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
             self._writer = self.segment.weights_writer() if weights is not None else None
@@ -270,12 +262,6 @@ class WorkerPool:
             os.close(self._spec_fd)
             self._spec_fd = -1
         return report
-
-
-def _with_layout_hash(spec: WorkerSpec, layout_hash: int) -> WorkerSpec:
-    from dataclasses import replace
-
-    return replace(spec, layout_hash=layout_hash)
 
 
 def _worker_env() -> dict[str, str]:

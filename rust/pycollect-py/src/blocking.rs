@@ -3,8 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use pycollect_core::Waited;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::errors::{py_err, IntoPyErr};
 
 /// Longest time spent detached before signals are checked again.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
@@ -48,4 +51,20 @@ pub(crate) fn wait_sliced<T: Send>(
             return Ok(None);
         }
     }
+}
+
+/// Runs a core wait in slices: `Ready(v)` gives `Some(v)`; shutdown (`Aborted`) or the
+/// deadline gives `None`; a core error becomes the matching Python exception.
+pub(crate) fn wait_for<T: Send, E: IntoPyErr + Send>(
+    py: Python<'_>,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut(Instant) -> Result<Waited<T>, E> + Send,
+) -> PyResult<Option<T>> {
+    let got = wait_sliced(py, deadline, |slice_end| match attempt(slice_end) {
+        Ok(Waited::Ready(value)) => Slice::Done(Ok(Some(value))),
+        Ok(Waited::Aborted) => Slice::Done(Ok(None)),
+        Ok(Waited::TimedOut) => Slice::Continue,
+        Err(e) => Slice::Done(Err(e)),
+    })?;
+    got.map_or(Ok(None), |result| result.map_err(py_err))
 }

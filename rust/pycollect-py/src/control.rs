@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 use pycollect_core::worker::monotonic_ns;
 use pycollect_core::{
     Command, CommandReceiver as CoreReceiver, CommandSender as CoreSender, Segment as CoreSegment,
-    WaitPolicy, Waited, WorkerCtl, WorkerState,
+    WaitPolicy, WorkerCtl, WorkerState,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::blocking::{deadline, wait_sliced, Slice};
+use crate::blocking::{deadline, wait_for};
 use crate::errors::py_err;
 
 fn state_name(state: Option<WorkerState>) -> &'static str {
@@ -224,18 +224,10 @@ impl CommandReceiver {
         let policy = WaitPolicy::BLOCKING;
         let segment = &self.segment;
         let inner = &self.inner;
-        let got = wait_sliced(py, deadline, |slice_end| {
+        let got = wait_for(py, deadline, |slice_end| {
             let mut receiver = inner.lock().unwrap_or_else(|e| e.into_inner());
-            match receiver.recv_wait(&policy, Some(slice_end), || segment.is_shutdown()) {
-                Ok(Waited::Ready(c)) => Slice::Done(Ok(Some(c))),
-                Ok(Waited::Aborted) => Slice::Done(Ok(None)),
-                Ok(Waited::TimedOut) => Slice::Continue,
-                Err(e) => Slice::Done(Err(e)),
-            }
+            receiver.recv_wait(&policy, Some(slice_end), || segment.is_shutdown())
         })?;
-        match got {
-            None => Ok(None),
-            Some(result) => Ok(result.map_err(py_err)?.map(decode)),
-        }
+        Ok(got.map(decode))
     }
 }

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pycollect_core::{
-    wait_until, Claim, Consumer as CoreConsumer, Producer as CoreProducer, Segment as CoreSegment,
-    SlotRef, WaitOutcome, WaitPolicy, Waited,
+    wait_until, Claim, Consumer as CoreConsumer, Producer as CoreProducer, RingError,
+    Segment as CoreSegment, SlotRef, WaitOutcome, WaitPolicy,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::blocking::{deadline, wait_sliced, Slice};
+use crate::blocking::{deadline, wait_for, wait_sliced, Slice};
 use crate::errors::py_err;
 use crate::segment::Segment;
 use crate::view::SlotView;
@@ -78,14 +78,12 @@ impl Producer {
         let deadline = deadline(timeout_s)?;
         let policy = WaitPolicy::default();
         let segment = &self.segment;
-        let claim = wait_sliced(py, deadline, |slice_end| {
-            match lock(&self.inner).claim_wait(&policy, Some(slice_end), || segment.is_shutdown()) {
-                Waited::Ready(claim) => Slice::Done(Some(claim)),
-                Waited::Aborted => Slice::Done(None),
-                Waited::TimedOut => Slice::Continue,
-            }
+        let claim = wait_for(py, deadline, |slice_end| {
+            Ok::<_, RingError>(
+                lock(&self.inner).claim_wait(&policy, Some(slice_end), || segment.is_shutdown()),
+            )
         })?;
-        Ok(claim.flatten().map(|claim| {
+        Ok(claim.map(|claim| {
             let index = claim.index;
             lock(&self.claimed).push_back(claim);
             index
@@ -181,18 +179,10 @@ impl Consumer {
         let policy = WaitPolicy::default();
         let segment = Arc::clone(&self.segment.get().inner);
         let inner = &self.inner;
-        let popped = wait_sliced(py, deadline, |slice_end| {
-            match lock(inner).pop_wait(&policy, Some(slice_end), || segment.is_shutdown()) {
-                Ok(Waited::Ready(slot)) => Slice::Done(Ok(Some(slot))),
-                Ok(Waited::Aborted) => Slice::Done(Ok(None)),
-                Ok(Waited::TimedOut) => Slice::Continue,
-                Err(e) => Slice::Done(Err(e)),
-            }
+        let popped = wait_for(py, deadline, |slice_end| {
+            lock(inner).pop_wait(&policy, Some(slice_end), || segment.is_shutdown())
         })?;
-        match popped {
-            None => Ok(None),
-            Some(result) => Ok(result.map_err(py_err)?.map(|s| self.lease(py, s))),
-        }
+        Ok(popped.map(|slot| self.lease(py, slot)))
     }
 }
 
