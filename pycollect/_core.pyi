@@ -88,6 +88,9 @@ class Segment:
     @property
     def is_shutdown(self) -> bool: ...
 
+def sweep_stale_segments() -> list[str]:
+    """Remove named fallback segments whose creator is dead; return their names."""
+
 @final
 class SlotView:
     """Buffer-protocol exporter over part of a segment.

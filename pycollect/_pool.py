@@ -91,6 +91,7 @@ class WorkerPool:
         self._weights = weights
         self._weights_buffer = np.empty(weights.nbytes if weights is not None else 0, np.uint8)
 
+        _core.sweep_stale_segments()  # named fallbacks left by crashed trainers (memfd leaves none)
         self.segment = _core.Segment.create(
             [(self._names[f.key], f.dtype.name, f.shape) for f in self._fields],
             n_workers=spec.num_workers,
@@ -99,6 +100,10 @@ class WorkerPool:
             slots_per_worker=2,
             weights_capacity=weights.nbytes if weights is not None else 0,
         )
+        if self.segment.name is not None:
+            # A named fallback segment: workers get its descriptor, never its name, so the
+            # name can go at once and nothing is left in /dev/shm even if we crash.
+            self.segment.unlink_name()
         self._spec_fd = -1
         self.supervisor: Any = None
         try:

@@ -266,3 +266,17 @@ def test_shutdown_wakes_a_blocked_claim() -> None:
     started = time.monotonic()
     assert producer.claim(timeout_s=10) is None
     assert time.monotonic() - started < 1.0 and segment.is_shutdown
+
+
+def test_stale_named_segments_of_dead_creators_are_swept() -> None:
+    dead_pid = 4_000_000  # above pid_max: no such process
+    stale = Path("/dev/shm") / f"pycollect-{dead_pid}-1-0"
+    stale.write_bytes(b"")
+    live = _segment(64, backing="named")
+    try:
+        removed = _core.sweep_stale_segments()
+        assert f"/{stale.name}" in removed or stale.name in removed
+        assert not stale.exists()
+        assert live.name is not None and (Path("/dev/shm") / live.name.lstrip("/")).exists()
+    finally:
+        stale.unlink(missing_ok=True)

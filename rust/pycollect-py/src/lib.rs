@@ -32,5 +32,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;
     m.add_function(wrap_pyfunction!(ring::wait_any, m)?)?;
+    m.add_function(wrap_pyfunction!(segment::sweep_stale_segments, m)?)?;
     Ok(())
 }

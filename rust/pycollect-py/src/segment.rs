@@ -381,3 +381,12 @@ impl Segment {
         )
     }
 }
+
+/// Removes named fallback segments (`/dev/shm/pycollect-<pid>-...`) whose creator is dead;
+/// returns their names. memfd segments never need this: they vanish with their last user.
+#[pyfunction]
+pub fn sweep_stale_segments() -> PyResult<Vec<String>> {
+    pycollect_core::segment::sweep_stale_named_segments().map_err(|e| {
+        crate::errors::TransportError::new_err(format!("sweeping /dev/shm failed: {e}"))
+    })
+}
