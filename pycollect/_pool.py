@@ -87,6 +87,7 @@ class WorkerPool:
         self._dead_generation = [0] * self.num_workers  # newest generation seen to end, per worker
         self._restarts = 0
         self._events: list[dict[str, Any]] = []
+        self._fatal: WorkerCrashedError | None = None  # a worker given up on: every batch fails
         self._closed = False
         self._weights = weights
         self._weights_buffer = np.empty(weights.nbytes if weights is not None else 0, np.uint8)
@@ -208,6 +209,8 @@ class WorkerPool:
 
     def _check_workers(self) -> None:
         """Take in supervisor events; raise if a worker was given up on."""
+        if self._fatal is not None:
+            raise self._fatal
         while (event := self.supervisor.next_event()) is not None:
             self._events.append(event)
             del self._events[:-100]
@@ -217,7 +220,8 @@ class WorkerPool:
             elif kind == "restarting":
                 self._restarts += 1
             elif kind == "gave_up":
-                raise self._crash_error(worker, event)
+                self._fatal = self._crash_error(worker, event)
+                raise self._fatal
 
     def _crash_error(self, worker: int, event: dict[str, Any]) -> WorkerCrashedError:
         text = self.supervisor.last_error(worker)

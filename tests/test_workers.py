@@ -170,11 +170,11 @@ def test_env_exception_with_restarts_is_restarted_and_counted() -> None:
 
 
 def test_env_failing_every_time_exhausts_the_restarts() -> None:
-    with (
-        Collector(RaisingEnv, frames_per_batch=20, num_workers=1, max_restarts=1) as c,
-        pytest.raises(WorkerCrashedError, match="gave up after 1 restart"),
-    ):
-        c.next_batch()
+    with Collector(RaisingEnv, frames_per_batch=20, num_workers=1, max_restarts=1) as c:
+        with pytest.raises(WorkerCrashedError, match="gave up after 1 restart"):
+            c.next_batch()
+        with pytest.raises(WorkerCrashedError, match="gave up"):  # and every later batch too
+            c.next_batch()
 
 
 def test_hung_env_is_detected_by_heartbeat_and_restarted() -> None:
