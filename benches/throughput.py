@@ -15,7 +15,8 @@ Contenders, each with ``--envs`` (K, default 8) environments per worker where it
 
 * raw gymnasium loop: one env stepped in a plain loop in this process (the baseline);
 * pycollect in-process (``num_workers=0``, K envs);
-* pycollect sync with 1 worker, sync with 2 workers, async with 2 workers (K envs each);
+* pycollect sync with 1 worker, sync with 2 workers (copied batches, and ``zero_copy=True``),
+  async with 2 workers (K envs each);
 * gymnasium ``SyncVectorEnv`` (K envs) and ``AsyncVectorEnv(shared_memory=True)`` with 2
   envs (one process per core, as many processes as pycollect has workers) and with 2K envs
   (as many envs as pycollect's 2 workers step, one process each);
@@ -30,8 +31,8 @@ reported separately as startup. Contenders run interleaved (A B C ... A B C ...)
 percent over minutes; every ratio compares two contenders of the same round.
 
 Run:
-    python benches/throughput.py                 # all workloads, 3 rounds (~6-8 min)
-    python benches/throughput.py --quick         # fewer frames, 2 rounds (~2 min)
+    python benches/throughput.py                 # all workloads, 3 rounds (~3 min on 2 vCPUs)
+    python benches/throughput.py --quick         # a quarter of the frames, 2 rounds (~40 s)
     python benches/throughput.py --workloads cartpole-random --rounds 5
 
 Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png``.
@@ -43,7 +44,9 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -69,6 +72,7 @@ torch.set_num_threads(1)
 RESULTS = Path(__file__).parent / "results"
 STEPS = 64  # steps per env per batch, for every contender
 WORKERS = 2
+STARTUP_GOAL = 1.3  # "about one worker's start"
 
 
 # -- policies --------------------------------------------------------------------------------
@@ -173,7 +177,11 @@ class Result:
     frames: int
     seconds: float
     cpu_seconds: float  # CPU time of this process and all its children during the timed part
+    trainer_user_s: float = 0.0  # this process only, timed part
+    trainer_sys_s: float = 0.0
+    trainer_faults: int = 0  # minor page faults of this process, timed part
     startup_s: float | None = None  # constructor + first batch
+    startup_cpu_s: float | None = None  # CPU time of the whole process tree during startup
     close_s: float | None = None
     batch_ms: list[float] | None = None  # wall time of each timed next-batch call
 
@@ -203,12 +211,30 @@ class Timer:
 
     def __enter__(self) -> Timer:
         self.cpu0 = CPU.read()
+        self.usage0 = resource.getrusage(resource.RUSAGE_SELF)
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         self.cpu_seconds = CPU.read() - self.cpu0
+        self.user = usage.ru_utime - self.usage0.ru_utime
+        self.sys = usage.ru_stime - self.usage0.ru_stime
+        self.faults = usage.ru_minflt - self.usage0.ru_minflt
+
+    def result(self, frames: int, **extra: Any) -> Result:
+        """The :class:`Result` of ``frames`` frames collected in the timed part."""
+        return Result(
+            frames / self.seconds,
+            frames,
+            self.seconds,
+            self.cpu_seconds,
+            self.user,
+            self.sys,
+            self.faults,
+            **extra,
+        )
 
 
 def _policy_for(workload: Workload) -> MLPPolicy | None:
@@ -243,12 +269,14 @@ def raw_loop(workload: Workload, k: int, frames: dict[str, int]) -> Result:
     with Timer() as timer:
         run(n, obs)
     env.close()
-    return Result(n / timer.seconds, n, timer.seconds, timer.cpu_seconds)
+    return timer.result(n)
 
 
-def _pycollect(workload: Workload, k: int, frames: int, num_workers: int, sync: bool) -> Result:
+def _pycollect(
+    workload: Workload, k: int, frames: int, num_workers: int, sync: bool, zero_copy: bool = False
+) -> Result:
     rows = k * (num_workers if num_workers and sync else 1)
-    t0 = time.perf_counter()
+    cpu0, t0 = CPU.read(), time.perf_counter()
     collector = pycollect.Collector(
         workload.pycollect_env,
         _policy_for(workload),
@@ -256,11 +284,18 @@ def _pycollect(workload: Workload, k: int, frames: int, num_workers: int, sync: 
         envs_per_worker=k,
         num_workers=num_workers,
         sync=sync,
+        zero_copy=zero_copy,
         seed=0,
     )
     try:
-        collector.next_batch()
-        startup = time.perf_counter() - t0
+        batch = collector.next_batch()
+        startup, startup_cpu = time.perf_counter() - t0, CPU.read() - cpu0
+        if num_workers and not sync:
+            # Steady state starts once every worker has delivered: a worker's trajectory ids
+            # are congruent to its index modulo the number of workers.
+            seen = {int(batch["collector", "traj_ids"][0, 0]) % num_workers}
+            while len(seen) < num_workers:
+                seen.add(int(collector.next_batch()["collector", "traj_ids"][0, 0]) % num_workers)
         batches, got, times = max(1, round(frames / (rows * STEPS))), 0, []
         with Timer() as timer:
             for _ in range(batches):
@@ -271,7 +306,7 @@ def _pycollect(workload: Workload, k: int, frames: int, num_workers: int, sync: 
         c0 = time.perf_counter()
         collector.shutdown()
         close = time.perf_counter() - c0
-    return Result(got / timer.seconds, got, timer.seconds, timer.cpu_seconds, startup, close, times)
+    return timer.result(got, startup_s=startup, startup_cpu_s=startup_cpu, close_s=close, batch_ms=times)
 
 
 def pycollect_in_process(workload: Workload, k: int, frames: dict[str, int]) -> Result:
@@ -287,6 +322,11 @@ def pycollect_sync_1(workload: Workload, k: int, frames: dict[str, int]) -> Resu
 def pycollect_sync_2(workload: Workload, k: int, frames: dict[str, int]) -> Result:
     """``Collector(num_workers=2, sync=True)``: batches [2K, 64]."""
     return _pycollect(workload, k, frames["fast"], WORKERS, True)
+
+
+def pycollect_sync_2_zero_copy(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """``Collector(num_workers=2, zero_copy=True)``: batches are views of the shared slots."""
+    return _pycollect(workload, k, frames["fast"], WORKERS, True, zero_copy=True)
 
 
 def pycollect_async_2(workload: Workload, k: int, frames: dict[str, int]) -> Result:
@@ -322,8 +362,7 @@ def _vector_env(workload: Workload, num_envs: int, frames: int, vector_cls: type
         c0 = time.perf_counter()
         envs.close()
         close = time.perf_counter() - c0
-    n = steps * num_envs
-    return Result(n / timer.seconds, n, timer.seconds, timer.cpu_seconds, startup, close)
+    return timer.result(steps * num_envs, startup_s=startup, close_s=close)
 
 
 def gym_sync_vector(workload: Workload, k: int, frames: dict[str, int]) -> Result:
@@ -355,12 +394,15 @@ def _torchrl(workload: Workload, k: int, frames: int, sync: bool) -> Result:
     cls = MultiSyncCollector if sync else MultiAsyncCollector
     # MultiSync splits frames_per_batch across its workers; MultiAsync gives each worker all of it.
     per_batch = k * STEPS * (WORKERS if sync else 1)
-    t0 = time.perf_counter()
+    cpu0, t0 = CPU.read(), time.perf_counter()
     collector = cls([make] * WORKERS, policy, frames_per_batch=per_batch, total_frames=-1)
     try:
         iterator = iter(collector)
         next(iterator)
-        startup = time.perf_counter() - t0
+        startup, startup_cpu = time.perf_counter() - t0, CPU.read() - cpu0
+        if not sync:
+            for _ in range(WORKERS - 1):  # let every worker deliver once, as for pycollect async
+                next(iterator)
         batches, got, times = max(1, round(frames / per_batch)), 0, []
         with Timer() as timer:
             for _ in range(batches):
@@ -371,7 +413,7 @@ def _torchrl(workload: Workload, k: int, frames: int, sync: bool) -> Result:
         c0 = time.perf_counter()
         collector.shutdown()
         close = time.perf_counter() - c0
-    return Result(got / timer.seconds, got, timer.seconds, timer.cpu_seconds, startup, close, times)
+    return timer.result(got, startup_s=startup, startup_cpu_s=startup_cpu, close_s=close, batch_ms=times)
 
 
 def torchrl_multi_sync(workload: Workload, k: int, frames: dict[str, int]) -> Result:
@@ -391,6 +433,7 @@ CONTENDERS: dict[str, Contender] = {
     "pycollect in-process": pycollect_in_process,
     "pycollect sync, 1 worker": pycollect_sync_1,
     "pycollect sync, 2 workers": pycollect_sync_2,
+    "pycollect sync, 2 workers, zero_copy": pycollect_sync_2_zero_copy,
     "pycollect async, 2 workers": pycollect_async_2,
     "gymnasium SyncVectorEnv (K envs)": gym_sync_vector,
     "gymnasium AsyncVectorEnv (2 procs)": gym_async_vector_2,
@@ -435,25 +478,38 @@ def _steal() -> int:
     return int(fields[8]) if len(fields) > 8 else 0
 
 
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
 def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per contender: frames/s and ratios (median, min, max over rounds) and where time went."""
     out: dict[str, dict[str, Any]] = {}
     for name, entries in runs.items():
         if not entries:
             continue
         fps = [e["fps"] for e in entries]
+
+        def per_frame_us(field: str, entries: list[dict[str, Any]] = entries) -> float:
+            return statistics.median(e[field] / e["frames"] * 1e6 for e in entries)
+
         row: dict[str, Any] = {
             "fps_median": statistics.median(fps),
             "fps_min": min(fps),
             "fps_max": max(fps),
             "frames_per_cpu_s_median": statistics.median(e["frames"] / max(e["cpu_seconds"], 1e-9) for e in entries),
+            "cpus_busy_median": statistics.median(e["cpu_seconds"] / e["seconds"] for e in entries),
+            "trainer_user_us_per_frame": per_frame_us("trainer_user_s"),
+            "trainer_sys_us_per_frame": per_frame_us("trainer_sys_s"),
+            "children_cpu_us_per_frame": statistics.median(
+                (e["cpu_seconds"] - e["trainer_user_s"] - e["trainer_sys_s"]) / e["frames"] * 1e6 for e in entries
+            ),
+            "trainer_faults_per_frame": statistics.median(e["trainer_faults"] / e["frames"] for e in entries),
         }
-        for key in ("x_raw", "x_torchrl_sync"):
+        for key in ("x_raw", "x_torchrl_sync", "startup_s", "startup_cpu_s", "close_s"):
             values = [e[key] for e in entries if e.get(key) is not None]
             if values:
-                row[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
-        startups = [e["startup_s"] for e in entries if e.get("startup_s") is not None]
-        if startups:
-            row["startup_s"] = {"median": statistics.median(startups), "min": min(startups), "max": max(startups)}
+                row[key] = _stats(values)
         batch = [ms for e in entries for ms in (e.get("batch_ms") or [])]
         if batch:
             row["batch_ms_p50"] = float(np.percentile(batch, 50))
@@ -464,8 +520,8 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 
 def _print_table(workload: Workload, summary: dict[str, dict[str, Any]], rounds: int, k: int) -> None:
     print(f"\n{workload.title} ({workload.name}); K={k} envs per worker, {rounds} rounds, median (min-max)")
-    header = f"{'contender':38s} {'frames/s':>26s} {'x raw':>18s} {'x TorchRL sync':>20s}"
-    header += f" {'fr/CPU-s':>9s} {'start s':>7s}"
+    header = f"{'contender':38s} {'frames/s':>25s} {'x raw':>17s} {'x TorchRL sync':>20s}"
+    header += f" {'CPUs':>5s} {'trainer us/fr usr+sys':>21s} {'children us/fr':>14s} {'start s':>7s}"
     print(header)
     print("-" * len(header))
     for name, row in summary.items():
@@ -475,23 +531,26 @@ def _print_table(workload: Workload, summary: dict[str, dict[str, Any]], rounds:
             r = row.get(key)
             cells.append(f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})" if r else "")
         start = row.get("startup_s")
+        trainer = f"{row['trainer_user_us_per_frame']:.1f}+{row['trainer_sys_us_per_frame']:.1f}"
         print(
-            f"{name:38s} {fps:>26s} {cells[0]:>18s} {cells[1]:>20s} {row['frames_per_cpu_s_median']:9,.0f} "
-            f"{'' if start is None else format(start['median'], '.2f'):>7s}"
+            f"{name:38s} {fps:>25s} {cells[0]:>17s} {cells[1]:>20s} {row['cpus_busy_median']:5.2f} {trainer:>21s} "
+            f"{row['children_cpu_us_per_frame']:14.1f} {'' if start is None else format(start['median'], '.2f'):>7s}"
         )
 
 
 def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
 
-    def ratio(workload: str, name: str, key: str, goal: float, what: str) -> None:
+    def ratio(workload: str, name: str, key: str, goal: float) -> None:
         row = summaries.get(workload, {}).get(name, {}).get(key)
         if row:
+            what = f"{workload}: {name} {'x raw' if key == 'x_raw' else 'x TorchRL MultiSync'} >= {goal}"
             checks.append({"target": what, "goal": goal, **row, "met": row["median"] >= goal})
 
-    ratio("cartpole-random", "pycollect sync, 2 workers", "x_raw", 1.2, "CartPole random: pycollect sync >= 1.2x raw")
-    ratio("cartpole-random", "pycollect sync, 2 workers", "x_torchrl_sync", 20, "CartPole random: sync >= 20x TorchRL")
-    ratio("synthetic-84x84x4", "pycollect sync, 2 workers", "x_torchrl_sync", 10, "84x84x4: sync >= 10x TorchRL")
+    ratio("cartpole-random", "pycollect sync, 2 workers", "x_raw", 1.2)
+    ratio("cartpole-random", "pycollect sync, 2 workers", "x_torchrl_sync", 20)
+    ratio("synthetic-84x84x4", "pycollect sync, 2 workers", "x_torchrl_sync", 10)
+    ratio("synthetic-84x84x4", "pycollect sync, 2 workers, zero_copy", "x_torchrl_sync", 10)
     for name, summary in summaries.items():
         one = summary.get("pycollect sync, 1 worker", {}).get("startup_s")
         two = summary.get("pycollect sync, 2 workers", {}).get("startup_s")
@@ -499,13 +558,60 @@ def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
             value = two["median"] / one["median"]
             checks.append(
                 {
-                    "target": f"{name}: startup(2 workers) / startup(1 worker) <= 1.3",
-                    "goal": 1.3,
+                    "target": f"{name}: startup(2 workers) / startup(1 worker) <= {STARTUP_GOAL}",
+                    "goal": STARTUP_GOAL,
                     "median": value,
-                    "met": value <= 1.3,
+                    "met": value <= STARTUP_GOAL,
                 }
             )
     return checks
+
+
+def _git() -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "dirty": git("status", "--porcelain", "--", "pycollect", "rust").splitlines(),
+        "pycollect_imported_from": str(Path(pycollect.__file__).parent),
+    }
+
+
+def _profile(workloads: list[Workload], k: int, frames: int) -> None:
+    """cProfile the trainer of pycollect in-process and sync with 2 workers; print the top."""
+    import cProfile
+    import pstats
+
+    for workload in workloads:
+        for name, num_workers in (("in-process", 0), ("sync, 2 workers", WORKERS)):
+            rows = k * (num_workers or 1)
+            with pycollect.Collector(
+                workload.pycollect_env,
+                _policy_for(workload),
+                frames_per_batch=rows * STEPS,
+                envs_per_worker=k,
+                num_workers=num_workers,
+                seed=0,
+            ) as collector:
+                collector.next_batch()
+                profiler = cProfile.Profile()
+                with Timer() as timer:
+                    profiler.enable()
+                    got = sum(collector.next_batch().numel() for _ in range(max(1, frames // (rows * STEPS))))
+                    profiler.disable()
+            children = (timer.cpu_seconds - timer.user - timer.sys) / got * 1e6
+            print(
+                f"\n== {workload.name}, pycollect {name}: {got / timer.seconds:,.0f} frames/s under cProfile; "
+                f"trainer {timer.user / got * 1e6:.1f} us/frame user + {timer.sys / got * 1e6:.1f} sys, "
+                f"{timer.faults / got:.1f} page faults/frame; children {children:.1f} us/frame"
+            )
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
 
 
 def main() -> None:
@@ -518,12 +624,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a quarter of the frames, 2 rounds")
     parser.add_argument("--out", default=str(RESULTS / "throughput"), help="path stem for .json and .png")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true", help="instead: cProfile pycollect's trainer (in-process, sync 2 workers)"
+    )
+    parser.add_argument("--replot", metavar="JSON", help="instead: redraw the PNG of a saved JSON result")
     args = parser.parse_args()
+    if args.replot:
+        saved = json.loads(Path(args.replot).read_text())
+        names = [w for w in saved["summary"] if w in WORKLOADS]
+        path = Path(args.replot).with_suffix(".png")
+        _plot(path, [WORKLOADS[w] for w in names], saved["summary"], saved["envs_per_worker"], saved["rounds"])
+        print(f"wrote {path}")
+        return
     rounds = args.rounds or (2 if args.quick else 3)
     workloads = [WORKLOADS[name.strip()] for name in args.workloads.split(",") if name.strip()]
     wanted = [s.strip().lower() for s in args.contenders.split(",") if s.strip()]
     contenders = {n: fn for n, fn in CONTENDERS.items() if not wanted or any(s in n.lower() for s in wanted)}
     k = args.envs
+    if args.profile:
+        for workload in workloads:
+            _profile([workload], k, workload.frames["fast"] // (4 if args.quick else 1))
+        return
 
     runs = {w.name: {name: [] for name in contenders} for w in workloads}
     loads: list[dict[str, Any]] = []
@@ -574,6 +695,7 @@ def main() -> None:
         "quick": args.quick,
         "frame_budgets": {w.name: {key: v // 4 if args.quick else v for key, v in w.frames.items()} for w in workloads},
         "machine": _machine(),
+        "git": _git(),
         "load": loads,
         "steal_s": steal_s,
         "wall_s": elapsed,
@@ -585,6 +707,9 @@ def main() -> None:
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), workloads, summaries, k, rounds)
     print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+    leftovers = [p.pid for p in psutil.Process().children(recursive=True) if p.is_running()]
+    if leftovers:
+        print(f"warning: child processes still running: {leftovers}", file=sys.stderr)
 
 
 def _plot(
@@ -620,9 +745,13 @@ def _plot(
         ax.set_xlabel("frames/s (log; median, min-max whiskers)", fontsize=8)
         ax.grid(axis="x", which="both", alpha=0.25)
         for y, value in enumerate(medians):
-            raw = summary[names[y]].get("x_raw")
-            label = f" {value / 1000:,.1f}k" + (f"  ({raw['median']:.2f}x raw)" if raw and names[y] != RAW else "")
-            ax.text(value * 1.05, y, label, va="center", fontsize=7)
+            raw, trl = summary[names[y]].get("x_raw"), summary[names[y]].get("x_torchrl_sync")
+            label = f" {value / 1000:,.1f}k"
+            if raw and names[y] != RAW:
+                label += f"  {raw['median']:.2g}x raw" if raw["median"] < 0.1 else f"  {raw['median']:.2f}x raw"
+            if trl and names[y] != TORCHRL_SYNC:
+                label += f", {trl['median']:.1f}x TorchRL"
+            ax.text(summary[names[y]]["fps_max"] * 1.08, y, label, va="center", fontsize=7)
     axes[0][0].invert_yaxis()
     axes[0][0].tick_params(axis="y", labelsize=8)
     fig.suptitle(f"Collector throughput, 2 workers where applicable, K={k} envs per worker, {rounds} rounds")

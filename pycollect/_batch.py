@@ -68,9 +68,21 @@ def batch_fields(specs: EnvSpecs, outputs: tuple[PolicyOutput, ...] = ()) -> tup
     return tuple(fields)
 
 
+_NEVER_WRITTEN = (DONE, TERMINATED, TRUNCATED)  # root flags: always False with auto-reset
+
+
 def allocate(fields: tuple[BatchField, ...], num_envs: int, steps: int) -> dict[Key, np.ndarray]:
-    """Fresh zeroed arrays of shape ``[num_envs, steps, *shape]`` for every field."""
-    return {field.key: np.zeros((num_envs, steps, *field.shape), dtype=field.dtype) for field in fields}
+    """Fresh arrays of shape ``[num_envs, steps, *shape]`` for every field.
+
+    Only the fields a rollout never writes are zeroed; the rest are left uninitialised,
+    because :meth:`~pycollect._rollout.EnvRunner.rollout` writes every element of them.
+    """
+    return {
+        field.key: (np.zeros if field.key in _NEVER_WRITTEN else np.empty)(
+            (num_envs, steps, *field.shape), dtype=field.dtype
+        )
+        for field in fields
+    }
 
 
 def to_tensordict(arrays: Mapping[Key, np.ndarray], device: torch.device | None = None) -> TensorDict:

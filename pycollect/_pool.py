@@ -185,7 +185,10 @@ class WorkerPool:
             else:  # rings out of step after a restart: no single view exists, gather (a copy)
                 td.set(field.key, torch.from_numpy(np.concatenate([np.asarray(x.view(name)) for x in leases])))
                 continue
-            td.set(field.key, tensor if self.zero_copy else tensor.clone())
+            # A numpy copy rather than tensor.clone(): numpy's allocations reuse freed heap
+            # memory, which saves the page faults of fresh pages (most of the cost for large
+            # observations; see docs/benchmarks.md).
+            td.set(field.key, tensor if self.zero_copy else torch.from_numpy(tensor.numpy().copy()))
         for i, lease in enumerate(leases):
             if self._generation_ended(lease):
                 _mark_cut(td, slice(i * k, (i + 1) * k))

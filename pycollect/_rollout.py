@@ -117,10 +117,18 @@ class EnvRunner:
         envs, obs, num_envs = self.envs, self._obs, len(self.envs)
         steps = next(iter(out.values())).shape[1]
         obs_out = [(out[key], out[(*NEXT_OBS_PREFIX, *key)], obs[key], path) for key, path in self._paths]
-        single_leaf = len(obs_out) == 1 and obs_out[0][3] == ()
+        # Each observation is copied twice, the least TorchRL's layout allows: from the env
+        # into ("next", obs)[t], and from there into obs[t + 1] (or, at the last step, into
+        # the runner's current observation, which starts the next rollout).
+        for obs_array, _, current, _ in obs_out:
+            obs_array[:, 0] = current
         actions_out, reward_out, traj_out = out[ACTION], out[REWARD], out[TRAJ_IDS]
         term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
         extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
+        obs_views = [(key, out[key]) for key, _ in self._paths]
+        if random_actions:  # no policy call, so no extra outputs: zero them (slots are reused)
+            for _, array in extras_out:
+                array[...] = 0
         limit = self.max_frames_per_traj
         step_counts = self._steps
         rewards, terminated, truncated = [0.0] * num_envs, [False] * num_envs, [False] * num_envs
@@ -129,16 +137,14 @@ class EnvRunner:
         for t in range(steps):
             if on_step is not None:
                 on_step()
-            for obs_array, _, current, _ in obs_out:
-                obs_array[:, t] = current
             extras: Mapping[Key, Any] = {}
             if random_actions:
                 actions = self.policy.random_action()
             else:
-                actions, extras = self.policy.act(obs)
+                actions, extras = self.policy.act({key: array[:, t] for key, array in obs_views})
             actions_out[:, t] = actions
-            for key, array in extras_out:
-                if key in extras:
+            if extras:
+                for key, array in extras_out:
                     array[:, t] = extras[key].numpy()
             traj_out[:, t] = self._traj_ids
             # Step every env, gathering results in Python lists; the arrays are then written
@@ -155,16 +161,15 @@ class EnvRunner:
             term_out[:, t, 0] = terminated
             trunc_out[:, t, 0] = truncated
             np.logical_or(term_out[:, t], trunc_out[:, t], out=done_out[:, t])
-            if single_leaf:
-                obs_out[0][1][:, t] = next_raw
-                obs_out[0][2][:] = next_raw
-            else:
-                for _, next_array, current, path in obs_out:
-                    next_array[:, t] = [read_leaf(raw, path) for raw in next_raw]
-                    current[:] = next_array[:, t]
+            last = t + 1 == steps
+            for obs_array, next_array, current, path in obs_out:
+                for i in env_range:  # one env at a time: no temporary batch array
+                    next_array[i, t] = read_leaf(next_raw[i], path) if path else next_raw[i]
+                (current if last else obs_array[:, t + 1])[...] = next_array[:, t]
             for i in finished:
                 reset_obs, _ = envs[i].reset()
-                self._store_obs(i, reset_obs)
+                for obs_array, _, current, path in obs_out:
+                    (current if last else obs_array[:, t + 1])[i] = read_leaf(reset_obs, path)
                 self._start_trajectory(i)
 
     def close(self) -> None:
