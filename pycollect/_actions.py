@@ -56,14 +56,24 @@ class RandomActions:
 
     outputs: tuple[PolicyOutput, ...] = ()
 
+    _CHUNK = 256  # steps sampled per call: one numpy call per step would cost more than a CartPole step
+
     def __init__(self, action: FieldSpec, num_envs: int, rng: np.random.Generator) -> None:
         self.action = action
         self.num_envs = num_envs
         self.rng = rng
+        self._chunk: np.ndarray = np.empty((0, num_envs, *action.shape), action.dtype)
+        self._next = 0
 
     def random_action(self) -> np.ndarray:
-        """Uniform random actions for every env."""
-        return self.action.sample(self.rng, self.num_envs)
+        """Uniform random actions for every env (a view, valid until the next call)."""
+        if self._next == len(self._chunk):
+            flat = self.action.sample(self.rng, self._CHUNK * self.num_envs)
+            self._chunk = flat.reshape(self._CHUNK, self.num_envs, *self.action.shape)
+            self._next = 0
+        self._next += 1
+        actions: np.ndarray = self._chunk[self._next - 1]
+        return actions
 
     def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, Mapping[Key, Any]]:
         """Random actions: the observation is not looked at."""

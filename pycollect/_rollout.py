@@ -131,7 +131,11 @@ class EnvRunner:
                 array[...] = 0
         limit = self.max_frames_per_traj
         step_counts = self._steps
-        rewards, terminated, truncated = [0.0] * num_envs, [False] * num_envs, [False] * num_envs
+        # Rewards and flags are gathered in Python lists, step by step, and written into the
+        # arrays once per rollout: far cheaper than numpy stores every step.
+        rewards = [[0.0] * num_envs for _ in range(steps)]
+        terminated = [[False] * num_envs for _ in range(steps)]
+        truncated = [[False] * num_envs for _ in range(steps)]
         next_raw: list[Any] = [None] * num_envs
         env_steps, env_range = [env.step for env in envs], range(num_envs)
         for t in range(steps):
@@ -147,20 +151,15 @@ class EnvRunner:
                 for key, array in extras_out:
                     array[:, t] = extras[key].numpy()
             traj_out[:, t] = self._traj_ids
-            # Step every env, gathering results in Python lists; the arrays are then written
-            # once per step for all envs, which costs far less than per-element numpy stores.
             finished = []
             env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
+            step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
             for i in env_range:
-                next_raw[i], rewards[i], terminated[i], trunc, _ = env_steps[i](env_actions[i])
+                next_raw[i], step_rewards[i], step_terminated[i], trunc, _ = env_steps[i](env_actions[i])
                 step_counts[i] += 1
-                truncated[i] = trunc or (limit is not None and step_counts[i] >= limit)
-                if terminated[i] or truncated[i]:
+                step_truncated[i] = trunc or (limit is not None and step_counts[i] >= limit)
+                if step_terminated[i] or step_truncated[i]:
                     finished.append(i)
-            reward_out[:, t, 0] = rewards
-            term_out[:, t, 0] = terminated
-            trunc_out[:, t, 0] = truncated
-            np.logical_or(term_out[:, t], trunc_out[:, t], out=done_out[:, t])
             last = t + 1 == steps
             for obs_array, next_array, current, path in obs_out:
                 for i in env_range:  # one env at a time: no temporary batch array
@@ -171,6 +170,10 @@ class EnvRunner:
                 for obs_array, _, current, path in obs_out:
                     (current if last else obs_array[:, t + 1])[i] = read_leaf(reset_obs, path)
                 self._start_trajectory(i)
+        reward_out[..., 0] = np.asarray(rewards, dtype=np.float32).T
+        term_out[..., 0] = np.asarray(terminated, dtype=bool).T
+        trunc_out[..., 0] = np.asarray(truncated, dtype=bool).T
+        np.logical_or(term_out, trunc_out, out=done_out)
 
     def close(self) -> None:
         """Close every environment."""

@@ -49,6 +49,10 @@ class FieldSpec:
         """Draw ``batch`` uniform random values (normal where a bound is infinite)."""
         size = (batch, *self.shape)
         if self.discrete:
+            if not self.shape:  # Discrete: scalar bounds take numpy's fast path
+                return rng.integers(int(self.low), int(self.high), size=batch, endpoint=True).astype(
+                    self.dtype, copy=False
+                )
             low, high = self.low.astype(np.int64), self.high.astype(np.int64)
             return rng.integers(low, high, size=size, endpoint=True).astype(self.dtype, copy=False)
         low = np.broadcast_to(self.low, size)
