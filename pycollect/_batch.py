@@ -30,6 +30,7 @@ from pycollect._keys import (
     TRUNCATED,
     Key,
 )
+from pycollect._recycle import RecycledMemory
 from pycollect._specs import EnvSpecs
 
 __all__ = ["BatchField", "allocate", "batch_fields", "split_trajectories", "to_tensordict"]
@@ -71,18 +72,19 @@ def batch_fields(specs: EnvSpecs, outputs: tuple[PolicyOutput, ...] = ()) -> tup
 _NEVER_WRITTEN = (DONE, TERMINATED, TRUNCATED)  # root flags: always False with auto-reset
 
 
-def allocate(fields: tuple[BatchField, ...], num_envs: int, steps: int) -> dict[Key, np.ndarray]:
-    """Fresh arrays of shape ``[num_envs, steps, *shape]`` for every field.
+def allocate(fields: tuple[BatchField, ...], rows: int, steps: int, memory: RecycledMemory) -> dict[Key, np.ndarray]:
+    """Arrays of shape ``[rows, steps, *shape]`` for every field, for a caller-owned batch.
 
-    Only the fields a rollout never writes are zeroed; the rest are left uninitialised,
-    because :meth:`~pycollect._rollout.EnvRunner.rollout` writes every element of them.
+    They come from ``memory`` (reused once a previous batch is released). Only the fields a
+    rollout never writes are zeroed: :meth:`~pycollect._rollout.EnvRunner.rollout` writes
+    every element of the others, and so does a copy out of shared memory.
     """
-    return {
-        field.key: (np.zeros if field.key in _NEVER_WRITTEN else np.empty)(
-            (num_envs, steps, *field.shape), dtype=field.dtype
-        )
-        for field in fields
-    }
+    arrays = memory.arrays([((rows, steps, *field.shape), field.dtype) for field in fields])
+    out = {field.key: array for field, array in zip(fields, arrays, strict=True)}
+    for key in _NEVER_WRITTEN:
+        if key in out:
+            out[key][...] = False
+    return out
 
 
 def to_tensordict(arrays: Mapping[Key, np.ndarray], device: torch.device | None = None) -> TensorDict:

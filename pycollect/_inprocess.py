@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from pycollect._batch import BatchField, allocate, to_tensordict
+from pycollect._recycle import RecycledMemory
 from pycollect._rollout import EnvRunner
 
 __all__ = ["InProcessEngine"]
@@ -39,10 +40,11 @@ class InProcessEngine:
         self.storing_device = storing_device
         self.reset_at_each_iter = reset_at_each_iter
         self._batches = 0
+        self._memory = RecycledMemory()
 
     def next_batch(self, random_actions: bool) -> TensorDict:
         """Collect one ``[K, T]`` batch."""
-        arrays = allocate(self.fields, self.runner.num_envs, self.steps)
+        arrays = allocate(self.fields, self.runner.num_envs, self.steps, self._memory)
         if self.reset_at_each_iter and self._batches > 0:
             self.runner.reset()
         self.runner.rollout(arrays, random_actions=random_actions)

@@ -28,9 +28,10 @@ import torch
 from tensordict import TensorDict
 
 from pycollect import _core
-from pycollect._batch import BatchField
+from pycollect._batch import BatchField, allocate
 from pycollect._errors import WorkerCrashedError
 from pycollect._keys import NEXT_DONE, NEXT_TRUNCATED
+from pycollect._recycle import RecycledMemory
 from pycollect._weights import WeightsLayout
 from pycollect._workerspec import WorkerSpec, field_name, write_spec
 
@@ -80,7 +81,8 @@ class WorkerPool:
         self.zero_copy = zero_copy
         self.storing_device = storing_device
         self.options = options
-        self._fields = list(fields)
+        self._fields = tuple(fields)
+        self._memory = RecycledMemory()
         self._names = {field.key: field_name(field.key) for field in self._fields}
         self._held: list[Any] = []  # leases of the last zero-copy batch
         self._next_worker = 0  # async round-robin start
@@ -173,22 +175,26 @@ class WorkerPool:
         k, t = self.segment.envs_per_worker, self.segment.steps
         rows = k * len(leases)
         one_block = self.sync and len({lease.slot for lease in leases}) == 1 and len(leases) == self.num_workers
+        # Owned batches are copied into recycled memory (no page faults once warm);
+        # zero-copy batches are the slots themselves.
+        owned = None if self.zero_copy else allocate(self._fields, rows, t, self._memory)
         td = TensorDict(batch_size=[rows, t], names=[None, "time"])
         for field in self._fields:
             name = self._names[field.key]
-            if one_block:
-                # Writable: torch warns about read-only buffers; only leased slots are exposed.
-                view = self.segment.batch_view(name, leases[0].slot, writable=True)
-                tensor = torch.from_numpy(np.asarray(view))
-            elif len(leases) == 1:
-                tensor = torch.from_numpy(np.asarray(leases[0].view(name)))
-            else:  # rings out of step after a restart: no single view exists, gather (a copy)
-                td.set(field.key, torch.from_numpy(np.concatenate([np.asarray(x.view(name)) for x in leases])))
-                continue
-            # A numpy copy rather than tensor.clone(): numpy's allocations reuse freed heap
-            # memory, which saves the page faults of fresh pages (most of the cost for large
-            # observations; see docs/benchmarks.md).
-            td.set(field.key, tensor if self.zero_copy else torch.from_numpy(tensor.numpy().copy()))
+            if one_block:  # writable: torch warns about read-only buffers; the slots are leased
+                sources = [np.asarray(self.segment.batch_view(name, leases[0].slot, writable=True))]
+            else:
+                sources = [np.asarray(lease.view(name)) for lease in leases]
+            if owned is not None:
+                array, start = owned[field.key], 0
+                for source in sources:
+                    array[start : start + len(source)] = source
+                    start += len(source)
+            elif len(sources) == 1:
+                array = sources[0]
+            else:  # rings out of step after a restart: no single view exists, so a copy
+                array = np.concatenate(sources)
+            td.set(field.key, torch.from_numpy(array))
         for i, lease in enumerate(leases):
             if self._generation_ended(lease):
                 _mark_cut(td, slice(i * k, (i + 1) * k))
