@@ -64,6 +64,7 @@ impl FutexModel {
     /// Model of `wait`.
     pub fn wait(&self, word: &AtomicU32, expected: u32, _timeout: Duration) -> FutexWake {
         let guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        // SYNC POINT: SeqCst load under the model's lock, like the kernel's compare in FUTEX_WAIT.
         if word.load(crate::sync::Ordering::SeqCst) != expected {
             return FutexWake::Changed;
         }

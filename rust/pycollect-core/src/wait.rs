@@ -184,7 +184,7 @@ mod tests {
         let (ec2, flag2) = (Arc::clone(&ec), Arc::clone(&flag));
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(5));
-            flag2.store(1, Ordering::Release);
+            flag2.store(1, Ordering::Release); // SYNC POINT: publishes the condition before notify
             ec2.notify();
         });
         // A long slice: if the notify were lost the test would take ~10 s, not ~5 ms.
@@ -198,7 +198,7 @@ mod tests {
             &ec,
             &policy,
             d,
-            || flag.load(Ordering::Acquire) == 1,
+            || flag.load(Ordering::Acquire) == 1, // SYNC POINT: pairs with the store above
             || false,
         );
         t.join().unwrap();

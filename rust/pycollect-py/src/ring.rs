@@ -252,6 +252,8 @@ pub struct Lease {
 
 impl Lease {
     fn give_back(&self) -> PyResult<()> {
+        // SYNC POINT: AcqRel swap: exactly one caller (release() or Drop, on any thread)
+        // gives the slot back.
         if self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -301,6 +303,7 @@ impl Lease {
     /// Whether the slot has been given back.
     #[getter]
     fn released(&self) -> bool {
+        // SYNC POINT: Acquire pairs with the swap in give_back.
         self.released.load(Ordering::Acquire)
     }
 
