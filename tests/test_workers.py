@@ -290,3 +290,45 @@ def test_frames_per_batch_is_split_across_workers() -> None:
     with c:
         assert c.frames_per_batch == 52 and c.next_batch().batch_size == torch.Size([4, 13])
     assert np.isclose(c.stats()["frames"], 52)
+
+
+def test_knobs_work_the_same_with_workers() -> None:
+    def zero_policy(td):
+        return torch.zeros(td.batch_size[0], dtype=torch.int64)
+
+    with Collector(
+        CountingEnv,
+        zero_policy,
+        frames_per_batch=40,
+        envs_per_worker=2,
+        num_workers=2,
+        init_random_frames=40,
+        max_frames_per_traj=3,
+        env_kwargs={"length": 100, "n_actions": 3},
+        seed=0,
+    ) as c:
+        first, second = c.next_batch(), c.next_batch()
+    assert first["action"].unique().numel() > 1  # warm-up: random actions
+    assert (second["action"] == 0).all()  # then the policy
+    truncated = first["next", "truncated"][0, :, 0].tolist()
+    assert truncated[:6] == [False, False, True, False, False, True]  # max_frames_per_traj=3
+
+
+def test_reset_at_each_iter_and_split_trajs_with_workers() -> None:
+    with Collector(
+        CountingEnv,
+        frames_per_batch=24,
+        envs_per_worker=2,
+        num_workers=2,
+        reset_at_each_iter=True,
+        env_kwargs={"length": 4},
+        seed=0,
+    ) as c:
+        for _ in range(3):
+            batch = c.next_batch()
+            assert (batch["observation"][:, 0, 1] == 0).all()  # every rollout starts from a reset
+    with Collector(
+        CountingEnv, frames_per_batch=24, envs_per_worker=2, num_workers=2, split_trajs=True, env_kwargs={"length": 4}
+    ) as c:
+        batch = c.next_batch()
+    assert batch["collector", "mask"].sum() == 24 and batch.batch_size[1] <= 4
