@@ -287,20 +287,30 @@ def _pycollect(
         zero_copy=zero_copy,
         seed=0,
     )
-    try:
-        batch = collector.next_batch()
-        startup, startup_cpu = time.perf_counter() - t0, CPU.read() - cpu0
+
+    def every_worker_delivered(batch: Any) -> None:
         if num_workers and not sync:
             # Steady state starts once every worker has delivered: a worker's trajectory ids
             # are congruent to its index modulo the number of workers.
             seen = {int(batch["collector", "traj_ids"][0, 0]) % num_workers}
             while len(seen) < num_workers:
                 seen.add(int(collector.next_batch()["collector", "traj_ids"][0, 0]) % num_workers)
-        batches, got, times = max(1, round(frames / (rows * STEPS))), 0, []
+
+    batches = max(1, round(frames / (rows * STEPS)))
+    return _measure(collector, collector.next_batch, every_worker_delivered, batches, t0, cpu0)
+
+
+def _measure(collector: Any, next_batch: Any, warm_up: Any, batches: int, t0: float, cpu0: float) -> Result:
+    """Startup (to the first batch), ``batches`` timed batches after ``warm_up``, and close."""
+    try:
+        first = next_batch()
+        startup, startup_cpu = time.perf_counter() - t0, CPU.read() - cpu0
+        warm_up(first)
+        got, times = 0, []
         with Timer() as timer:
             for _ in range(batches):
                 b0 = time.perf_counter()
-                got += collector.next_batch().numel()
+                got += next_batch().numel()
                 times.append((time.perf_counter() - b0) * 1e3)
     finally:
         c0 = time.perf_counter()
@@ -396,24 +406,15 @@ def _torchrl(workload: Workload, k: int, frames: int, sync: bool) -> Result:
     per_batch = k * STEPS * (WORKERS if sync else 1)
     cpu0, t0 = CPU.read(), time.perf_counter()
     collector = cls([make] * WORKERS, policy, frames_per_batch=per_batch, total_frames=-1)
-    try:
-        iterator = iter(collector)
-        next(iterator)
-        startup, startup_cpu = time.perf_counter() - t0, CPU.read() - cpu0
+    iterator = iter(collector)
+
+    def every_worker_delivered(_first: Any) -> None:
         if not sync:
             for _ in range(WORKERS - 1):  # let every worker deliver once, as for pycollect async
                 next(iterator)
-        batches, got, times = max(1, round(frames / per_batch)), 0, []
-        with Timer() as timer:
-            for _ in range(batches):
-                b0 = time.perf_counter()
-                got += next(iterator).numel()
-                times.append((time.perf_counter() - b0) * 1e3)
-    finally:
-        c0 = time.perf_counter()
-        collector.shutdown()
-        close = time.perf_counter() - c0
-    return timer.result(got, startup_s=startup, startup_cpu_s=startup_cpu, close_s=close, batch_ms=times)
+
+    batches = max(1, round(frames / per_batch))
+    return _measure(collector, lambda: next(iterator), every_worker_delivered, batches, t0, cpu0)
 
 
 def torchrl_multi_sync(workload: Workload, k: int, frames: dict[str, int]) -> Result:
