@@ -24,6 +24,7 @@ from pycollect._keys import (
     NEXT_OBS_PREFIX,
     NEXT_TERMINATED,
     NEXT_TRUNCATED,
+    POLICY_VERSION,
     REWARD,
     TERMINATED,
     TRAJ_IDS,
@@ -61,6 +62,7 @@ def batch_fields(specs: EnvSpecs, outputs: tuple[PolicyOutput, ...] = ()) -> tup
     for key in (DONE, TERMINATED, TRUNCATED, NEXT_DONE, NEXT_TERMINATED, NEXT_TRUNCATED):
         fields.append(BatchField(key, _FLAG, np.dtype(np.bool_)))
     fields.append(BatchField(TRAJ_IDS, (), np.dtype(np.int64)))
+    fields.append(BatchField(POLICY_VERSION, (), np.dtype(np.int64)))
     taken = {field.key for field in fields}
     for output in outputs:
         if output.key in taken:

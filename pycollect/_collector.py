@@ -241,8 +241,6 @@ class Collector:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         weights = WeightsLayout.from_module(self.policy) if isinstance(self.policy, torch.nn.Module) else None
-        if weights is not None and weights.nbytes == 0:
-            weights = None
         spec = WorkerSpec(
             env_source=self.env_source,
             policy=policy_blob,
@@ -285,7 +283,7 @@ class Collector:
         self._check_open()
         engine = self._engine
         if isinstance(engine, InProcessEngine):
-            batch: TensorDictBase = engine.next_batch(random_actions=self.random_phase)
+            batch: TensorDictBase = engine.next_batch(self.random_phase, self.policy_version)
         else:
             batch = engine.next_batch()
         self._frames += batch.numel()
@@ -356,9 +354,9 @@ class Collector:
             raise ConfigError(f"worker_ids={worker_ids!r}: this collector's workers are {valid}")
         if policy_or_weights is not None:
             self._load_weights(policy_or_weights)
-        if isinstance(self._engine, WorkerPool) and isinstance(self.policy, torch.nn.Module):
-            self._engine.publish_weights(self.policy)
         self.policy_version += 1
+        if isinstance(self._engine, WorkerPool) and isinstance(self.policy, torch.nn.Module):
+            self._engine.publish_weights(self.policy, self.policy_version)
 
     def _load_weights(self, source: torch.nn.Module | TensorDictBase | Mapping[str, Any]) -> None:
         target = self.policy
@@ -400,11 +398,11 @@ class Collector:
             version = int(state_dict["policy_version"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"not a pycollect Collector state_dict: {exc!r}") from None
+        self._frames, self._batches, self.policy_version = frames, batches, version
         if "policy_state_dict" in state_dict:
             self._load_weights(state_dict["policy_state_dict"])
             if isinstance(self._engine, WorkerPool) and isinstance(self.policy, torch.nn.Module):
-                self._engine.publish_weights(self.policy)
-        self._frames, self._batches, self.policy_version = frames, batches, version
+                self._engine.publish_weights(self.policy, self.policy_version)
         if isinstance(self._engine, InProcessEngine) and "runner" in state_dict:
             self._engine.load_state(state_dict["runner"])
 

@@ -42,12 +42,12 @@ class InProcessEngine:
         self._batches = 0
         self._memory = RecycledMemory()
 
-    def next_batch(self, random_actions: bool) -> TensorDict:
-        """Collect one ``[K, T]`` batch."""
+    def next_batch(self, random_actions: bool, policy_version: int) -> TensorDict:
+        """Collect one ``[K, T]`` batch with the policy as it is now (``policy_version``)."""
         arrays = allocate(self.fields, self.runner.num_envs, self.steps, self._memory)
         if self.reset_at_each_iter and self._batches > 0:
             self.runner.reset()
-        self.runner.rollout(arrays, random_actions=random_actions)
+        self.runner.rollout(arrays, random_actions=random_actions, policy_version=policy_version)
         self._batches += 1
         return to_tensordict(arrays, self.storing_device)
 

@@ -11,6 +11,7 @@ __all__ = [
     "NEXT_TERMINATED",
     "NEXT_TRUNCATED",
     "OBS",
+    "POLICY_VERSION",
     "REWARD",
     "TERMINATED",
     "TRAJ_IDS",
@@ -33,3 +34,4 @@ NEXT_TERMINATED: Key = ("next", "terminated")
 NEXT_TRUNCATED: Key = ("next", "truncated")
 TRAJ_IDS: Key = ("collector", "traj_ids")
 MASK: Key = ("collector", "mask")
+POLICY_VERSION: Key = ("policy_version",)  # TorchRL's key when it tracks policy versions

@@ -257,10 +257,13 @@ class WorkerPool:
 
     # -- weights ---------------------------------------------------------------------------
 
-    def publish_weights(self, module: torch.nn.Module) -> int:
-        """Copy ``module``'s weights into the store; workers load them between rollouts."""
+    def publish_weights(self, module: torch.nn.Module, policy_version: int) -> int:
+        """Copy ``module``'s weights into the store; workers load them between rollouts.
+
+        Workers record ``policy_version`` on every frame they collect with these weights.
+        """
         assert self._weights is not None and self._writer is not None
-        data = self._weights.pack(module, self._weights_buffer)
+        data = self._weights.pack(module, self._weights_buffer, policy_version)
         return int(self._writer.publish(data))
 
     # -- lifetime --------------------------------------------------------------------------

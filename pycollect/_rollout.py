@@ -19,6 +19,7 @@ from pycollect._keys import (
     NEXT_OBS_PREFIX,
     NEXT_TERMINATED,
     NEXT_TRUNCATED,
+    POLICY_VERSION,
     REWARD,
     TRAJ_IDS,
     Key,
@@ -102,6 +103,7 @@ class EnvRunner:
         out: Mapping[Key, np.ndarray],
         random_actions: bool = False,
         on_step: Callable[[], None] | None = None,
+        policy_version: int = 0,
     ) -> None:
         """Step every environment ``T`` times, writing into ``out``.
 
@@ -111,6 +113,8 @@ class EnvRunner:
                 process they are views of a shared-memory slot.
             random_actions: Sample actions uniformly instead of calling the policy.
             on_step: Called once per step (a worker's heartbeat).
+            policy_version: The version of the policy weights this rollout is collected with;
+                weights never change within a rollout, so every step records the same one.
         """
         if not self._has_reset:
             self.reset()
@@ -123,6 +127,8 @@ class EnvRunner:
         for obs_array, _, current, _ in obs_out:
             obs_array[:, 0] = current
         actions_out, reward_out, traj_out = out[ACTION], out[REWARD], out[TRAJ_IDS]
+        if POLICY_VERSION in out:
+            out[POLICY_VERSION][...] = policy_version
         term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
         extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
         obs_views = [(key, out[key]) for key, _ in self._paths]

@@ -15,6 +15,7 @@ import torch
 __all__ = ["WeightEntry", "WeightsLayout"]
 
 _ALIGN = 64
+_HEADER = 64  # bytes before the first tensor: the policy version (int64), then padding
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,21 @@ class WeightsLayout:
     @staticmethod
     def from_module(module: torch.nn.Module) -> WeightsLayout:
         """Lay out ``module.state_dict()`` (parameters and buffers), 64-byte aligned."""
-        entries, offset = [], 0
+        entries, offset = [], _HEADER
         for name, tensor in module.state_dict().items():
             nbytes = tensor.numel() * tensor.element_size()
             entries.append(WeightEntry(name, tuple(tensor.shape), tensor.dtype, offset, nbytes))
             offset += -(-nbytes // _ALIGN) * _ALIGN
         return WeightsLayout(tuple(entries), offset)
 
-    def pack(self, module: torch.nn.Module, out: np.ndarray) -> memoryview:
-        """Copy the module's current weights into ``out`` (uint8); return the used bytes."""
+    def pack(self, module: torch.nn.Module, out: np.ndarray, version: int) -> memoryview:
+        """Copy the module's current weights and their ``version`` into ``out`` (uint8).
+
+        Returns:
+            The used bytes of ``out``.
+        """
         state = module.state_dict()
+        out[:8].view(np.int64)[0] = version
         flat = torch.from_numpy(out)
         for entry in self.entries:
             tensor = state[entry.name].detach()
@@ -56,8 +62,12 @@ class WeightsLayout:
                 flat[entry.offset : entry.offset + entry.nbytes].copy_(source)
         return out[: self.nbytes].data
 
-    def unpack(self, data: np.ndarray, module: torch.nn.Module) -> None:
-        """Copy weights from the flat bytes ``data`` into ``module``'s tensors, in place."""
+    def unpack(self, data: np.ndarray, module: torch.nn.Module) -> int:
+        """Copy weights from the flat bytes ``data`` into ``module``'s tensors, in place.
+
+        Returns:
+            The policy version they were packed with.
+        """
         state = module.state_dict()
         flat = torch.from_numpy(data)
         with torch.no_grad():
@@ -66,3 +76,4 @@ class WeightsLayout:
                     continue
                 raw = flat[entry.offset : entry.offset + entry.nbytes]
                 state[entry.name].copy_(raw.view(entry.dtype).reshape(entry.shape))
+        return int(data[:8].view(np.int64)[0])

@@ -103,7 +103,8 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
         producer = segment.producer(worker, generation)
         reader = segment.weights_reader(worker) if spec.weights is not None else None
         weights_buffer = np.empty(spec.weights.nbytes if spec.weights is not None else 0, np.uint8)
-        weights_version = 0
+        weights_version = 0  # the store's version, to notice new weights
+        policy_version = 0  # the trainer's version of the weights in use
         frames_per_round = k * spec.steps * w
         control.state = "running"
         rollouts = 0
@@ -121,11 +122,11 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
                 if got is not None:
                     weights_version = got[0]
                     assert spec.weights is not None
-                    spec.weights.unpack(weights_buffer, policy)
+                    policy_version = spec.weights.unpack(weights_buffer, policy)
             if spec.reset_at_each_iter and rollouts > 0:
                 runner.reset()
             random = policy is None or rollouts * frames_per_round < spec.init_random_frames
-            runner.rollout(slots[slot], random_actions=random, on_step=control.beat)
+            runner.rollout(slots[slot], random_actions=random, on_step=control.beat, policy_version=policy_version)
             producer.commit(slot)
             rollouts += 1
     finally:

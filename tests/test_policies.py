@@ -105,8 +105,9 @@ def _fill(policy: nn.Module, value: float) -> nn.Module:
 def test_update_policy_weights_copies_weights_and_bumps_version() -> None:
     policy = _fill(_greedy_policy(), 0.0)
     with Collector("CartPole-v1", policy, frames_per_batch=8) as c:
+        assert (c.next_batch()["policy_version"] == 0).all()
         c.update_policy_weights_()
-        assert c.policy_version == 1
+        assert c.policy_version == 1 and (c.next_batch()["policy_version"] == 1).all()
         c.update_policy_weights_(_fill(_greedy_policy(), 1.0))  # a module
         assert all((p == 1.0).all() for p in policy.parameters()) and c.policy_version == 2
         c.update_policy_weights_(TensorDict.from_module(_fill(_greedy_policy(), 2.0)))  # a TensorDict

@@ -108,8 +108,14 @@ def test_policy_weights_reach_the_workers() -> None:
             policy.bias.fill_(1.0)
         c.update_policy_weights_()
         # workers run at most one rollout ahead, so the batch after next uses the new weights
-        actions = [c.next_batch()["action"] for _ in range(3)]
-    assert (actions[-1] == 1).all() and c.policy_version == 1
+        batches = [c.next_batch() for _ in range(3)]
+    assert (batches[-1]["action"] == 1).all() and c.policy_version == 1
+    # every frame records the version of the weights it was collected with
+    assert (batches[-1]["policy_version"] == 1).all()
+    for batch in batches:
+        version = batch["policy_version"]
+        assert ((version == 0) | (version == 1)).all()
+        assert torch.equal(batch["action"] == 1, (version == 1).expand_as(batch["action"]))
 
 
 def _worker_pids(c: Collector) -> list[int]:
