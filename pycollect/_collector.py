@@ -227,12 +227,11 @@ class Collector:
         )
         self.fields = batch_fields(self.specs, actions.outputs)
         try:
-            env_blob = cloudpickle.dumps(self.env_source)
+            cloudpickle.dumps(self.env_source)  # fail here, naming the env, not in a worker
         except Exception as exc:
             raise ConfigError(
                 f"env {self.env_source.describe()!r} cannot be pickled for worker processes: {exc}"
             ) from exc
-        del env_blob
         try:
             policy_blob = None if self.policy is None else cloudpickle.dumps(self.policy)
         except Exception as exc:

@@ -748,6 +748,13 @@ mod imp {
 
     // ------------------------------------------------------------ criterion
 
+    /// Wall time of `run(iters)`, for criterion's `iter_custom`.
+    fn timed(iters: u64, mut run: impl FnMut(u64)) -> Duration {
+        let t = Instant::now();
+        run(iters);
+        t.elapsed()
+    }
+
     fn criterion_benches(c: &mut Criterion) {
         {
             let mut g = c.benchmark_group("round_trip");
@@ -759,20 +766,12 @@ mod imp {
                     let mut p = ShmPeer::echo(pol, place);
                     let id = BenchmarkId::new(format!("shm_{}", pol.name()), place.slug());
                     g.bench_function(id, |b| {
-                        b.iter_custom(|iters| {
-                            let t = Instant::now();
-                            (0..iters).for_each(|_| p.round_trip());
-                            t.elapsed()
-                        })
+                        b.iter_custom(|iters| timed(iters, |n| (0..n).for_each(|_| p.round_trip())))
                     });
                 }
                 let mut p = PipePeer::echo(place);
                 g.bench_function(BenchmarkId::new("pipe", place.slug()), |b| {
-                    b.iter_custom(|iters| {
-                        let t = Instant::now();
-                        (0..iters).for_each(|_| p.round_trip());
-                        t.elapsed()
-                    })
+                    b.iter_custom(|iters| timed(iters, |n| (0..n).for_each(|_| p.round_trip())))
                 });
             }
             g.finish();
@@ -789,26 +788,14 @@ mod imp {
                     g.bench_with_input(
                         BenchmarkId::new(format!("shm{suffix}"), size),
                         &size,
-                        |b, _| {
-                            b.iter_custom(|iters| {
-                                let t = Instant::now();
-                                p.stream(iters);
-                                t.elapsed()
-                            })
-                        },
+                        |b, _| b.iter_custom(|iters| timed(iters, |n| p.stream(n))),
                     );
                     drop(p);
                     let mut p = PipePeer::sink(size, chunk, place);
                     g.bench_with_input(
                         BenchmarkId::new(format!("pipe{suffix}"), size),
                         &size,
-                        |b, _| {
-                            b.iter_custom(|iters| {
-                                let t = Instant::now();
-                                p.stream(iters);
-                                t.elapsed()
-                            })
-                        },
+                        |b, _| b.iter_custom(|iters| timed(iters, |n| p.stream(n))),
                     );
                 }
             }
