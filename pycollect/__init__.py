@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from pycollect._core import __version__
-from pycollect._errors import (
+from pycollect.exceptions import (
     CollectorClosedError,
     ConfigError,
     LayoutMismatchError,
@@ -25,24 +25,24 @@ from pycollect._errors import (
 )
 
 if TYPE_CHECKING:
-    from pycollect._backends import EnvBackend, GymLikeEnv, backend_names
-    from pycollect._collector import Collector
-    from pycollect._episodes import EpisodeRecord
-    from pycollect._seeding import env_seeds
-    from pycollect._specs import EnvSpecs, FieldSpec, specs_from_spaces
+    from pycollect._batch.episodes import EpisodeRecord
+    from pycollect._rollout.seeding import env_seeds
+    from pycollect.collector import Collector
+    from pycollect.envs.source import EnvBackend, GymLikeEnv, backend_names
+    from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
 
 # Imported on first use: a worker process imports this package too, and one with a random
 # policy should not pay for importing torch and tensordict.
 _LAZY = {
-    "Collector": "pycollect._collector",
-    "EnvBackend": "pycollect._backends",
-    "GymLikeEnv": "pycollect._backends",
-    "backend_names": "pycollect._backends",
-    "EpisodeRecord": "pycollect._episodes",
-    "env_seeds": "pycollect._seeding",
-    "EnvSpecs": "pycollect._specs",
-    "FieldSpec": "pycollect._specs",
-    "specs_from_spaces": "pycollect._specs",
+    "Collector": "pycollect.collector",
+    "EnvBackend": "pycollect.envs.source",
+    "GymLikeEnv": "pycollect.envs.source",
+    "backend_names": "pycollect.envs.source",
+    "EpisodeRecord": "pycollect._batch.episodes",
+    "env_seeds": "pycollect._rollout.seeding",
+    "EnvSpecs": "pycollect.envs.specs",
+    "FieldSpec": "pycollect.envs.specs",
+    "specs_from_spaces": "pycollect.envs.specs",
 }
 
 

@@ -1,7 +1,7 @@
 """The worker process: ``python -m pycollect.worker``, started by a collector's supervisor.
 
 A worker attaches to the collector's shared-memory segment, builds its environments and
-policy from the :class:`~pycollect._workerspec.WorkerSpec`, and then loops: claim a free slot
+policy from the :class:`~pycollect._engines.workers.spec.WorkerSpec`, and then loops: claim a free slot
 of its ring, step every environment ``T`` times writing transitions straight into the slot,
 commit it. Between rollouts it picks up new policy weights. It beats a heartbeat every step
 (and while it waits for a free slot), so the supervisor can tell a hung worker from a busy
@@ -63,10 +63,10 @@ def _watch_lifeline(fd: int) -> None:
 def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
     import numpy as np
 
-    from pycollect._actions import action_source
-    from pycollect._rollout import EnvRunner
-    from pycollect._seeding import action_rng, env_seeds
-    from pycollect._workerspec import field_name, read_spec
+    from pycollect._engines.workers.spec import field_name, read_spec
+    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.runner import EnvRunner
+    from pycollect._rollout.seeding import action_rng, env_seeds
 
     spec = read_spec(int(os.environ["PYCOLLECT_SPEC_FD"]))
     if segment.layout_hash != spec.layout_hash:

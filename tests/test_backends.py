@@ -6,7 +6,7 @@ import pytest
 from envs import CountingEnv
 
 from pycollect import ConfigError, UnknownBackendError, UnknownEnvError, backend_names
-from pycollect._backends import resolve_env
+from pycollect.envs.source import resolve_env
 
 
 def test_builtin_backends_are_registered() -> None:

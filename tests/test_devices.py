@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pycollect import ConfigError
-from pycollect._devices import policy_device, resolve_device
+from pycollect.devices.arguments import policy_device, resolve_device
 
 
 def test_cpu_and_bad_values() -> None:

@@ -63,8 +63,8 @@ def test_a_random_policy_worker_does_not_import_torch() -> None:
     import sys
 
     code = (
-        "import sys, pycollect.worker, pycollect._workerspec, pycollect._rollout, pycollect._actions, "
-        "pycollect._seeding, pycollect._backends; print('torch' in sys.modules, 'tensordict' in sys.modules)"
+        "import sys, pycollect.worker, pycollect._engines.workers.spec, pycollect._rollout.runner, pycollect._rollout.actions, "
+        "pycollect._rollout.seeding, pycollect.envs.source; print('torch' in sys.modules, 'tensordict' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["False", "False"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pycollect import Collector
-from pycollect._recycle import RecycledMemory
+from pycollect._batch.recycle import RecycledMemory
 
 
 def _address(array: np.ndarray) -> int:

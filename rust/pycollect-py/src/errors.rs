@@ -1,14 +1,14 @@
 //! The one place where native errors become Python exceptions.
 //!
-//! The exception classes are defined in Python (`pycollect._errors`), so every error the
+//! The exception classes are defined in Python (`pycollect.exceptions`), so every error the
 //! package raises shares the `PyCollectError` root; here we only pick the class.
 
 use pycollect_core::{CommandError, RingError, SegmentError, WeightsError};
 use pyo3::exceptions::PyValueError;
 use pyo3::PyErr;
 
-pyo3::import_exception!(pycollect._errors, TransportError);
-pyo3::import_exception!(pycollect._errors, LayoutMismatchError);
+pyo3::import_exception!(pycollect.exceptions, TransportError);
+pyo3::import_exception!(pycollect.exceptions, LayoutMismatchError);
 
 /// Converts any core error into the matching Python exception.
 pub(crate) trait IntoPyErr {

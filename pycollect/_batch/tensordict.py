@@ -15,8 +15,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from pycollect._actions import PolicyOutput
-from pycollect._keys import (
+from pycollect._batch.recycle import RecycledMemory
+from pycollect._rollout.actions import PolicyOutput
+from pycollect._rollout.keys import (
     ACTION,
     DONE,
     MASK,
@@ -31,8 +32,7 @@ from pycollect._keys import (
     TRUNCATED,
     Key,
 )
-from pycollect._recycle import RecycledMemory
-from pycollect._specs import EnvSpecs
+from pycollect.envs.specs import EnvSpecs
 
 __all__ = ["BatchField", "allocate", "batch_fields", "split_trajectories", "to_tensordict"]
 
@@ -78,7 +78,7 @@ def allocate(fields: tuple[BatchField, ...], rows: int, steps: int, memory: Recy
     """Arrays of shape ``[rows, steps, *shape]`` for every field, for a caller-owned batch.
 
     They come from ``memory`` (reused once a previous batch is released). Only the fields a
-    rollout never writes are zeroed: :meth:`~pycollect._rollout.EnvRunner.rollout` writes
+    rollout never writes are zeroed: :meth:`~pycollect._rollout.runner.EnvRunner.rollout` writes
     every element of the others, and so does a copy out of shared memory.
     """
     arrays = memory.arrays([((rows, steps, *field.shape), field.dtype) for field in fields])

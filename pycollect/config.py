@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pycollect._errors import ConfigError
+from pycollect.exceptions import ConfigError
 
 __all__ = ["non_negative_int", "optional_positive_int", "positive_int", "seed_arg", "total_frames_arg"]
 

@@ -6,8 +6,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pycollect._backends.base import EnvBackend, GymLikeEnv
-from pycollect._errors import ConfigError, UnknownEnvError
+from pycollect.envs.backend import EnvBackend, GymLikeEnv
+from pycollect.exceptions import ConfigError, UnknownEnvError
 
 __all__ = ["CallableBackend"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from pycollect._errors import ConfigError
+from pycollect.exceptions import ConfigError
 
 __all__ = ["policy_device", "resolve_device"]
 

@@ -11,9 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from pycollect._actions import ActionSource
-from pycollect._backends import GymLikeEnv
-from pycollect._keys import (
+from pycollect._rollout.actions import ActionSource
+from pycollect._rollout.keys import (
     ACTION,
     NEXT_DONE,
     NEXT_OBS_PREFIX,
@@ -24,7 +23,8 @@ from pycollect._keys import (
     TRAJ_IDS,
     Key,
 )
-from pycollect._specs import EnvSpecs, read_leaf
+from pycollect.envs.backend import GymLikeEnv
+from pycollect.envs.specs import EnvSpecs, read_leaf
 
 __all__ = ["EnvRunner"]
 

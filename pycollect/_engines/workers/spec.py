@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from pycollect._backends import EnvSource
-from pycollect._keys import Key
+from pycollect._rollout.keys import Key
+from pycollect.envs.source import EnvSource
 
 if TYPE_CHECKING:
-    from pycollect._weights import WeightsLayout
+    from pycollect.weights.layout import WeightsLayout
 
 __all__ = ["WorkerSpec", "field_name", "read_spec", "write_spec"]
 

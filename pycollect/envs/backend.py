@@ -6,7 +6,7 @@ import abc
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from pycollect._specs import EnvSpecs, specs_from_spaces
+from pycollect.envs.specs import EnvSpecs, specs_from_spaces
 
 __all__ = ["EnvBackend", "GymLikeEnv"]
 

@@ -16,10 +16,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from pycollect._actions import PolicyOutput, RandomActions
-from pycollect._errors import PolicyError
-from pycollect._keys import Key
-from pycollect._specs import EnvSpecs, FieldSpec
+from pycollect._rollout.actions import PolicyOutput, RandomActions
+from pycollect._rollout.keys import Key
+from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect.exceptions import PolicyError
 
 __all__ = ["Policy", "PolicyRunner"]
 

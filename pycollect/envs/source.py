@@ -6,11 +6,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pycollect._backends.base import EnvBackend, GymLikeEnv
-from pycollect._backends.factory import CallableBackend
-from pycollect._backends.gymnasium import GymnasiumBackend
-from pycollect._errors import ConfigError, UnknownBackendError
-from pycollect._specs import EnvSpecs
+from pycollect.default_plugins.callable_backend import CallableBackend
+from pycollect.default_plugins.gymnasium_backend import GymnasiumBackend
+from pycollect.envs.backend import EnvBackend, GymLikeEnv
+from pycollect.envs.specs import EnvSpecs
+from pycollect.exceptions import ConfigError, UnknownBackendError
 
 __all__ = ["EnvBackend", "EnvSource", "GymLikeEnv", "backend_names", "get_backend", "resolve_env"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from pycollect._backends.base import EnvBackend, GymLikeEnv
-from pycollect._errors import UnknownEnvError
+from pycollect.envs.backend import EnvBackend, GymLikeEnv
+from pycollect.exceptions import UnknownEnvError
 
 __all__ = ["GymnasiumBackend"]
 

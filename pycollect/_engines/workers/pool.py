@@ -28,12 +28,12 @@ import torch
 from tensordict import TensorDict
 
 from pycollect import _core
-from pycollect._batch import BatchField, allocate
-from pycollect._errors import WorkerCrashedError
-from pycollect._keys import NEXT_DONE, NEXT_TRUNCATED
-from pycollect._recycle import RecycledMemory
-from pycollect._weights import WeightsLayout
-from pycollect._workerspec import WorkerSpec, field_name, write_spec
+from pycollect._batch.recycle import RecycledMemory
+from pycollect._batch.tensordict import BatchField, allocate
+from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
+from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED
+from pycollect.exceptions import WorkerCrashedError
+from pycollect.weights.layout import WeightsLayout
 
 __all__ = ["PoolOptions", "WorkerPool"]
 

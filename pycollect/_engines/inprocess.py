@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from pycollect._batch import BatchField, allocate, to_tensordict
-from pycollect._recycle import RecycledMemory
-from pycollect._rollout import EnvRunner
+from pycollect._batch.recycle import RecycledMemory
+from pycollect._batch.tensordict import BatchField, allocate, to_tensordict
+from pycollect._rollout.runner import EnvRunner
 
 __all__ = ["InProcessEngine"]
 

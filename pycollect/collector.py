@@ -14,21 +14,21 @@ import cloudpickle
 import torch
 from tensordict import TensorDictBase
 
-from pycollect import _checks
-from pycollect._actions import action_source
-from pycollect._backends import EnvSource, resolve_env
-from pycollect._batch import BatchField, batch_fields, split_trajectories
-from pycollect._devices import policy_device, resolve_device
-from pycollect._episodes import EpisodeRecord
-from pycollect._errors import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
-from pycollect._inprocess import InProcessEngine
-from pycollect._policy import Policy
-from pycollect._pool import PoolOptions, WorkerPool
-from pycollect._rollout import EnvRunner
-from pycollect._seeding import action_rng, env_seeds
-from pycollect._specs import EnvSpecs
-from pycollect._weights import WeightsLayout
-from pycollect._workerspec import WorkerSpec
+from pycollect import config as _checks
+from pycollect._batch.episodes import EpisodeRecord
+from pycollect._batch.tensordict import BatchField, batch_fields, split_trajectories
+from pycollect._engines.inprocess import InProcessEngine
+from pycollect._engines.workers.pool import PoolOptions, WorkerPool
+from pycollect._engines.workers.spec import WorkerSpec
+from pycollect._rollout.actions import action_source
+from pycollect._rollout.policy import Policy
+from pycollect._rollout.runner import EnvRunner
+from pycollect._rollout.seeding import action_rng, env_seeds
+from pycollect.devices.arguments import policy_device, resolve_device
+from pycollect.envs.source import EnvSource, resolve_env
+from pycollect.envs.specs import EnvSpecs
+from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
+from pycollect.weights.layout import WeightsLayout
 
 _RESTART_POLICIES = ("permanent", "transient", "never")
 _LIVE: weakref.WeakSet[Collector] = weakref.WeakSet()

@@ -1,8 +1,8 @@
 """Where actions come from, seen from the stepping loop (no torch needed here).
 
-:class:`~pycollect._rollout.EnvRunner` asks an :class:`ActionSource` for one action batch
+:class:`~pycollect._rollout.runner.EnvRunner` asks an :class:`ActionSource` for one action batch
 per step. :class:`RandomActions` samples uniformly from the action space with numpy alone,
-so a worker with ``policy=None`` never imports torch; :class:`~pycollect._policy.PolicyRunner`
+so a worker with ``policy=None`` never imports torch; :class:`~pycollect._rollout.policy.PolicyRunner`
 calls a user policy.
 """
 
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pycollect._keys import Key
-from pycollect._specs import EnvSpecs, FieldSpec
+from pycollect._rollout.keys import Key
+from pycollect.envs.specs import EnvSpecs, FieldSpec
 
 if TYPE_CHECKING:
     import torch
@@ -83,18 +83,18 @@ class RandomActions:
 def action_source(
     policy: Any, specs: EnvSpecs, num_envs: int, device: torch.device | None, rng: np.random.Generator
 ) -> ActionSource:
-    """Random actions for ``policy=None``, else a :class:`~pycollect._policy.PolicyRunner`.
+    """Random actions for ``policy=None``, else a :class:`~pycollect._rollout.policy.PolicyRunner`.
 
     torch is imported only in the second case, which keeps a random-policy worker's start-up
     to numpy and gymnasium.
 
     Raises:
-        PolicyError: The policy does not fit (see :class:`~pycollect._policy.PolicyRunner`).
+        PolicyError: The policy does not fit (see :class:`~pycollect._rollout.policy.PolicyRunner`).
     """
     if policy is None:
         return RandomActions(specs.action, num_envs, rng)
     import torch
 
-    from pycollect._policy import PolicyRunner
+    from pycollect._rollout.policy import PolicyRunner
 
     return PolicyRunner(policy, specs, num_envs, device or torch.device("cpu"), rng)

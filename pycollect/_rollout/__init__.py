@@ -1,0 +1,1 @@
+"""Work in progress: this package is being carved out (see docs/architecture.md)."""

@@ -1,0 +1,143 @@
+"""The pycollect exception hierarchy.
+
+Every error pycollect raises on purpose derives from :class:`PyCollectError`, so callers can
+catch one type; each subclass is one reason a user can act on. Errors about bad arguments also
+derive from :class:`ValueError` so that generic code that expects one keeps working. Errors of
+the native module (``pycollect._core``) are mapped onto these classes in one place, the
+bindings' ``errors.rs``::
+
+    PyCollectError
+    ├── ConfigError (ValueError)          a bad argument, before anything runs
+    │   ├── UnknownEnvError               the backend does not know the env
+    │   ├── UnknownBackendError           no env backend has that name
+    │   ├── UnknownSchemeError            no weight-sync scheme has that name
+    │   ├── UnknownDevicePolicyError      no device placement policy has that name
+    │   ├── UnsupportedSpaceError         a space that cannot be laid out in a batch
+    │   ├── PolicyError                   the policy does not fit the env
+    │   └── EnvCreationError              the env's constructor raised
+    ├── PluginError                       a plugin failed to import or to register
+    ├── CollectorClosedError (RuntimeError)
+    ├── TransportError (RuntimeError)     the shared-memory transport failed
+    │   ├── LayoutMismatchError           a segment of another layout or build
+    │   └── BufferExportError (BufferError)
+    ├── SupervisorError (RuntimeError)    worker processes could not be started or stopped
+    └── WorkerCrashedError (RuntimeError) a worker died and its restart policy gave up
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BufferExportError",
+    "CollectorClosedError",
+    "ConfigError",
+    "EnvCreationError",
+    "LayoutMismatchError",
+    "PluginError",
+    "PolicyError",
+    "PyCollectError",
+    "PyCollectWarning",
+    "SupervisorError",
+    "TransportError",
+    "UnknownBackendError",
+    "UnknownDevicePolicyError",
+    "UnknownEnvError",
+    "UnknownSchemeError",
+    "UnsupportedSpaceError",
+    "WorkerCrashedError",
+]
+
+
+class PyCollectError(Exception):
+    """Base class of every error raised by pycollect."""
+
+
+class ConfigError(PyCollectError, ValueError):
+    """An argument or option has a bad value; raised before anything starts running."""
+
+
+class UnknownEnvError(ConfigError):
+    """The env id is not known to the env backend that was asked to build it."""
+
+
+class UnknownBackendError(ConfigError):
+    """The prefix of an env spec (``"<backend>:<id>"``) names no registered env backend."""
+
+
+class UnknownSchemeError(ConfigError):
+    """``weight_sync`` names no registered weight-sync scheme."""
+
+
+class UnknownDevicePolicyError(ConfigError):
+    """``device_policy`` names no registered device placement policy."""
+
+
+class UnsupportedSpaceError(ConfigError):
+    """An observation or action space has a type pycollect cannot lay out in a batch."""
+
+
+class PolicyError(ConfigError):
+    """The policy cannot be used.
+
+    It fails on an example observation, or its output does not fit the action space.
+    """
+
+
+class EnvCreationError(ConfigError):
+    """Building an environment raised; the message names the env, its kwargs and the error."""
+
+
+class PluginError(PyCollectError):
+    """A plugin could not be used: it failed to import or to register, or it clashes with another.
+
+    Attributes:
+        plugin: The name of the plugin at fault (its entry-point name, or the module of a
+            built-in plugin).
+    """
+
+    def __init__(self, message: str, *, plugin: str) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+
+
+class CollectorClosedError(PyCollectError, RuntimeError):
+    """The collector was used after :meth:`~pycollect.Collector.shutdown`."""
+
+
+class TransportError(PyCollectError, RuntimeError):
+    """The shared-memory transport failed (a system call, a corrupt slot, a full store)."""
+
+
+class LayoutMismatchError(TransportError):
+    """A process tried to attach to a segment built with another layout or pycollect version."""
+
+
+class BufferExportError(TransportError, BufferError):
+    """A view of shared memory could not be exported (e.g. a writable view of a read-only slot)."""
+
+
+class SupervisorError(PyCollectError, RuntimeError):
+    """Worker processes could not be started, watched or stopped (a failed spawn, a system call)."""
+
+
+class WorkerCrashedError(PyCollectError, RuntimeError):
+    """A worker process died (or hung) and its restart policy gave up on it.
+
+    The message carries the worker's own exception type, message and traceback when the
+    worker could write them (an exception in an environment or policy); otherwise how the
+    process ended (a signal, an exit code, a hang).
+
+    Attributes:
+        worker: Index of the worker.
+        generation: The generation that ended last.
+        error: The text the worker wrote (``"Type: message"``, then its traceback), or None.
+    """
+
+    def __init__(self, message: str, *, worker: int, generation: int, error: str | None) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.generation = generation
+        self.error = error
+
+
+class PyCollectWarning(UserWarning):
+    """Base class of warnings issued by pycollect."""
