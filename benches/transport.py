@@ -100,7 +100,7 @@ def flat_u8(view: Any) -> np.ndarray:
 def shm_child(role: str, fd: int, cpu: int | None, spin: bool) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    seg = _core.Segment.attach(fd)
+    seg = _core.Segment.attach(fd, timeout_s=10)
     cons = seg.consumer(0)
     size = seg.fields()[0][2][0]
     sink = np.empty(size, dtype=np.uint8)
@@ -150,7 +150,14 @@ class ShmPeer:
 
     def __init__(self, role: str, size: int, slots: int, child_cpu: int | None, spin: bool = False):
         self.seg = _core.Segment.create(
-            [("payload", "uint8", (size,))], n_workers=2, envs_per_worker=1, steps=1, slots_per_worker=slots
+            [("payload", "uint8", (size,))],
+            n_workers=2,
+            envs_per_worker=1,
+            steps=1,
+            slots_per_worker=slots,
+            weights_capacity=0,
+            weights_buffers=3,
+            backing="auto",
         )
         fd = self.seg.fd
         cmd = [sys.executable, __file__, "--child", role, "--fd", str(fd)]

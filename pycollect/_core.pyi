@@ -5,18 +5,39 @@ worker, control blocks, command rings and a weights store. All blocking calls re
 GIL, wait in slices of at most 50 ms, run Python signal handlers between slices (so Ctrl-C
 raises KeyboardInterrupt promptly), and return early (``None``) when the segment's shutdown
 flag is set.
-Native errors are raised as :class:`pycollect.TransportError` or its subclass
-:class:`pycollect.LayoutMismatchError` (attach with a different magic, ABI or layout hash);
-bad arguments raise ValueError naming the value.
+Every error is a :class:`pycollect.PyCollectError`, mapped in one place (the bindings'
+``errors.rs``): a bad argument raises :class:`pycollect.ConfigError` (a ValueError) naming the
+value; a segment of another magic, ABI or layout :class:`pycollect.LayoutMismatchError`; a
+runtime failure of the transport (a system call, a corrupt slot, a publish timeout)
+:class:`pycollect.TransportError`; a refused buffer export
+:class:`pycollect.exceptions.BufferExportError`; worker processes that cannot be started or
+stopped :class:`pycollect.exceptions.SupervisorError`.
+
+No policy default lives here: every setting is a required argument (the defaults are in
+Python). Wait methods take ``timeout_s=None``, meaning no deadline.
 """
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias, final
+from typing import Literal, TypeAlias, final
 
 from typing_extensions import Buffer
 
 __version__: str
 ABI_VERSION: int
+
+# The contract a worker process is started with (see :class:`Supervisor`).
+CHILD_LIFELINE_FD: int
+"""fd number of the lifeline in every worker (3)."""
+CHILD_SEGMENT_FD: int
+"""fd number of the segment in every worker (4)."""
+ENV_WORKER: str
+"""Environment variable with the worker's index ("PYCOLLECT_WORKER")."""
+ENV_GENERATION: str
+"""Environment variable with the worker's generation, 1 for the first start ("PYCOLLECT_GENERATION")."""
+ENV_SEGMENT_FD: str
+"""Environment variable with the segment's fd number ("PYCOLLECT_SEGMENT_FD")."""
+ENV_LIFELINE_FD: str
+"""Environment variable with the lifeline's fd number ("PYCOLLECT_LIFELINE_FD")."""
 
 FieldDef: TypeAlias = tuple[str, str, tuple[int, ...]]
 """(name, dtype name, per-step shape). dtype names: uint8 int8 int16 int32 int64 uint16 uint32
@@ -33,16 +54,19 @@ class Segment:
         n_workers: int,
         envs_per_worker: int,
         steps: int,
-        slots_per_worker: int = 2,
-        weights_capacity: int = 0,
-        weights_buffers: int = 3,
-        backing: str = "auto",  # "auto" | "memfd" | "named"
+        slots_per_worker: int,
+        weights_capacity: int,
+        weights_buffers: int,
+        backing: Literal["auto", "memfd", "named"],
     ) -> Segment: ...
     @staticmethod
-    def attach(fd: int, *, expected_layout_hash: int | None = None, timeout_s: float = 10.0) -> Segment:
-        """Attach to a segment whose fd this process inherited (the fd is dup'ed)."""
+    def attach(fd: int, *, timeout_s: float, expected_layout_hash: int | None = None) -> Segment:
+        """Attach to a segment whose fd this process inherited (the fd is dup'ed).
+
+        Waits up to ``timeout_s`` for the creator to mark it ready.
+        """
     @staticmethod
-    def attach_named(name: str, *, expected_layout_hash: int | None = None, timeout_s: float = 10.0) -> Segment: ...
+    def attach_named(name: str, *, timeout_s: float, expected_layout_hash: int | None = None) -> Segment: ...
     @property
     def fd(self) -> int: ...
     @property
@@ -211,8 +235,11 @@ class CommandReceiver:
 class WeightsWriter:
     @property
     def capacity(self) -> int: ...
-    def publish(self, data: Buffer, timeout_s: float = 5.0) -> int:
-        """Copy ``data`` into a free buffer (GIL released) and publish; returns the version."""
+    def publish(self, data: Buffer, timeout_s: float) -> int:
+        """Copy ``data`` into a free buffer (GIL released) and publish; returns the version.
+
+        Waits up to ``timeout_s`` for a buffer no reader holds (TransportError after that).
+        """
     @property
     def latest_version(self) -> int: ...
 
@@ -223,14 +250,118 @@ class WeightsReader:
     def read_into(self, out: Buffer) -> tuple[int, int] | None:
         """Copy the latest weights into the writable buffer ``out``; (version, nbytes) or None."""
 
+WorkerEventKind: TypeAlias = Literal["started", "exited", "spawn_failed", "restarting", "gave_up"]
+WorkerState: TypeAlias = Literal["running", "backingoff", "stopped", "gaveup", "shutdown"]
+ExitReason: TypeAlias = Literal["exit", "signal", "hung"]
+EndingKind: TypeAlias = Literal["not_running", "exited", "terminated", "killed", "unreaped"]
+
+@final
+class WorkerExit:
+    """How one generation of a worker ended."""
+
+    @property
+    def generation(self) -> int: ...
+    @property
+    def pid(self) -> int:
+        """Its pid (already reaped: do not signal it)."""
+    @property
+    def reason(self) -> ExitReason:
+        """Why it is considered ended.
+
+        exit: it ended by itself; signal: a signal the supervisor did not send; hung: its
+        heartbeat stopped and the supervisor killed it.
+        """
+    @property
+    def code(self) -> int | None:
+        """Exit status, if it exited."""
+    @property
+    def signal(self) -> int | None:
+        """Signal number, if a signal ended it."""
+
+@final
+class WorkerEvent:
+    """One change in a worker's life, in the order it happened.
+
+    Which optional fields are set depends on ``kind``: ``pid`` (started, exited), ``exit``
+    (exited), ``error`` (spawn_failed), ``after_s`` (restarting), ``restarts`` (gave_up).
+    """
+
+    @property
+    def kind(self) -> WorkerEventKind: ...
+    @property
+    def worker(self) -> int: ...
+    @property
+    def generation(self) -> int:
+        """The generation concerned; for restarting, the generation it will get."""
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def exit(self) -> WorkerExit | None: ...
+    @property
+    def error(self) -> str | None:
+        """Why the spawn failed."""
+    @property
+    def after_s(self) -> float | None:
+        """Backoff before the restart."""
+    @property
+    def restarts(self) -> int | None:
+        """Restarts of this worker in total, when the policy gave up."""
+
+@final
+class WorkerStats:
+    """A snapshot of one worker."""
+
+    @property
+    def worker(self) -> int: ...
+    @property
+    def state(self) -> WorkerState: ...
+    @property
+    def pid(self) -> int | None:
+        """Pid of the running process, if one runs."""
+    @property
+    def generation(self) -> int:
+        """Current (or last) generation; the first is 1."""
+    @property
+    def restarts(self) -> int: ...
+    @property
+    def last_exit(self) -> WorkerExit | None:
+        """How the previous generation ended."""
+    @property
+    def last_error(self) -> str | None:
+        """The error text (type, message, traceback) the worker last wrote, if any."""
+
+@final
+class WorkerEnding:
+    """How one worker ended during :meth:`Supervisor.shutdown`."""
+
+    @property
+    def worker(self) -> int: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def pid(self) -> int | None:
+        """Pid of the process that was running at shutdown, if any."""
+    @property
+    def ending(self) -> EndingKind:
+        """How it ended.
+
+        not_running, exited (within the grace period), terminated (after SIGTERM), killed
+        (after SIGKILL) or unreaped (still not reaped after SIGKILL).
+        """
+    @property
+    def code(self) -> int | None: ...
+    @property
+    def signal(self) -> int | None: ...
+
 @final
 class Supervisor:
     """The worker processes of one segment: started in parallel, watched, restarted, stopped.
 
-    Each child runs ``argv`` with ``env`` plus ``PYCOLLECT_WORKER``, ``PYCOLLECT_GENERATION``,
-    ``PYCOLLECT_SEGMENT_FD`` (the segment at fd 4), ``PYCOLLECT_LIFELINE_FD`` and every
-    ``(our_fd, child_fd)`` of ``pass_fds``, in its own process group with a parent-death
-    signal. Events and stats are dicts.
+    Each child runs ``argv`` with ``env`` plus :data:`ENV_WORKER`, :data:`ENV_GENERATION`,
+    :data:`ENV_SEGMENT_FD` (the segment at :data:`CHILD_SEGMENT_FD`), :data:`ENV_LIFELINE_FD`
+    (the lifeline at :data:`CHILD_LIFELINE_FD`) and every ``(our_fd, child_fd)`` of
+    ``pass_fds``, in its own process group with a parent-death signal. Every setting is
+    required; durations are in seconds and must be positive.
     """
 
     def __init__(
@@ -240,24 +371,31 @@ class Supervisor:
         *,
         env: dict[str, str],
         pass_fds: Sequence[tuple[int, int]],
-        restart: str = "permanent",
-        max_restarts: int = 3,
-        restart_window_s: float = 60.0,
-        backoff_initial_s: float = 0.1,
-        backoff_max_s: float = 5.0,
-        startup_timeout_s: float = 120.0,
-        heartbeat_timeout_s: float = 30.0,
-        check_interval_s: float = 0.1,
-        grace_s: float = 2.0,
-        term_timeout_s: float = 2.0,
+        restart: str,  # "permanent" | "transient" | "never"
+        max_restarts: int,
+        restart_window_s: float,
+        backoff_initial_s: float,
+        backoff_max_s: float,
+        startup_timeout_s: float,
+        heartbeat_timeout_s: float,
+        check_interval_s: float,
+        grace_s: float,
+        term_timeout_s: float,
     ) -> None: ...
     @property
     def workers(self) -> int: ...
-    def next_event(self, timeout_s: float = 0.0) -> dict[str, Any] | None:
-        """The next event: ``kind`` is started, exited, spawn_failed, restarting or gave_up."""
-    def stats(self) -> list[dict[str, Any]]:
-        """Per worker: state, pid, generation, restarts, last_exit, last_error."""
+    def next_event(self, timeout_s: float) -> WorkerEvent | None:
+        """The next event, waiting up to ``timeout_s`` (0: do not wait; GIL released).
+
+        None when none came in time, or once the supervisor has shut down and every event was
+        taken.
+        """
+    def stats(self) -> list[WorkerStats]:
+        """One snapshot per worker, in index order."""
     def last_error(self, worker: int) -> str | None:
         """The error text (type, message, traceback) the worker last wrote, if any."""
-    def shutdown(self, grace_s: float = 2.0) -> list[dict[str, Any]]:
-        """Flag, grace, SIGTERM to each group, SIGKILL, reap; how each worker ended."""
+    def shutdown(self, grace_s: float) -> list[WorkerEnding]:
+        """Flag, ``grace_s`` to exit, SIGTERM to each group, SIGKILL, reap; how each worker ended.
+
+        Idempotent: later calls return the same report.
+        """

@@ -32,6 +32,8 @@ import time
 import traceback
 from typing import Any
 
+from pycollect.exceptions import LayoutMismatchError
+
 __all__ = ["format_error", "main"]
 
 
@@ -42,6 +44,7 @@ def format_error(exc: BaseException) -> str:
 
 
 _LIFELINE_GRACE_S = 3.0
+_ATTACH_TIMEOUT_S = 10.0  # the trainer marks the segment ready before it starts any worker
 
 
 def _watch_lifeline(fd: int) -> None:
@@ -70,7 +73,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
 
     spec = read_spec(int(os.environ["PYCOLLECT_SPEC_FD"]))
     if segment.layout_hash != spec.layout_hash:
-        raise RuntimeError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
+        raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
     k, w = spec.envs_per_worker, spec.num_workers
     # Generation 1 of worker i uses exactly the seeds of an in-process collector's worker i;
     # a restarted generation gets fresh ones, so it does not replay the episodes it crashed in.
@@ -140,12 +143,12 @@ def main() -> int:
         sys.path[:] = json.loads(os.environ["PYCOLLECT_SYS_PATH"])
     from pycollect import _core
 
-    worker = int(os.environ["PYCOLLECT_WORKER"])
-    generation = int(os.environ["PYCOLLECT_GENERATION"])
-    lifeline = os.environ.get("PYCOLLECT_LIFELINE_FD")
+    worker = int(os.environ[_core.ENV_WORKER])
+    generation = int(os.environ[_core.ENV_GENERATION])
+    lifeline = os.environ.get(_core.ENV_LIFELINE_FD)
     if lifeline is not None:
         _watch_lifeline(int(lifeline))
-    segment = _core.Segment.attach(int(os.environ["PYCOLLECT_SEGMENT_FD"]))
+    segment = _core.Segment.attach(int(os.environ[_core.ENV_SEGMENT_FD]), timeout_s=_ATTACH_TIMEOUT_S)
     control = segment.worker_control(worker)
     control.pid = os.getpid()
     control.state = "starting"

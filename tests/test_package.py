@@ -57,6 +57,93 @@ def test_core_stub_matches_the_binary() -> None:
             assert _names(node.body) == members, node.name
 
 
+# A parameter as a signature check sees it: (name, kind, has a default).
+_Param = tuple[str, str, bool]
+
+
+def _stub_params(function: ast.FunctionDef) -> list[_Param]:
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [False] * (len(positional) - len(args.defaults)) + [True] * len(args.defaults)
+    params: list[_Param] = [
+        (arg.arg, "positional-only" if i < len(args.posonlyargs) else "positional", default)
+        for i, (arg, default) in enumerate(zip(positional, defaults, strict=True))
+    ]
+    if args.vararg is not None:
+        params.append((args.vararg.arg, "*args", False))
+    params += [
+        (arg.arg, "keyword-only", d is not None) for arg, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    ]
+    if args.kwarg is not None:
+        params.append((args.kwarg.arg, "**kwargs", False))
+    is_static = any(ast.unparse(d) == "staticmethod" for d in function.decorator_list)
+    return params if is_static or not params or params[0][0] != "self" else params[1:]
+
+
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: "positional-only",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
+    inspect.Parameter.VAR_POSITIONAL: "*args",
+    inspect.Parameter.KEYWORD_ONLY: "keyword-only",
+    inspect.Parameter.VAR_KEYWORD: "**kwargs",
+}
+
+
+def _native_params(obj: object) -> list[_Param]:
+    text = obj.__text_signature__  # type: ignore[attr-defined]
+    params = [
+        (p.name, _KINDS[p.kind], p.default is not inspect.Parameter.empty)
+        for p in inspect.signature(obj).parameters.values()  # type: ignore[arg-type]
+    ]
+    return params[1:] if text.startswith("($self") else params  # the receiver, not an argument
+
+
+def _native_callables() -> dict[str, object]:
+    """Every native function, method and constructor with a text signature, by stub path."""
+    found: dict[str, object] = {}
+    for name in dir(_core):
+        obj = getattr(_core, name)
+        if name.startswith("_"):
+            continue
+        if inspect.isclass(obj):
+            if getattr(obj, "__text_signature__", None):
+                found[f"{name}.__init__"] = obj
+            for member in dir(obj):
+                attr = getattr(obj, member)
+                if not member.startswith("_") and getattr(attr, "__text_signature__", None):
+                    found[f"{name}.{member}"] = attr
+        elif getattr(obj, "__text_signature__", None):
+            found[name] = obj
+    return found
+
+
+def _stub_functions() -> dict[str, ast.FunctionDef]:
+    found: dict[str, ast.FunctionDef] = {}
+    for node in _stub().body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            for member in node.body:
+                if isinstance(member, ast.FunctionDef) and not any(
+                    ast.unparse(d) == "property" or ast.unparse(d).endswith(".setter") for d in member.decorator_list
+                ):
+                    found[f"{node.name}.{member.name}"] = member
+    return found
+
+
+def test_core_stub_signatures_match_the_binary() -> None:
+    """Parameter names, kinds and which have defaults agree between the stub and the binary."""
+    native, stub = _native_callables(), _stub_functions()
+    assert "Supervisor.__init__" in native and "Segment.create" in native and "wait_any" in native
+    for path, obj in native.items():
+        assert path in stub, f"{path} has a text signature but the stub declares no function"
+        assert _stub_params(stub[path]) == _native_params(obj), path
+    # Every stub function with a native counterpart was compared (slots such as __buffer__
+    # and classes without a constructor have none).
+    missing = {path for path in stub if path not in native and not path.rsplit(".", 1)[-1].startswith("_")}
+    assert not missing, missing
+
+
 def test_a_random_policy_worker_does_not_import_torch() -> None:
     """Worker start-up stays at numpy + gymnasium when there is no policy to run."""
     import subprocess

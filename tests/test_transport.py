@@ -17,19 +17,23 @@ import pytest
 import torch
 from transport_child import payload
 
-from pycollect import LayoutMismatchError, _core
+from pycollect import ConfigError, LayoutMismatchError, _core
 
 CHILD = Path(__file__).with_name("transport_child.py")
 
 
-def _segment(nbytes: int = 64, *, workers: int = 1, slots: int = 4, **kwargs) -> _core.Segment:
+def _segment(
+    nbytes: int = 64, *, workers: int = 1, slots: int = 4, weights_capacity: int = 0, backing: str = "auto"
+) -> _core.Segment:
     return _core.Segment.create(
         [("payload", "uint8", (nbytes,))],
         n_workers=workers,
         envs_per_worker=1,
         steps=1,
         slots_per_worker=slots,
-        **kwargs,
+        weights_capacity=weights_capacity,
+        weights_buffers=3,
+        backing=backing,
     )
 
 
@@ -160,8 +164,8 @@ def _open_fd_targets() -> list[str]:
 def test_attach_with_another_layout_is_refused() -> None:
     segment = _segment(64)
     with pytest.raises(LayoutMismatchError, match=f"{segment.layout_hash + 1:#x}"):
-        _core.Segment.attach(segment.fd, expected_layout_hash=segment.layout_hash + 1)
-    same = _core.Segment.attach(segment.fd, expected_layout_hash=segment.layout_hash)
+        _core.Segment.attach(segment.fd, timeout_s=1, expected_layout_hash=segment.layout_hash + 1)
+    same = _core.Segment.attach(segment.fd, timeout_s=1, expected_layout_hash=segment.layout_hash)
     assert same.fields() == segment.fields()
 
 
@@ -171,7 +175,7 @@ def test_named_segment_is_private_and_unlinked() -> None:
     assert name is not None and name.startswith(f"/pycollect-{os.getpid()}-")
     path = Path("/dev/shm") / name.lstrip("/")
     assert path.stat().st_mode & 0o777 == 0o600
-    other = _core.Segment.attach_named(name)
+    other = _core.Segment.attach_named(name, timeout_s=1)
     segment.unlink_name()
     assert not path.exists()
     assert other.layout_hash == segment.layout_hash
@@ -186,11 +190,12 @@ def test_named_segment_is_private_and_unlinked() -> None:
     ],
 )
 def test_bad_layouts_name_the_value(kwargs: dict, message: str) -> None:
-    args = {"n_workers": 1, "envs_per_worker": 1, "steps": 1, "slots_per_worker": 2} | kwargs
-    with pytest.raises(ValueError, match=message):
-        _core.Segment.create([("x", "float32", ())], **args)
-    with pytest.raises(ValueError, match="complex64"):
-        _core.Segment.create([("x", "complex64", ())], n_workers=1, envs_per_worker=1, steps=1)
+    sizes = {"n_workers": 1, "envs_per_worker": 1, "steps": 1, "slots_per_worker": 2}
+    rest = {"weights_capacity": 0, "weights_buffers": 3, "backing": "auto"}
+    with pytest.raises(ConfigError, match=message):
+        _core.Segment.create([("x", "float32", ())], **(sizes | kwargs), **rest)
+    with pytest.raises(ConfigError, match="complex64"):
+        _core.Segment.create([("x", "complex64", ())], **sizes, **rest)
 
 
 @pytest.mark.timeout(120)
@@ -200,7 +205,7 @@ def test_weights_reader_never_sees_a_torn_set() -> None:
     reader = _child("weights-read", segment.fd, 20000)
     version = 0
     while reader.poll() is None:
-        version = writer.publish(np.full(1 << 20, (version + 1) % 256, np.uint8))
+        version = writer.publish(np.full(1 << 20, (version + 1) % 256, np.uint8), timeout_s=5)
     out, _ = reader.communicate(timeout=60)
     assert reader.returncode == 0, out
     assert int(out.split()[1]) > 1  # it saw several versions while they were being written
@@ -211,10 +216,10 @@ def test_weights_round_trip_and_errors() -> None:
     writer, reader = segment.weights_writer(), segment.weights_reader(0)
     out = bytearray(16)
     assert reader.read_into(out) is None
-    assert writer.publish(b"abc") == 1 and writer.publish(b"defg") == 2
+    assert writer.publish(b"abc", timeout_s=1) == 1 and writer.publish(b"defg", timeout_s=1) == 2
     assert reader.read_into(out) == (2, 4) and bytes(out[:4]) == b"defg"
-    with pytest.raises(Exception, match="16"):
-        writer.publish(b"x" * 17)
+    with pytest.raises(ConfigError, match="16"):
+        writer.publish(b"x" * 17, timeout_s=1)
 
 
 def test_commands_round_trip() -> None:
@@ -227,7 +232,7 @@ def test_commands_round_trip() -> None:
     assert receiver.try_recv() == ("weights", 7)
     assert receiver.recv(timeout_s=1) == ("reset", 123)
     assert receiver.recv(timeout_s=0.05) is None
-    with pytest.raises(ValueError, match="'jump'"):
+    with pytest.raises(ConfigError, match="'jump'"):
         sender.send("jump", generation=generation)
 
 
@@ -239,7 +244,7 @@ def test_worker_control_fields() -> None:
     control.write_error("Traceback: boom")
     assert (control.state, control.pid, control.read_error()) == ("running", 1234, "Traceback: boom")
     assert control.last_heartbeat_ns > 0 and control.heartbeats == 1
-    with pytest.raises(ValueError, match="'sleeping'"):
+    with pytest.raises(ConfigError, match="'sleeping'"):
         control.state = "sleeping"
 
 

@@ -48,7 +48,7 @@ def test_sync_batches_hold_one_rollout_of_every_worker_in_order() -> None:
         _check_consistent(batch)
     steps = torch.cat([b["observation"][:, :, 1] for b in batches], dim=1)
     assert steps[0].tolist()[:12] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1]  # continues across batches
-    assert stats["restarts"] == 0 and [w["state"] for w in stats["workers"]] == ["running", "running"]
+    assert stats["restarts"] == 0 and [w.state for w in stats["workers"]] == ["running", "running"]
 
 
 def test_one_worker_reproduces_the_in_process_collector() -> None:
@@ -119,7 +119,7 @@ def test_policy_weights_reach_the_workers() -> None:
 
 
 def _worker_pids(c: Collector) -> list[int]:
-    return [w["pid"] for w in c.stats()["workers"]]
+    return [w.pid for w in c.stats()["workers"]]
 
 
 def test_killed_worker_is_restarted_and_collection_continues() -> None:
@@ -135,10 +135,11 @@ def test_killed_worker_is_restarted_and_collection_continues() -> None:
         stats = c.stats()
     assert stats["restarts"] == 1
     worker1 = stats["workers"][1]
-    assert worker1["generation"] == 2 and worker1["pid"] != victim
-    assert worker1["last_exit"]["signal"] == signal.SIGKILL
-    exited = [e for e in c._engine._events if e["kind"] == "exited"]
-    assert exited and exited[0]["worker"] == 1
+    assert worker1.generation == 2 and worker1.pid != victim
+    assert worker1.last_exit is not None and worker1.last_exit.signal == signal.SIGKILL
+    assert worker1.last_exit.reason == "signal" and worker1.last_exit.pid == victim
+    exited = [e for e in c._engine._events if e.kind == "exited"]
+    assert exited and exited[0].worker == 1 and exited[0].exit == worker1.last_exit
     seen_ids: set[int] = set()
     cut_marked = False
     for batch in batches:
@@ -170,7 +171,7 @@ def test_env_exception_with_restarts_is_restarted_and_counted() -> None:
     ) as c:
         batch = c.next_batch()
         stats = c.stats()
-    assert stats["restarts"] == 1 and stats["workers"][0]["generation"] == 2
+    assert stats["restarts"] == 1 and stats["workers"][0].generation == 2
     assert "ZeroDivisionError: boom at step 7" in stats["last_error"]
     assert (batch["collector", "traj_ids"] >= (1 << 32)).all()  # from the restarted generation
 
@@ -210,7 +211,7 @@ import pycollect
 from envs import CountingEnv
 c = pycollect.Collector(CountingEnv, frames_per_batch=8, envs_per_worker=2, num_workers=2)
 c.next_batch()
-print(" ".join(str(w["pid"]) for w in c.stats()["workers"]), flush=True)
+print(" ".join(str(w.pid) for w in c.stats()["workers"]), flush=True)
 try:
     while True:
         c.next_batch()

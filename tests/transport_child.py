@@ -4,6 +4,9 @@ Modes:
     produce N WORKER GEN   commit N slots whose payload is a function of (worker, gen, seq)
     half WORKER GEN        claim a slot, write half of it, then hang until killed
     weights-read N         read the weights store N times, checking no set is torn
+    weights-spin WORKER    read the weights store as reader WORKER until killed, beating
+                           WORKER's heartbeat after every read (a kill almost always lands
+                           mid-read, leaving the pin of a dead reader)
     wait                   block in Consumer.pop() forever (for the Ctrl-C test)
 """
 
@@ -26,7 +29,7 @@ def payload(n: int, worker: int, generation: int, seq: int) -> np.ndarray:
 
 def main() -> None:
     mode, fd = sys.argv[1], int(sys.argv[2])
-    segment = _core.Segment.attach(fd)
+    segment = _core.Segment.attach(fd, timeout_s=10)
     if mode == "produce":
         count, worker, generation = (int(a) for a in sys.argv[3:6])
         producer = segment.producer(worker, generation)
@@ -60,6 +63,13 @@ def main() -> None:
                 sys.exit(3)
             seen.add(version)
         print(f"versions {len(seen)}", flush=True)
+    elif mode == "weights-spin":
+        worker = int(sys.argv[3])
+        reader, control = segment.weights_reader(worker), segment.worker_control(worker)
+        out = np.empty(segment.weights_capacity, np.uint8)
+        while True:
+            assert reader.read_into(out) is not None, "nothing published"
+            control.beat()
     elif mode == "wait":
         consumer = segment.consumer(0)
         print("waiting", flush=True)

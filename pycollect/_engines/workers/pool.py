@@ -32,18 +32,28 @@ from pycollect._batch.recycle import RecycledMemory
 from pycollect._batch.tensordict import BatchField, allocate
 from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
 from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED
-from pycollect.exceptions import WorkerCrashedError
+from pycollect.exceptions import CollectorClosedError, WorkerCrashedError
 from pycollect.weights.layout import WeightsLayout
 
-__all__ = ["PoolOptions", "WorkerPool"]
+__all__ = ["SLOTS_PER_WORKER", "WEIGHTS_PUBLISH_TIMEOUT_S", "WEIGHT_BUFFERS", "PoolOptions", "WorkerPool"]
 
 _SPEC_CHILD_FD = 5
 _POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
 
+SLOTS_PER_WORKER = 2
+"""Rollout slots in each worker's ring: a worker runs at most one rollout ahead."""
+WEIGHT_BUFFERS = 3
+"""Buffers of the weights store: the latest, one being written, one a reader may still hold."""
+WEIGHTS_PUBLISH_TIMEOUT_S = 5.0
+"""How long publishing weights waits for a buffer no reader holds (only a dead reader takes long)."""
+
 
 @dataclass(frozen=True)
 class PoolOptions:
-    """Supervision settings of a pool (see :class:`pycollect.Collector` for their meaning)."""
+    """Supervision settings of a pool (see :class:`pycollect.Collector` for their meaning).
+
+    The native supervisor has no defaults of its own: these are the defaults.
+    """
 
     restart: str = "permanent"
     max_restarts: int = 3
@@ -51,6 +61,10 @@ class PoolOptions:
     heartbeat_timeout_s: float = 30.0
     startup_timeout_s: float = 120.0
     shutdown_grace_s: float = 2.0
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 5.0
+    check_interval_s: float = 0.1
+    term_timeout_s: float = 2.0
 
 
 class WorkerPool:
@@ -88,7 +102,7 @@ class WorkerPool:
         self._next_worker = 0  # async round-robin start
         self._dead_generation = [0] * self.num_workers  # newest generation seen to end, per worker
         self._restarts = 0
-        self._events: list[dict[str, Any]] = []
+        self._events: list[_core.WorkerEvent] = []
         self._fatal: WorkerCrashedError | None = None  # a worker given up on: every batch fails
         self._closed = False
         self._weights = weights
@@ -100,15 +114,17 @@ class WorkerPool:
             n_workers=spec.num_workers,
             envs_per_worker=spec.envs_per_worker,
             steps=spec.steps,
-            slots_per_worker=2,
+            slots_per_worker=SLOTS_PER_WORKER,
             weights_capacity=weights.nbytes if weights is not None else 0,
+            weights_buffers=WEIGHT_BUFFERS,
+            backing="auto",
         )
         if self.segment.name is not None:
             # A named fallback segment: workers get its descriptor, never its name, so the
             # name can go at once and nothing is left in /dev/shm even if we crash.
             self.segment.unlink_name()
         self._spec_fd = -1
-        self.supervisor: Any = None
+        self.supervisor: _core.Supervisor | None = None
         try:
             spec = replace(spec, layout_hash=self.segment.layout_hash)
             self._spec_fd = write_spec(spec)
@@ -122,9 +138,13 @@ class WorkerPool:
                 restart=options.restart,
                 max_restarts=options.max_restarts,
                 restart_window_s=options.restart_window_s,
-                heartbeat_timeout_s=options.heartbeat_timeout_s,
+                backoff_initial_s=options.backoff_initial_s,
+                backoff_max_s=options.backoff_max_s,
                 startup_timeout_s=options.startup_timeout_s,
+                heartbeat_timeout_s=options.heartbeat_timeout_s,
+                check_interval_s=options.check_interval_s,
                 grace_s=options.shutdown_grace_s,
+                term_timeout_s=options.term_timeout_s,
             )
         except BaseException:
             self.close()
@@ -157,7 +177,7 @@ class WorkerPool:
             if lease is not None:
                 return lease
             if self.segment.is_shutdown:
-                raise RuntimeError("the collector is shutting down")
+                raise CollectorClosedError("the collector is shutting down")
 
     def _pop_any(self) -> Any:
         while True:
@@ -169,7 +189,7 @@ class WorkerPool:
                     self._next_worker = (which + 1) % self.num_workers
                     return lease
             if self.segment.is_shutdown:
-                raise RuntimeError("the collector is shutting down")
+                raise CollectorClosedError("the collector is shutting down")
 
     def _assemble(self, leases: list[Any]) -> TensorDict:
         k, t = self.segment.envs_per_worker, self.segment.steps
@@ -220,37 +240,40 @@ class WorkerPool:
         """Take in supervisor events; raise if a worker was given up on."""
         if self._fatal is not None:
             raise self._fatal
-        while (event := self.supervisor.next_event()) is not None:
+        assert self.supervisor is not None
+        while (event := self.supervisor.next_event(timeout_s=0.0)) is not None:
             self._events.append(event)
             del self._events[:-100]
-            kind, worker = event["kind"], event.get("worker", -1)
-            if kind == "exited":
-                self._dead_generation[worker] = max(self._dead_generation[worker], event["generation"])
-            elif kind == "restarting":
+            if event.kind == "exited":
+                self._dead_generation[event.worker] = max(self._dead_generation[event.worker], event.generation)
+            elif event.kind == "restarting":
                 self._restarts += 1
-            elif kind == "gave_up":
-                self._fatal = self._crash_error(worker, event)
+            elif event.kind == "gave_up":
+                self._fatal = self._crash_error(event)
                 raise self._fatal
 
-    def _crash_error(self, worker: int, event: dict[str, Any]) -> WorkerCrashedError:
+    def _crash_error(self, event: _core.WorkerEvent) -> WorkerCrashedError:
+        assert self.supervisor is not None
+        worker = event.worker
         text = self.supervisor.last_error(worker)
-        stats = self.supervisor.stats()[worker]
-        last_exit = stats.get("last_exit") or {}
-        how = _describe_exit(last_exit)
-        restarts = event.get("restarts", 0)
-        message = f"worker {worker} (generation {event['generation']}) {how}; restart policy "
-        message += f"'{self.options.restart}' gave up after {restarts} restart(s)"
+        how = _describe_exit(self.supervisor.stats()[worker].last_exit)
+        message = f"worker {worker} (generation {event.generation}) {how}; restart policy "
+        message += f"'{self.options.restart}' gave up after {event.restarts or 0} restart(s)"
         if text:
             message += f"\n\nThe worker raised {text}"
-        return WorkerCrashedError(message, worker=worker, generation=event["generation"], error=text)
+        return WorkerCrashedError(message, worker=worker, generation=event.generation, error=text)
 
     def stats(self) -> dict[str, Any]:
-        """Per-worker supervision stats, the restart count, and the last worker error."""
+        """Supervision stats: ``{"workers", "restarts", "last_error", "events"}``.
+
+        ``workers`` lists a :class:`~pycollect._core.WorkerStats` per worker, ``events`` the
+        last (at most 100) :class:`~pycollect._core.WorkerEvent` objects taken in.
+        """
         workers = self.supervisor.stats() if self.supervisor is not None else []
-        errors = [w["last_error"] for w in workers if w.get("last_error")]
+        errors = [w.last_error for w in workers if w.last_error]
         return {
             "workers": workers,
-            "restarts": sum(w["restarts"] for w in workers),
+            "restarts": sum(w.restarts for w in workers),
             "last_error": errors[-1] if errors else None,
             "events": list(self._events),
         }
@@ -264,17 +287,17 @@ class WorkerPool:
         """
         assert self._weights is not None and self._writer is not None
         data = self._weights.pack(module, self._weights_buffer, policy_version)
-        return int(self._writer.publish(data))
+        return int(self._writer.publish(data, timeout_s=WEIGHTS_PUBLISH_TIMEOUT_S))
 
     # -- lifetime --------------------------------------------------------------------------
 
-    def close(self) -> list[dict[str, Any]]:
+    def close(self) -> list[_core.WorkerEnding]:
         """Stop every worker (flag, grace, SIGTERM, SIGKILL, reap) and release the segment."""
         if self._closed:
             return []
         self._closed = True
         self._held = []
-        report: list[dict[str, Any]] = []
+        report: list[_core.WorkerEnding] = []
         if self.supervisor is not None:
             report = self.supervisor.shutdown(grace_s=self.options.shutdown_grace_s)
         else:
@@ -308,12 +331,13 @@ def _mark_cut(td: TensorDict, rows: slice) -> None:
     done[rows, -1] = True
 
 
-def _describe_exit(last_exit: dict[str, Any]) -> str:
-    reason = last_exit.get("reason")
-    if reason == "hung":
+def _describe_exit(last_exit: _core.WorkerExit | None) -> str:
+    if last_exit is None:
+        return "ended"
+    if last_exit.reason == "hung":
         return "stopped beating its heartbeat and was killed"
-    if last_exit.get("signal") is not None:
-        return f"was killed by signal {last_exit['signal']}"
-    if last_exit.get("code") is not None:
-        return f"exited with status {last_exit['code']}"
+    if last_exit.signal is not None:
+        return f"was killed by signal {last_exit.signal}"
+    if last_exit.code is not None:
+        return f"exited with status {last_exit.code}"
     return "ended"

@@ -4,10 +4,9 @@
 use std::time::{Duration, Instant};
 
 use pycollect_core::Waited;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::errors::{py_err, IntoPyErr};
+use crate::errors::{config_error, py_err, NativeError};
 
 /// Longest time spent detached before signals are checked again.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
@@ -20,17 +19,27 @@ pub(crate) enum Slice<T> {
     Continue,
 }
 
-/// Parses a `timeout_s` argument: `None` waits forever (still sliced).
+/// Parses a `timeout_s` argument: `None` waits forever (still sliced), and so does a timeout
+/// too long for the clock to represent.
 pub(crate) fn deadline(timeout_s: Option<f64>) -> PyResult<Option<Instant>> {
     match timeout_s {
         None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.0 => {
-            Ok(Some(Instant::now() + Duration::from_secs_f64(s)))
-        }
-        Some(s) => Err(PyValueError::new_err(format!(
-            "timeout_s must be a non-negative number or None, got {s}"
-        ))),
+        Some(s) => match Duration::try_from_secs_f64(s) {
+            Ok(timeout) => Ok(Instant::now().checked_add(timeout)),
+            Err(_) => Err(config_error(format!(
+                "timeout_s must be a non-negative number or None, got {s}"
+            ))),
+        },
     }
+}
+
+/// Parses a required duration argument `name` that may be zero (a timeout or grace period).
+pub(crate) fn non_negative_seconds(name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        config_error(format!(
+            "{name} must be a non-negative number of seconds, got {value}"
+        ))
+    })
 }
 
 /// Calls `attempt(slice_deadline)` with the GIL released until it is done or `deadline`
@@ -55,7 +64,7 @@ pub(crate) fn wait_sliced<T: Send>(
 
 /// Runs a core wait in slices: `Ready(v)` gives `Some(v)`; shutdown (`Aborted`) or the
 /// deadline gives `None`; a core error becomes the matching Python exception.
-pub(crate) fn wait_for<T: Send, E: IntoPyErr + Send>(
+pub(crate) fn wait_for<T: Send, E: NativeError + Send>(
     py: Python<'_>,
     deadline: Option<Instant>,
     mut attempt: impl FnMut(Instant) -> Result<Waited<T>, E> + Send,

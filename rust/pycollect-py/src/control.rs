@@ -7,11 +7,10 @@ use pycollect_core::{
     Command, CommandReceiver as CoreReceiver, CommandSender as CoreSender, Segment as CoreSegment,
     WaitPolicy, WorkerCtl, WorkerState,
 };
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::{deadline, wait_for};
-use crate::errors::py_err;
+use crate::errors::{config_error, py_err};
 
 fn state_name(state: Option<WorkerState>) -> &'static str {
     match state {
@@ -34,7 +33,7 @@ fn parse_state(name: &str) -> PyResult<WorkerState> {
         "exiting" => WorkerState::Exiting,
         "failed" => WorkerState::Failed,
         other => {
-            return Err(PyValueError::new_err(format!(
+            return Err(config_error(format!(
                 "unknown worker state '{other}'; expected empty, starting, running, paused, exiting or failed"
             )))
         }
@@ -135,7 +134,7 @@ fn encode(command: &str, arg: u64) -> PyResult<Command> {
         "reset" => Command::Reset { seed: arg },
         "weights" => Command::WeightsReady { version: arg },
         other => {
-            return Err(PyValueError::new_err(format!(
+            return Err(config_error(format!(
                 "unknown command '{other}'; expected shutdown, pause, resume, reset or weights"
             )))
         }

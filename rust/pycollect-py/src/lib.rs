@@ -1,12 +1,14 @@
 //! Thin PyO3 bindings over `pycollect-core`, built as the extension module `pycollect._core`.
 //!
-//! Argument checking, defaults and docstrings for users live in the Python package; this
-//! crate wraps native handles, releases the GIL around every wait, and maps native errors to
-//! Python exceptions in one place (`errors.rs`).
+//! Argument checking, defaults and docstrings for users live in the Python package (no policy
+//! default is repeated here: every setting is a required argument); this crate wraps native
+//! handles, releases the GIL around every wait, reports supervision as typed objects
+//! (`events.rs`), and maps native errors to Python exceptions in one place (`errors.rs`).
 
 mod blocking;
 mod control;
 mod errors;
+mod events;
 mod ring;
 mod segment;
 mod supervisor;
@@ -31,6 +33,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;
+    m.add_class::<events::WorkerEvent>()?;
+    m.add_class::<events::WorkerExit>()?;
+    m.add_class::<events::WorkerStats>()?;
+    m.add_class::<events::WorkerEnding>()?;
+    // The contract a worker process is started with, so that Python never repeats it.
+    m.add("CHILD_LIFELINE_FD", supervisor::CHILD_LIFELINE_FD)?;
+    m.add("CHILD_SEGMENT_FD", supervisor::CHILD_SEGMENT_FD)?;
+    m.add("ENV_WORKER", supervisor::ENV_WORKER)?;
+    m.add("ENV_GENERATION", supervisor::ENV_GENERATION)?;
+    m.add("ENV_SEGMENT_FD", supervisor::ENV_SEGMENT_FD)?;
+    m.add("ENV_LIFELINE_FD", supervisor::ENV_LIFELINE_FD)?;
     m.add_function(wrap_pyfunction!(ring::wait_any, m)?)?;
     m.add_function(wrap_pyfunction!(segment::sweep_stale_segments, m)?)?;
     Ok(())

@@ -9,11 +9,10 @@ use pycollect_core::{
     wait_until, Claim, Consumer as CoreConsumer, Producer as CoreProducer, RingError,
     Segment as CoreSegment, SlotRef, WaitOutcome, WaitPolicy,
 };
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::blocking::{deadline, wait_for, wait_sliced, Slice};
-use crate::errors::py_err;
+use crate::errors::{config_error, py_err};
 use crate::segment::Segment;
 use crate::view::SlotView;
 
@@ -97,16 +96,12 @@ impl Producer {
         match claimed.front() {
             Some(claim) if claim.index == slot => {}
             Some(claim) => {
-                return Err(PyValueError::new_err(format!(
+                return Err(config_error(format!(
                 "commit({slot}): slots are committed in claim order; the oldest claimed slot is {}",
                 claim.index
             )))
             }
-            None => {
-                return Err(PyValueError::new_err(format!(
-                    "commit({slot}): no slot is claimed"
-                )))
-            }
+            None => return Err(config_error(format!("commit({slot}): no slot is claimed"))),
         }
         let claim = claimed.pop_front().expect("checked above");
         lock(&self.inner)
@@ -199,9 +194,7 @@ pub fn wait_any(
     start: usize,
 ) -> PyResult<Option<usize>> {
     if consumers.is_empty() {
-        return Err(PyValueError::new_err(
-            "wait_any needs at least one consumer",
-        ));
+        return Err(config_error("wait_any needs at least one consumer"));
     }
     let deadline = deadline(timeout_s)?;
     let segment = Arc::clone(&consumers[0].get().segment.get().inner);

@@ -2,16 +2,15 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
-use std::time::Duration;
 
 use pycollect_core::{
     AttachOptions, Backing, DType, FieldSpec, Layout, LayoutParams, Segment as CoreSegment,
 };
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::blocking::non_negative_seconds;
 use crate::control::{CommandReceiver, CommandSender, WorkerControl};
-use crate::errors::py_err;
+use crate::errors::{config_error, py_err, transport_error};
 use crate::ring::{Consumer, Producer};
 use crate::view::SlotView;
 use crate::weights::{WeightsReader, WeightsWriter};
@@ -27,7 +26,7 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// Index of a field by name, or a ValueError that lists the known names.
+    /// Index of a field by name, or a ConfigError that lists the known names.
     pub(crate) fn field_index(&self, field: &str) -> PyResult<usize> {
         let layout = self.inner.layout();
         layout.field_index(field).ok_or_else(|| {
@@ -37,7 +36,7 @@ impl Segment {
                 .iter()
                 .map(|f| f.name.as_str())
                 .collect();
-            PyValueError::new_err(format!(
+            config_error(format!(
                 "no field '{field}' in this segment; fields: {}",
                 known.join(", ")
             ))
@@ -47,7 +46,7 @@ impl Segment {
     fn check_slot(&self, slot: usize) -> PyResult<()> {
         let slots = self.inner.layout().params().slots_per_worker;
         if slot >= slots {
-            return Err(PyValueError::new_err(format!(
+            return Err(config_error(format!(
                 "slot {slot} out of range: the rings have {slots} slots"
             )));
         }
@@ -57,7 +56,7 @@ impl Segment {
     fn check_worker(&self, worker: usize) -> PyResult<()> {
         let n = self.inner.layout().n_workers();
         if worker >= n {
-            return Err(PyValueError::new_err(format!(
+            return Err(config_error(format!(
                 "worker {worker} out of range: the segment has {n} workers"
             )));
         }
@@ -95,7 +94,7 @@ fn parse_fields(fields: Vec<FieldDef>) -> PyResult<Vec<FieldSpec>> {
         .into_iter()
         .map(|(name, dtype, shape)| {
             let dt = DType::from_name(&dtype).ok_or_else(|| {
-                PyValueError::new_err(format!("field '{name}': unsupported dtype '{dtype}'"))
+                config_error(format!("field '{name}': unsupported dtype '{dtype}'"))
             })?;
             Ok(FieldSpec::new(name, dt, &shape))
         })
@@ -103,13 +102,8 @@ fn parse_fields(fields: Vec<FieldDef>) -> PyResult<Vec<FieldSpec>> {
 }
 
 fn attach_options(expected_layout_hash: Option<u64>, timeout_s: f64) -> PyResult<AttachOptions> {
-    if !(timeout_s.is_finite() && timeout_s >= 0.0) {
-        return Err(PyValueError::new_err(format!(
-            "timeout_s must be a non-negative number, got {timeout_s}"
-        )));
-    }
     Ok(AttachOptions {
-        ready_timeout: Duration::from_secs_f64(timeout_s),
+        ready_timeout: non_negative_seconds("timeout_s", timeout_s)?,
         expected_layout_hash,
     })
 }
@@ -118,7 +112,7 @@ fn attach_options(expected_layout_hash: Option<u64>, timeout_s: f64) -> PyResult
 impl Segment {
     /// Creates a segment sized for `fields` over `n_workers` x `envs_per_worker` envs.
     #[staticmethod]
-    #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker=2, weights_capacity=0, weights_buffers=3, backing="auto"))]
+    #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, backing))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -136,7 +130,7 @@ impl Segment {
             "memfd" => Backing::Memfd,
             "named" => Backing::Named,
             other => {
-                return Err(PyValueError::new_err(format!(
+                return Err(config_error(format!(
                     "backing must be 'auto', 'memfd' or 'named', got '{other}'"
                 )))
             }
@@ -149,7 +143,7 @@ impl Segment {
             slots_per_worker,
         )
         .with_weights(weights_capacity, weights_buffers);
-        let layout = Layout::new(params).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let layout = Layout::new(params).map_err(py_err)?;
         // Creating pre-faults every page, which can take a while for big segments.
         let inner = py
             .detach(|| CoreSegment::create_with(layout, backing))
@@ -161,15 +155,15 @@ impl Segment {
 
     /// Attaches to the segment behind an inherited file descriptor (which is duplicated).
     #[staticmethod]
-    #[pyo3(signature = (fd, *, expected_layout_hash=None, timeout_s=10.0))]
+    #[pyo3(signature = (fd, *, timeout_s, expected_layout_hash=None))]
     fn attach(
         py: Python<'_>,
         fd: i32,
-        expected_layout_hash: Option<u64>,
         timeout_s: f64,
+        expected_layout_hash: Option<u64>,
     ) -> PyResult<Self> {
         if fd < 0 {
-            return Err(PyValueError::new_err(format!(
+            return Err(config_error(format!(
                 "fd must be a file descriptor, got {fd}"
             )));
         }
@@ -187,12 +181,12 @@ impl Segment {
 
     /// Attaches to a named fallback segment (`/pycollect-...`).
     #[staticmethod]
-    #[pyo3(signature = (name, *, expected_layout_hash=None, timeout_s=10.0))]
+    #[pyo3(signature = (name, *, timeout_s, expected_layout_hash=None))]
     fn attach_named(
         py: Python<'_>,
         name: &str,
-        expected_layout_hash: Option<u64>,
         timeout_s: f64,
+        expected_layout_hash: Option<u64>,
     ) -> PyResult<Self> {
         let opts = attach_options(expected_layout_hash, timeout_s)?;
         let inner = py
@@ -386,7 +380,6 @@ impl Segment {
 /// returns their names. memfd segments never need this: they vanish with their last user.
 #[pyfunction]
 pub fn sweep_stale_segments() -> PyResult<Vec<String>> {
-    pycollect_core::segment::sweep_stale_named_segments().map_err(|e| {
-        crate::errors::TransportError::new_err(format!("sweeping /dev/shm failed: {e}"))
-    })
+    pycollect_core::segment::sweep_stale_named_segments()
+        .map_err(|e| transport_error(format!("sweeping /dev/shm failed: {e}")))
 }

@@ -7,59 +7,44 @@
 //! heartbeat is the beat counter of the control block.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pycollect_core::supervisor::{
-    Ending, Event, ExitReason, ExitRecord, ExitStatus, Restart, RestartPolicy,
-    Supervisor as CoreSupervisor, SupervisorConfig, WorkerLaunch, WorkerStats,
+    Restart, RestartPolicy, Supervisor as CoreSupervisor, SupervisorConfig, WorkerLaunch,
+    DEFAULT_LIFELINE_FD, LIFELINE_FD_ENV,
 };
 use pycollect_core::Segment as CoreSegment;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
+use crate::blocking::{non_negative_seconds, wait_sliced, Slice};
+use crate::errors::{config_error, py_err, py_err_in};
+use crate::events::{WorkerEnding, WorkerEvent, WorkerStats};
 use crate::segment::Segment;
 
+// The contract a worker process is started with (exported to Python by `lib.rs`).
+
+/// The descriptor number at which every worker finds its lifeline.
+pub(crate) const CHILD_LIFELINE_FD: RawFd = DEFAULT_LIFELINE_FD;
 /// The descriptor number at which every worker finds the segment.
-pub(crate) const SEGMENT_CHILD_FD: i32 = 4;
+pub(crate) const CHILD_SEGMENT_FD: RawFd = 4;
+/// Environment variable holding the worker's index.
+pub(crate) const ENV_WORKER: &str = "PYCOLLECT_WORKER";
+/// Environment variable holding the worker's generation (1 for the first start).
+pub(crate) const ENV_GENERATION: &str = "PYCOLLECT_GENERATION";
+/// Environment variable holding the segment's descriptor number ([`CHILD_SEGMENT_FD`]).
+pub(crate) const ENV_SEGMENT_FD: &str = "PYCOLLECT_SEGMENT_FD";
+/// Environment variable holding the lifeline's descriptor number ([`CHILD_LIFELINE_FD`]).
+pub(crate) const ENV_LIFELINE_FD: &str = LIFELINE_FD_ENV;
 
-fn seconds(name: &str, value: f64) -> PyResult<Duration> {
-    if value.is_finite() && value > 0.0 {
-        Ok(Duration::from_secs_f64(value))
-    } else {
-        Err(PyValueError::new_err(format!(
+fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
+    match Duration::try_from_secs_f64(value) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(config_error(format!(
             "{name} must be a positive number of seconds, got {value}"
-        )))
+        ))),
     }
-}
-
-fn status_fields<'py>(d: &Bound<'py, PyDict>, status: ExitStatus) -> PyResult<()> {
-    let (code, signal) = match status {
-        ExitStatus::Code(c) => (Some(c), None),
-        ExitStatus::Signal(s) => (None, Some(s)),
-        ExitStatus::Unknown => (None, None),
-    };
-    d.set_item("code", code)?;
-    d.set_item("signal", signal)
-}
-
-fn reason_name(reason: ExitReason) -> &'static str {
-    match reason {
-        ExitReason::Exit => "exit",
-        ExitReason::Signal => "signal",
-        ExitReason::Hung => "hung",
-    }
-}
-
-fn exit_record<'py>(py: Python<'py>, record: &ExitRecord) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("generation", record.generation)?;
-    d.set_item("pid", record.pid)?;
-    d.set_item("reason", reason_name(record.reason))?;
-    status_fields(&d, record.status)?;
-    Ok(d)
 }
 
 /// Error texts kept per worker: a restart clears the control block's text, so the launcher
@@ -92,13 +77,14 @@ impl Supervisor {
     /// Starts `segment.n_workers` processes running `argv`, in parallel.
     ///
     /// Each child gets `env`, `PYCOLLECT_WORKER`, `PYCOLLECT_GENERATION`,
-    /// `PYCOLLECT_SEGMENT_FD` (the segment at fd 4), the lifeline, and every
-    /// `(our_fd, child_fd)` of `pass_fds`.
+    /// `PYCOLLECT_SEGMENT_FD` (the segment at fd 4), the lifeline (`PYCOLLECT_LIFELINE_FD`,
+    /// fd 3), and every `(our_fd, child_fd)` of `pass_fds`. Every setting is required: the
+    /// defaults live in Python.
     #[new]
     #[pyo3(signature = (
-        segment, argv, *, env, pass_fds, restart="permanent", max_restarts=3, restart_window_s=60.0,
-        backoff_initial_s=0.1, backoff_max_s=5.0, startup_timeout_s=120.0, heartbeat_timeout_s=30.0,
-        check_interval_s=0.1, grace_s=2.0, term_timeout_s=2.0
+        segment, argv, *, env, pass_fds, restart, max_restarts, restart_window_s,
+        backoff_initial_s, backoff_max_s, startup_timeout_s, heartbeat_timeout_s,
+        check_interval_s, grace_s, term_timeout_s
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -123,13 +109,13 @@ impl Supervisor {
             "transient" => Restart::Transient,
             "never" => Restart::Never,
             other => {
-                return Err(PyValueError::new_err(format!(
+                return Err(config_error(format!(
                     "restart must be 'permanent', 'transient' or 'never', got '{other}'"
                 )))
             }
         };
         let Some((program, args)) = argv.split_first() else {
-            return Err(PyValueError::new_err("argv must name a program"));
+            return Err(config_error("argv must name a program"));
         };
         let segment = Arc::clone(&segment.inner);
         let workers = segment.layout().n_workers();
@@ -137,25 +123,29 @@ impl Supervisor {
             policy: RestartPolicy {
                 restart,
                 max_restarts,
-                restart_window: seconds("restart_window_s", restart_window_s)?,
-                backoff_initial: seconds("backoff_initial_s", backoff_initial_s)?,
-                backoff_max: seconds("backoff_max_s", backoff_max_s)?,
+                restart_window: positive_seconds("restart_window_s", restart_window_s)?,
+                backoff_initial: positive_seconds("backoff_initial_s", backoff_initial_s)?,
+                backoff_max: positive_seconds("backoff_max_s", backoff_max_s)?,
             },
-            startup_timeout: seconds("startup_timeout_s", startup_timeout_s)?,
-            heartbeat_timeout: seconds("heartbeat_timeout_s", heartbeat_timeout_s)?,
-            check_interval: seconds("check_interval_s", check_interval_s)?,
-            grace: seconds("grace_s", grace_s)?,
-            term_timeout: seconds("term_timeout_s", term_timeout_s)?,
+            startup_timeout: positive_seconds("startup_timeout_s", startup_timeout_s)?,
+            heartbeat_timeout: positive_seconds("heartbeat_timeout_s", heartbeat_timeout_s)?,
+            check_interval: positive_seconds("check_interval_s", check_interval_s)?,
+            grace: positive_seconds("grace_s", grace_s)?,
+            term_timeout: positive_seconds("term_timeout_s", term_timeout_s)?,
+            lifeline_fd: CHILD_LIFELINE_FD,
             ..SupervisorConfig::new(workers)
         };
-        config
-            .validate()
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        config.validate().map_err(py_err)?;
         for &(ours, child) in &pass_fds {
-            if ours < 0 || child == SEGMENT_CHILD_FD || child == config.lifeline_fd {
-                return Err(PyValueError::new_err(format!(
-                    "pass_fds entry ({ours}, {child}): fd numbers {} and {SEGMENT_CHILD_FD} are taken",
-                    config.lifeline_fd
+            if ours < 0 {
+                return Err(config_error(format!(
+                    "pass_fds entry ({ours}, {child}): {ours} is not a file descriptor"
+                )));
+            }
+            if child == CHILD_SEGMENT_FD || child == CHILD_LIFELINE_FD {
+                return Err(config_error(format!(
+                    "pass_fds entry ({ours}, {child}): fd numbers {CHILD_LIFELINE_FD} and \
+                     {CHILD_SEGMENT_FD} are taken"
                 )));
             }
         }
@@ -179,10 +169,10 @@ impl Supervisor {
             let mut launch = WorkerLaunch::new(&program).args(&args);
             launch.command_mut().envs(&env);
             let mut launch = launch
-                .env("PYCOLLECT_WORKER", worker.to_string())
-                .env("PYCOLLECT_GENERATION", generation.to_string())
-                .env("PYCOLLECT_SEGMENT_FD", SEGMENT_CHILD_FD.to_string())
-                .pass_fd(launch_segment.fd().try_clone_to_owned()?, SEGMENT_CHILD_FD);
+                .env(ENV_WORKER, worker.to_string())
+                .env(ENV_GENERATION, generation.to_string())
+                .env(ENV_SEGMENT_FD, CHILD_SEGMENT_FD.to_string())
+                .pass_fd(launch_segment.fd().try_clone_to_owned()?, CHILD_SEGMENT_FD);
             for &(ours, child) in &pass_fds {
                 // SAFETY: the caller keeps these descriptors open for the supervisor's life
                 // (documented); we only duplicate them here.
@@ -204,7 +194,7 @@ impl Supervisor {
                     .on_shutdown(move || stop_segment.shutdown())
                     .start(launcher)
             })
-            .map_err(|e| PyRuntimeError::new_err(format!("cannot start workers: {e}")))?;
+            .map_err(|e| py_err_in("cannot start workers", e))?;
         Ok(Self {
             inner,
             segment,
@@ -218,40 +208,46 @@ impl Supervisor {
         self.inner.workers()
     }
 
-    /// The next event (a dict with a ``"kind"``), waiting up to `timeout_s` (GIL released).
-    #[pyo3(signature = (timeout_s=0.0))]
-    fn next_event<'py>(
-        &self,
-        py: Python<'py>,
-        timeout_s: f64,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let timeout = if timeout_s > 0.0 {
-            seconds("timeout_s", timeout_s)?
-        } else {
-            Duration::ZERO
-        };
+    /// The next event, waiting up to `timeout_s` (0: do not wait) with the GIL released.
+    ///
+    /// Returns `None` when no event came in time, or once the supervisor has shut down and
+    /// every event was taken.
+    fn next_event(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<WorkerEvent>> {
+        let timeout = non_negative_seconds("timeout_s", timeout_s)?;
         let event = if timeout.is_zero() {
             self.inner.try_next_event()
         } else {
-            py.detach(|| self.inner.next_event(timeout))
+            let inner = &self.inner;
+            // A timeout past the end of the clock waits as long as it takes.
+            let deadline = Instant::now().checked_add(timeout);
+            wait_sliced(py, deadline, |slice_end| {
+                match inner.next_event(slice_end.saturating_duration_since(Instant::now())) {
+                    Some(event) => Slice::Done(Some(event)),
+                    // Empty before the slice ran out: the queue is closed for good.
+                    None if Instant::now() < slice_end => Slice::Done(None),
+                    None => Slice::Continue,
+                }
+            })?
+            .flatten()
         };
-        event.map(|e| self.event_dict(py, e)).transpose()
+        event.map(WorkerEvent::from_core).transpose()
     }
 
-    /// One dict per worker: state, pid, generation, restarts, last exit and last error text.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    /// One snapshot per worker: state, pid, generation, restarts, last exit and last error.
+    fn stats(&self) -> Vec<WorkerStats> {
         self.inner
             .stats()
             .iter()
-            .map(|s| self.stats_dict(py, s))
+            .map(|s| WorkerStats::from_core(s, self.error_of(s.worker)))
             .collect()
     }
 
     /// The error text (type, message, traceback) the worker last wrote, if any.
     fn last_error(&self, worker: usize) -> PyResult<Option<String>> {
-        if worker >= self.inner.workers() {
-            return Err(PyValueError::new_err(format!(
-                "worker {worker} out of range"
+        let workers = self.inner.workers();
+        if worker >= workers {
+            return Err(config_error(format!(
+                "worker {worker} out of range: the supervisor has {workers} workers"
             )));
         }
         Ok(self.error_of(worker))
@@ -259,125 +255,11 @@ impl Supervisor {
 
     /// Stops every worker: shutdown flag and wake-up, `grace_s` to exit, SIGTERM to each
     /// process group, SIGKILL, reap. Idempotent. Returns how each worker ended.
-    #[pyo3(signature = (grace_s=2.0))]
-    fn shutdown<'py>(&self, py: Python<'py>, grace_s: f64) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let grace = if grace_s > 0.0 {
-            seconds("grace_s", grace_s)?
-        } else {
-            Duration::ZERO
-        };
+    fn shutdown(&self, py: Python<'_>, grace_s: f64) -> PyResult<Vec<WorkerEnding>> {
+        let grace = non_negative_seconds("grace_s", grace_s)?;
         let report = py
             .detach(|| self.inner.shutdown(grace))
-            .map_err(|e| PyRuntimeError::new_err(format!("worker shutdown failed: {e}")))?;
-        report
-            .workers
-            .iter()
-            .map(|w| {
-                let d = PyDict::new(py);
-                d.set_item("worker", w.worker)?;
-                d.set_item("generation", w.generation)?;
-                d.set_item("pid", w.pid)?;
-                let (ending, status) = match w.ending {
-                    Ending::NotRunning => ("not_running", None),
-                    Ending::Exited(s) => ("exited", Some(s)),
-                    Ending::Terminated(s) => ("terminated", Some(s)),
-                    Ending::Killed(s) => ("killed", Some(s)),
-                    Ending::Unreaped => ("unreaped", None),
-                };
-                d.set_item("ending", ending)?;
-                if let Some(status) = status {
-                    status_fields(&d, status)?;
-                }
-                Ok(d)
-            })
-            .collect()
-    }
-}
-
-impl Supervisor {
-    fn event_dict<'py>(&self, py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        match event {
-            Event::Started {
-                worker,
-                generation,
-                pid,
-            } => {
-                d.set_item("kind", "started")?;
-                d.set_item("worker", worker)?;
-                d.set_item("generation", generation)?;
-                d.set_item("pid", pid)?;
-            }
-            Event::Exited {
-                worker,
-                generation,
-                pid,
-                status,
-                reason,
-            } => {
-                d.set_item("kind", "exited")?;
-                d.set_item("worker", worker)?;
-                d.set_item("generation", generation)?;
-                d.set_item("pid", pid)?;
-                d.set_item("reason", reason_name(reason))?;
-                status_fields(&d, status)?;
-            }
-            Event::SpawnFailed {
-                worker,
-                generation,
-                error,
-            } => {
-                d.set_item("kind", "spawn_failed")?;
-                d.set_item("worker", worker)?;
-                d.set_item("generation", generation)?;
-                d.set_item("error", error)?;
-            }
-            Event::Restarting {
-                worker,
-                next_generation,
-                after,
-            } => {
-                d.set_item("kind", "restarting")?;
-                d.set_item("worker", worker)?;
-                d.set_item("generation", next_generation)?;
-                d.set_item("after_s", after.as_secs_f64())?;
-            }
-            Event::GaveUp {
-                worker,
-                generation,
-                restarts,
-            } => {
-                d.set_item("kind", "gave_up")?;
-                d.set_item("worker", worker)?;
-                d.set_item("generation", generation)?;
-                d.set_item("restarts", restarts)?;
-            }
-            other => {
-                d.set_item("kind", "other")?;
-                d.set_item("detail", format!("{other:?}"))?;
-            }
-        }
-        Ok(d)
-    }
-
-    fn stats_dict<'py>(
-        &self,
-        py: Python<'py>,
-        stats: &WorkerStats,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("worker", stats.worker)?;
-        d.set_item("state", format!("{:?}", stats.state).to_lowercase())?;
-        d.set_item("pid", stats.pid)?;
-        d.set_item("generation", stats.generation)?;
-        d.set_item("restarts", stats.restarts)?;
-        let last_exit = stats
-            .last_exit
-            .as_ref()
-            .map(|r| exit_record(py, r))
-            .transpose()?;
-        d.set_item("last_exit", last_exit)?;
-        d.set_item("last_error", self.error_of(stats.worker))?;
-        Ok(d)
+            .map_err(|e| py_err_in("worker shutdown failed", e))?;
+        Ok(report.workers.iter().map(WorkerEnding::from).collect())
     }
 }

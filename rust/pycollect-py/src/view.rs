@@ -13,9 +13,10 @@ use std::ptr;
 use std::sync::Arc;
 
 use pycollect_core::{DType, Mapping};
-use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+
+use crate::errors::buffer_export_error;
 
 /// The PEP 3118 format of a dtype; bfloat16 has none and travels as raw `uint16`.
 fn format_of(dtype: DType) -> &'static CStr {
@@ -143,13 +144,11 @@ impl SlotView {
         flags: c_int,
     ) -> PyResult<()> {
         if view.is_null() {
-            return Err(PyBufferError::new_err("view is null"));
+            return Err(buffer_export_error("view is null"));
         }
         let this = slf.get();
         if this.readonly && (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err(
-                "this view of the segment is read-only",
-            ));
+            return Err(buffer_export_error("this view of the segment is read-only"));
         }
         // SAFETY: `view` is non-null and CPython gives us exclusive access to fill it. The
         // shape/strides/format pointers point into this frozen object, which `view.obj`

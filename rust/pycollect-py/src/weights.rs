@@ -1,27 +1,39 @@
 //! The weights store as seen from Python: the trainer publishes bytes, workers copy them out.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pycollect_core::weights::ShmBuffers;
 use pycollect_core::{
     Segment as CoreSegment, Waited, WeightsReader as CoreReader, WeightsWriter as CoreWriter,
 };
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::errors::{py_err, TransportError};
+use crate::blocking::non_negative_seconds;
+use crate::errors::{config_error, py_err, transport_error};
 
-/// Checks that a buffer is one contiguous run of bytes and returns (address, length).
-fn byte_region(buffer: &PyBuffer<u8>, writable: bool) -> PyResult<(usize, usize)> {
+/// Takes a buffer export of `object` (the argument `name`) and checks that it is one
+/// contiguous run of bytes; returns the export (which keeps the memory alive and unmoved),
+/// its address and its length.
+fn byte_region(
+    name: &str,
+    object: &Bound<'_, PyAny>,
+    writable: bool,
+) -> PyResult<(PyBuffer<u8>, usize, usize)> {
+    let buffer = PyBuffer::<u8>::get(object).map_err(|e| {
+        config_error(format!(
+            "{name} must be a bytes-like object of unsigned bytes (format 'B'): {e}"
+        ))
+    })?;
     if !buffer.is_c_contiguous() {
-        return Err(PyValueError::new_err("the buffer must be C-contiguous"));
+        return Err(config_error(format!("{name} must be C-contiguous")));
     }
     if writable && buffer.readonly() {
-        return Err(PyValueError::new_err("the output buffer is read-only"));
+        return Err(config_error(format!("{name} is read-only")));
     }
-    Ok((buffer.buf_ptr() as usize, buffer.len_bytes()))
+    let (addr, len) = (buffer.buf_ptr() as usize, buffer.len_bytes());
+    Ok((buffer, addr, len))
 }
 
 /// The writing end of the weights store (the trainer).
@@ -62,31 +74,29 @@ impl WeightsWriter {
     /// Copies `data` (bytes-like, format "B") into a free buffer with the GIL released and
     /// publishes it; returns the new version. Never waits on a dead reader longer than
     /// `timeout_s`.
-    #[pyo3(signature = (data, timeout_s=5.0))]
-    fn publish(&self, py: Python<'_>, data: PyBuffer<u8>, timeout_s: f64) -> PyResult<u64> {
-        let (addr, len) = byte_region(&data, false)?;
-        if !(timeout_s.is_finite() && timeout_s >= 0.0) {
-            return Err(PyValueError::new_err(format!(
-                "timeout_s must be a non-negative number, got {timeout_s}"
-            )));
-        }
-        let deadline = Instant::now() + Duration::from_secs_f64(timeout_s);
+    fn publish(&self, py: Python<'_>, data: &Bound<'_, PyAny>, timeout_s: f64) -> PyResult<u64> {
+        let timeout = non_negative_seconds("timeout_s", timeout_s)?;
+        let (_export, addr, len) = byte_region("data", data, false)?;
+        // A timeout past the end of the clock waits as long as it takes.
+        let deadline = Instant::now().checked_add(timeout);
         let segment = &self.segment;
         let inner = &self.inner;
         py.detach(move || {
-            // SAFETY: `data` (a held buffer export) keeps these `len` bytes alive and unmoved
+            // SAFETY: `_export` (a held buffer export of `data`) keeps these `len` bytes alive and unmoved
             // for the whole call; we only read them.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
             let mut writer = inner.lock().unwrap_or_else(|e| e.into_inner());
-            writer.publish_wait(bytes, Some(deadline), || segment.is_shutdown())
+            writer.publish_wait(bytes, deadline, || segment.is_shutdown())
         })
         .map_err(py_err)
         .and_then(|waited| match waited {
             Waited::Ready(version) => Ok(version),
-            Waited::TimedOut => Err(TransportError::new_err(format!(
+            Waited::TimedOut => Err(transport_error(format!(
                 "could not publish weights within {timeout_s} s: every weights buffer is held by a reader"
             ))),
-            Waited::Aborted => Err(TransportError::new_err("could not publish weights: the collector is shutting down")),
+            Waited::Aborted => Err(transport_error(
+                "could not publish weights: the collector is shutting down",
+            )),
         })
     }
 }
@@ -120,11 +130,11 @@ impl WeightsReader {
 
     /// Copies the latest weights into the writable buffer `out` (GIL released); returns
     /// `(version, nbytes)`, or `None` if nothing was published yet.
-    fn read_into(&self, py: Python<'_>, out: PyBuffer<u8>) -> PyResult<Option<(u64, usize)>> {
-        let (addr, len) = byte_region(&out, true)?;
+    fn read_into(&self, py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<Option<(u64, usize)>> {
+        let (_export, addr, len) = byte_region("out", out, true)?;
         let inner = &self.inner;
         py.detach(move || {
-            // SAFETY: `out` (a held writable buffer export) keeps these bytes alive and
+            // SAFETY: `_export` (a held writable buffer export of `out`) keeps these bytes alive and
             // unmoved for the call, and no one else writes them meanwhile by contract.
             let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
             inner

@@ -103,6 +103,10 @@ pub type Launcher = Box<dyn FnMut(usize, u64) -> io::Result<WorkerLaunch> + Send
 /// it (parent-death signal).
 pub type HeartbeatSource = Box<dyn FnMut(usize, u64) -> Option<u64> + Send>;
 
+/// The fd number at which each child finds its lifeline unless configured otherwise (see
+/// [`SupervisorConfig::lifeline_fd`] and [`LIFELINE_FD_ENV`]).
+pub const DEFAULT_LIFELINE_FD: RawFd = 3;
+
 /// Settings of one supervisor. Start from [`SupervisorConfig::new`] and override fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SupervisorConfig {
@@ -144,7 +148,7 @@ impl SupervisorConfig {
             grace: Duration::from_secs(5),
             term_timeout: Duration::from_secs(3),
             kill_timeout: Duration::from_secs(5),
-            lifeline_fd: 3,
+            lifeline_fd: DEFAULT_LIFELINE_FD,
             event_capacity: 1024,
         }
     }
