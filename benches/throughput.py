@@ -10,10 +10,18 @@ Workloads (``--workloads``):
 ``synthetic-84x84x4``
     ``benches/synthetic_env.py``: 4x84x84 uint8 observations (28 KiB), a step that costs
     about a microsecond, random actions. Measures how a collector moves bytes.
+``dmcontrol-cheetah-run``
+    DeepMind Control Suite cheetah-run (MuJoCo, about 30 us a step; Dict observations of
+    float64 ``position`` [8] and ``velocity`` [9], a Box(-1, 1, (6,)) action), uniform random
+    actions. Needs the ``pycollect-dmcontrol`` plugin (``pip install -e
+    plugins/pycollect-dmcontrol``): pycollect collects through ``"dm_control:cheetah-run"``.
+    Its own, smaller set of contenders (below).
 
 Contenders, each with ``--envs`` (K, default 8) environments per worker where it has workers:
 
-* raw gymnasium loop: one env stepped in a plain loop in this process (the baseline);
+* raw gymnasium loop: one env stepped in a plain loop in this process (the baseline; for
+  ``dmcontrol-cheetah-run`` the raw dm_control loop: one ``suite.load("cheetah", "run")`` env
+  stepped with pre-sampled uniform random actions);
 * pycollect in-process (``num_workers=0``, K envs);
 * pycollect sync with 1 worker, sync with 2 workers (copied batches, and ``zero_copy=True``),
   async with 2 workers (K envs each);
@@ -21,7 +29,11 @@ Contenders, each with ``--envs`` (K, default 8) environments per worker where it
   envs (one process per core, as many processes as pycollect has workers) and with 2K envs
   (as many envs as pycollect's 2 workers step, one process each);
 * TorchRL ``MultiSyncCollector`` and ``MultiAsyncCollector`` with 2 workers, each stepping a
-  ``SerialEnv`` of K ``GymEnv``.
+  ``SerialEnv`` of K ``GymEnv`` (``DMControlEnv("cheetah", "run")`` for dm_control).
+
+``dmcontrol-cheetah-run`` runs the raw dm_control loop, pycollect in-process, sync with 1 and
+with 2 workers, and TorchRL ``MultiSyncCollector``; the gymnasium vector envs, zero-copy and
+async contenders belong to the gymnasium workloads only.
 
 Batches hold 64 steps of every env: K x 64 frames in-process and per async batch, 2K x 64
 per sync batch (TorchRL's ``frames_per_batch`` is set the same way). Only steady state counts:
@@ -34,6 +46,7 @@ Run:
     python benches/throughput.py                 # all workloads, 3 rounds (~3 min on 2 vCPUs)
     python benches/throughput.py --quick         # a quarter of the frames, 2 rounds (~40 s)
     python benches/throughput.py --workloads cartpole-random --rounds 5
+    python benches/throughput.py --workloads dmcontrol-cheetah-run --rounds 5   # ~2 min
 
 Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png``.
 """
@@ -41,6 +54,7 @@ Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -56,6 +70,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("MUJOCO_GL", "disable")  # dm_control renders nothing here; workers inherit it
 
 import gymnasium as gym
 import numpy as np
@@ -119,17 +134,49 @@ def _torchrl_cartpole() -> Any:
     return GymEnv("CartPole-v1")
 
 
+def _torchrl_cheetah_run() -> Any:
+    from torchrl.envs import DMControlEnv
+
+    return DMControlEnv("cheetah", "run")
+
+
+RAW, TORCHRL_SYNC = "raw gymnasium loop", "TorchRL MultiSync (2 workers)"
+RAW_DMC = "raw dm_control loop"
+GYM_CONTENDERS = (
+    RAW,
+    "pycollect in-process",
+    "pycollect sync, 1 worker",
+    "pycollect sync, 2 workers",
+    "pycollect sync, 2 workers, zero_copy",
+    "pycollect async, 2 workers",
+    "gymnasium SyncVectorEnv (K envs)",
+    "gymnasium AsyncVectorEnv (2 procs)",
+    "gymnasium AsyncVectorEnv (2K procs)",
+    TORCHRL_SYNC,
+    "TorchRL MultiAsync (2 workers)",
+)
+DMC_CONTENDERS = (
+    RAW_DMC,
+    "pycollect in-process",
+    "pycollect sync, 1 worker",
+    "pycollect sync, 2 workers",
+    TORCHRL_SYNC,
+)
+
+
 @dataclass(frozen=True)
 class Workload:
-    """One environment + policy combination and its frame budgets per kind of contender."""
+    """One environment + policy combination, its contenders and their frame budgets."""
 
     name: str
     title: str
-    make_gym: Callable[[], gym.Env]
+    make_gym: Callable[[], gym.Env] | None  # None: no gymnasium env (the raw loop is not gymnasium's)
     make_torchrl: Callable[[], Any]
     pycollect_env: str | Callable[[], gym.Env]
     mlp: bool
     frames: dict[str, int]  # "raw", "fast" (pycollect, SyncVectorEnv), "vector" (AsyncVectorEnv), "torchrl"
+    contenders: tuple[str, ...] = GYM_CONTENDERS  # names in CONTENDERS, in running order
+    baseline: str = RAW  # the contender "x raw" divides by
 
 
 WORKLOADS = {
@@ -161,6 +208,17 @@ WORKLOADS = {
             synthetic_env.make_env,
             False,
             {"raw": 300_000, "fast": 60_000, "vector": 12_000, "torchrl": 8_192},
+        ),
+        Workload(
+            "dmcontrol-cheetah-run",
+            "dm_control cheetah-run, random policy",
+            None,
+            _torchrl_cheetah_run,
+            "dm_control:cheetah-run",
+            False,
+            {"raw": 40_000, "fast": 40_000, "torchrl": 8_192},
+            DMC_CONTENDERS,
+            RAW_DMC,
         ),
     )
 }
@@ -246,6 +304,7 @@ def _policy_for(workload: Workload) -> MLPPolicy | None:
 
 def raw_loop(workload: Workload, k: int, frames: dict[str, int]) -> Result:
     """One env in a plain loop; random actions pre-sampled, or the MLP called every step."""
+    assert workload.make_gym is not None, workload.name
     env = workload.make_gym()
     env.action_space.seed(0)
     actions = [env.action_space.sample() for _ in range(1024)]
@@ -268,6 +327,30 @@ def raw_loop(workload: Workload, k: int, frames: dict[str, int]) -> Result:
     obs = run(STEPS, obs)  # warm-up, like everyone's first batch
     with Timer() as timer:
         run(n, obs)
+    env.close()
+    return timer.result(n)
+
+
+def raw_dmcontrol_loop(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """One ``suite.load("cheetah", "run")`` env stepped in a plain loop, actions pre-sampled."""
+    from dm_control import suite
+
+    env = suite.load("cheetah", "run", task_kwargs={"random": 0})
+    spec = env.action_spec()
+    rng = np.random.default_rng(0)
+    actions = list(rng.uniform(spec.minimum, spec.maximum, size=(1024, *spec.shape)))
+    env.reset()
+    n = frames["raw"]
+
+    def run(count: int) -> None:
+        step = env.step
+        for i in range(count):
+            if step(actions[i & 1023]).last():
+                env.reset()
+
+    run(STEPS)  # warm-up, like everyone's first batch
+    with Timer() as timer:
+        run(n)
     env.close()
     return timer.result(n)
 
@@ -428,9 +511,9 @@ def torchrl_multi_async(workload: Workload, k: int, frames: dict[str, int]) -> R
 
 
 Contender = Callable[[Workload, int, dict[str, int]], Result]
-RAW, TORCHRL_SYNC = "raw gymnasium loop", "TorchRL MultiSync (2 workers)"
 CONTENDERS: dict[str, Contender] = {
     RAW: raw_loop,
+    RAW_DMC: raw_dmcontrol_loop,
     "pycollect in-process": pycollect_in_process,
     "pycollect sync, 1 worker": pycollect_sync_1,
     "pycollect sync, 2 workers": pycollect_sync_2,
@@ -552,6 +635,8 @@ def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
     ratio("cartpole-random", "pycollect sync, 2 workers", "x_torchrl_sync", 20)
     ratio("synthetic-84x84x4", "pycollect sync, 2 workers", "x_torchrl_sync", 10)
     ratio("synthetic-84x84x4", "pycollect sync, 2 workers, zero_copy", "x_torchrl_sync", 10)
+    ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_raw", 1.5)
+    ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_torchrl_sync", 20)
     for name, summary in summaries.items():
         one = summary.get("pycollect sync, 1 worker", {}).get("startup_s")
         two = summary.get("pycollect sync, 2 workers", {}).get("startup_s")
@@ -639,6 +724,13 @@ def main() -> None:
         return
     rounds = args.rounds or (2 if args.quick else 3)
     workloads = [WORKLOADS[name.strip()] for name in args.workloads.split(",") if name.strip()]
+    if importlib.util.find_spec("pycollect_dmcontrol") is None:
+        dmc = [w for w in workloads if w.name.startswith("dmcontrol")]
+        if dmc and args.workloads != parser.get_default("workloads"):
+            parser.error(f"{dmc[0].name} needs the plugin: pip install -e plugins/pycollect-dmcontrol")
+        for workload in dmc:
+            print(f"skipping {workload.name}: pycollect-dmcontrol is not installed", file=sys.stderr)
+            workloads.remove(workload)
     wanted = [s.strip().lower() for s in args.contenders.split(",") if s.strip()]
     contenders = {n: fn for n, fn in CONTENDERS.items() if not wanted or any(s in n.lower() for s in wanted)}
     k = args.envs
@@ -647,7 +739,8 @@ def main() -> None:
             _profile([workload], k, workload.frames["fast"] // (4 if args.quick else 1))
         return
 
-    runs = {w.name: {name: [] for name in contenders} for w in workloads}
+    selected = {w.name: {n: contenders[n] for n in w.contenders if n in contenders} for w in workloads}
+    runs = {w.name: {name: [] for name in selected[w.name]} for w in workloads}
     loads: list[dict[str, Any]] = []
     started = time.perf_counter()
     steal0 = _steal()
@@ -656,10 +749,10 @@ def main() -> None:
             frames = {key: value // 4 if args.quick else value for key, value in workload.frames.items()}
             load_before = os.getloadavg()[0]
             this_round: dict[str, dict[str, Any]] = {}
-            for name, fn in contenders.items():
+            for name, fn in selected[workload.name].items():
                 result = fn(workload, k, frames)
                 this_round[name] = {**result.__dict__, "round": round_index}
-            raw = this_round.get(RAW, {}).get("fps")
+            raw = this_round.get(workload.baseline, {}).get("fps")
             trl = this_round.get(TORCHRL_SYNC, {}).get("fps")
             for name, entry in this_round.items():
                 entry["x_raw"] = entry["fps"] / raw if raw else None
@@ -708,7 +801,11 @@ def main() -> None:
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), workloads, summaries, k, rounds)
     print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
-    leftovers = [p.pid for p in psutil.Process().children(recursive=True) if p.is_running()]
+    leftovers = [
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if p.is_running() and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())  # TorchRL's helper
+    ]
     if leftovers:
         print(f"warning: child processes still running: {leftovers}", file=sys.stderr)
 
@@ -730,12 +827,18 @@ def _plot(
             return "#55A868"
         return "#4C72B0"
 
-    names = list(next(iter(summaries.values())))
+    longest = max(len(summaries[w.name]) for w in workloads)
+    shared = len({tuple(summaries[w.name]) for w in workloads}) == 1  # the same contenders everywhere
     fig, axes = plt.subplots(
-        1, len(workloads), figsize=(5.2 * len(workloads) + 2.6, 0.42 * len(names) + 1.8), sharey=True, squeeze=False
+        1,
+        len(workloads),
+        figsize=(5.2 * len(workloads) + 2.6 * (1 if shared else len(workloads)), 0.42 * longest + 1.8),
+        sharey=shared,
+        squeeze=False,
     )
     for ax, workload in zip(axes[0], workloads, strict=True):
         summary = summaries[workload.name]
+        names = list(summary)
         medians = [summary[n]["fps_median"] for n in names]
         spans = [[m - summary[n]["fps_min"], summary[n]["fps_max"] - m] for n, m in zip(names, medians, strict=True)]
         errors = np.array(spans).T
@@ -748,13 +851,14 @@ def _plot(
         for y, value in enumerate(medians):
             raw, trl = summary[names[y]].get("x_raw"), summary[names[y]].get("x_torchrl_sync")
             label = f" {value / 1000:,.1f}k"
-            if raw and names[y] != RAW:
+            if raw and names[y] != workload.baseline:
                 label += f"  {raw['median']:.2g}x raw" if raw["median"] < 0.1 else f"  {raw['median']:.2f}x raw"
             if trl and names[y] != TORCHRL_SYNC:
                 label += f", {trl['median']:.1f}x TorchRL"
             ax.text(summary[names[y]]["fps_max"] * 1.08, y, label, va="center", fontsize=7)
-    axes[0][0].invert_yaxis()
-    axes[0][0].tick_params(axis="y", labelsize=8)
+        if not shared or ax is axes[0][0]:
+            ax.invert_yaxis()
+            ax.tick_params(axis="y", labelsize=8)
     fig.suptitle(f"Collector throughput, 2 workers where applicable, K={k} envs per worker, {rounds} rounds")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
