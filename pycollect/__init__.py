@@ -2,6 +2,16 @@
 
 The front door is :class:`Collector`; batches come out as TorchRL-compatible ``TensorDict``
 objects. Errors derive from :class:`PyCollectError`.
+
+Extension points, each a subpackage with its interface, extended through pluggy hooks
+(:mod:`pycollect.hookspecs`, mark implementations with :data:`hookimpl`) and managed by
+:mod:`pycollect.plugins`:
+
+* :mod:`pycollect.envs`: env backends (:class:`EnvBackend`);
+* :mod:`pycollect.weights`: weight-sync schemes (:class:`WeightSyncScheme`);
+* :mod:`pycollect.devices`: device placement policies (:class:`DevicePolicy`).
+
+:mod:`pycollect.testing` has conformance checkers and test environments for plugin authors.
 """
 
 from __future__ import annotations
@@ -11,38 +21,53 @@ from typing import TYPE_CHECKING, Any
 
 from pycollect._core import __version__
 from pycollect.exceptions import (
+    BufferExportError,
     CollectorClosedError,
     ConfigError,
+    ConformanceError,
+    EnvCreationError,
     LayoutMismatchError,
+    PluginError,
     PolicyError,
     PyCollectError,
     PyCollectWarning,
+    SupervisorError,
     TransportError,
     UnknownBackendError,
+    UnknownDevicePolicyError,
     UnknownEnvError,
+    UnknownSchemeError,
     UnsupportedSpaceError,
     WorkerCrashedError,
 )
+from pycollect.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from pycollect._batch.episodes import EpisodeRecord
     from pycollect._rollout.seeding import env_seeds
-    from pycollect.collector import Collector
-    from pycollect.envs.source import EnvBackend, GymLikeEnv, backend_names
-    from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
+    from pycollect.collector import Collector, CollectorStats
+    from pycollect.config import CollectorConfig, SupervisionConfig
+    from pycollect.devices import DevicePolicy, Placement
+    from pycollect.envs import EnvBackend, EnvSpecs, FieldSpec, GymLikeEnv, specs_from_spaces
+    from pycollect.weights import WeightSyncScheme
 
 # Imported on first use: a worker process imports this package too, and one with a random
 # policy should not pay for importing torch and tensordict.
 _LAZY = {
     "Collector": "pycollect.collector",
-    "EnvBackend": "pycollect.envs.source",
-    "GymLikeEnv": "pycollect.envs.source",
-    "backend_names": "pycollect.envs.source",
+    "CollectorStats": "pycollect.collector",
+    "CollectorConfig": "pycollect.config",
+    "SupervisionConfig": "pycollect.config",
+    "DevicePolicy": "pycollect.devices",
+    "Placement": "pycollect.devices",
+    "EnvBackend": "pycollect.envs",
+    "EnvSpecs": "pycollect.envs",
+    "FieldSpec": "pycollect.envs",
+    "GymLikeEnv": "pycollect.envs",
+    "specs_from_spaces": "pycollect.envs",
+    "WeightSyncScheme": "pycollect.weights",
     "EpisodeRecord": "pycollect._batch.episodes",
     "env_seeds": "pycollect._rollout.seeding",
-    "EnvSpecs": "pycollect.envs.specs",
-    "FieldSpec": "pycollect.envs.specs",
-    "specs_from_spaces": "pycollect.envs.specs",
 }
 
 
@@ -60,25 +85,38 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BufferExportError",
     "Collector",
     "CollectorClosedError",
+    "CollectorConfig",
+    "CollectorStats",
     "ConfigError",
+    "ConformanceError",
+    "DevicePolicy",
     "EnvBackend",
+    "EnvCreationError",
     "EnvSpecs",
     "EpisodeRecord",
     "FieldSpec",
     "GymLikeEnv",
     "LayoutMismatchError",
+    "Placement",
+    "PluginError",
     "PolicyError",
     "PyCollectError",
     "PyCollectWarning",
+    "SupervisionConfig",
+    "SupervisorError",
     "TransportError",
     "UnknownBackendError",
+    "UnknownDevicePolicyError",
     "UnknownEnvError",
+    "UnknownSchemeError",
     "UnsupportedSpaceError",
+    "WeightSyncScheme",
     "WorkerCrashedError",
     "__version__",
-    "backend_names",
     "env_seeds",
+    "hookimpl",
     "specs_from_spaces",
 ]

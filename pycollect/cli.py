@@ -17,6 +17,7 @@ from typing import Any
 __all__ = ["build_parser", "main"]
 
 DEFAULT_ENV = "CartPole-v1"
+DISABLE_VARIABLE, LOAD_VARIABLE = "PYCOLLECT_DISABLE_PLUGINS", "PYCOLLECT_LOAD_PLUGINS"  # see pycollect.plugins
 
 _DESCRIPTION = """\
 pycollect collects reinforcement-learning experience from environments and delivers it as
@@ -27,6 +28,8 @@ Start with:
   pycollect run Pendulum-v1 --frames 50000
   pycollect run --workers 2             step the environments in 2 worker processes
   pycollect run --help                   every option of 'run'
+  pycollect plugins                      the env backends, weight-sync schemes and device
+                                         policies installed, and which plugin provides each
 """
 
 
@@ -105,6 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+    plugins = commands.add_parser(
+        "plugins",
+        help="list the env backends, weight-sync schemes and device policies, and their plugins",
+        description=(
+            "List every registered env backend, weight-sync scheme and device placement policy "
+            "with the plugin, distribution and version that provides it, built-ins included, "
+            f"and installed plugins that were not loaded ({DISABLE_VARIABLE}, {LOAD_VARIABLE})."
+        ),
+    )
+    plugins.add_argument("--json", action="store_true", help="print the list as one JSON object")
     return parser
 
 
@@ -168,7 +182,7 @@ def _run(args: argparse.Namespace) -> int:
         "env": collector.env_source.describe(),
         "workers": args.workers,
         "mode": "in-process" if not args.workers else ("async" if args.async_ else "sync"),
-        "restarts": collector.stats()["restarts"],
+        "restarts": collector.stats().restarts,
         "envs_per_worker": collector.envs_per_worker,
         "frames": collector.frames,
         "seconds": round(elapsed, 3),
@@ -204,6 +218,48 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
     print(f"mean return  {mean:.2f}" if mean is not None else "mean return  - (no episode finished)")
 
 
+_KIND_TITLES = {"env_backend": "env backend", "scheme": "weight-sync scheme", "device_policy": "device policy"}
+_KIND_KEYS = {"env_backend": "env_backends", "scheme": "schemes", "device_policy": "device_policies"}
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    from pycollect import PyCollectError, plugins
+
+    try:
+        found, skipped = plugins.registrations(), plugins.skipped()
+    except PyCollectError as exc:
+        print(f"pycollect: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        listing: dict[str, Any] = {key: [] for key in _KIND_KEYS.values()}
+        for item in found:
+            listing[_KIND_KEYS[item.kind]].append(
+                {
+                    "name": item.name,
+                    "class": f"{item.cls.__module__}.{item.cls.__qualname__}",
+                    "plugin": item.plugin.name,
+                    "distribution": item.plugin.distribution,
+                    "version": item.plugin.version,
+                    "builtin": item.plugin.builtin,
+                }
+            )
+        listing["not_loaded"] = [{"plugin": name, "reason": reason} for name, reason in skipped.items()]
+        print(json.dumps(listing, indent=2))
+        return 0
+    rows = [("KIND", "NAME", "PLUGIN", "DISTRIBUTION")]
+    for item in found:
+        origin = f"{item.plugin.distribution} {item.plugin.version}" if item.plugin.distribution else "(runtime)"
+        if item.plugin.builtin:
+            origin += " (built-in)"
+        rows.append((_KIND_TITLES[item.kind], item.name, item.plugin.name, origin))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]]))
+    for name, reason in skipped.items():
+        print(f"not loaded: {name} ({reason})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``pycollect`` command; return its exit status."""
     parser = build_parser()
@@ -213,5 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         return _run(args)
+    if args.command == "plugins":
+        return _plugins(args)
     parser.error(f"unknown command {args.command!r}")
     return 2

@@ -7,31 +7,33 @@ import math
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import torch
 from tensordict import TensorDictBase
 
-from pycollect import config as _checks
+from pycollect import _engines
 from pycollect._batch.episodes import EpisodeRecord
-from pycollect._batch.tensordict import BatchField, batch_fields, split_trajectories
-from pycollect._engines.inprocess import InProcessEngine
-from pycollect._engines.workers.pool import PoolOptions, WorkerPool
-from pycollect._engines.workers.spec import WorkerSpec
-from pycollect._rollout.actions import action_source
+from pycollect._batch.split import split_trajectories
 from pycollect._rollout.policy import Policy
-from pycollect._rollout.runner import EnvRunner
-from pycollect._rollout.seeding import action_rng, env_seeds
-from pycollect.devices.arguments import policy_device, resolve_device
+from pycollect.config import CollectorConfig, RestartPolicy, SupervisionConfig
 from pycollect.envs.source import EnvSource, resolve_env
-from pycollect.envs.specs import EnvSpecs
 from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
-from pycollect.weights.layout import WeightsLayout
 
-_RESTART_POLICIES = ("permanent", "transient", "never")
+if TYPE_CHECKING:
+    from pycollect._core import WorkerEvent, WorkerStats
+    from pycollect._engines.base import Engine
+    from pycollect._rollout.fields import BatchField
+    from pycollect.devices import DevicePolicy
+    from pycollect.envs.specs import EnvSpecs
+    from pycollect.weights import WeightSyncScheme
+
+__all__ = ["Collector", "CollectorStats"]
+
 _LIVE: weakref.WeakSet[Collector] = weakref.WeakSet()
+_D, _S = CollectorConfig, SupervisionConfig  # the defaults of every argument live there
 
 
 @atexit.register
@@ -41,7 +43,38 @@ def _shutdown_live_collectors() -> None:
         collector.shutdown()
 
 
-__all__ = ["Collector"]
+@dataclass(frozen=True)
+class CollectorStats:
+    """A snapshot of a collector's progress and, with workers, of their supervision.
+
+    Attributes:
+        frames: Frames delivered so far.
+        batches: Batches delivered so far.
+        policy_version: The collector's policy version.
+        episodes: Episodes finished so far.
+        workers: Per worker: state, pid, generation, restarts, last exit and last error
+            (empty in-process).
+        events: The most recent supervision events, oldest first: every start, exit,
+            failed spawn, scheduled restart and give-up, with the worker and generation.
+    """
+
+    frames: int
+    batches: int
+    policy_version: int
+    episodes: int
+    workers: tuple[WorkerStats, ...]
+    events: tuple[WorkerEvent, ...]
+
+    @property
+    def restarts(self) -> int:
+        """Worker restarts so far, over all workers."""
+        return sum(worker.restarts for worker in self.workers)
+
+    @property
+    def last_error(self) -> str | None:
+        """The error text a worker wrote last (type, message, traceback), if any."""
+        errors = [worker.last_error for worker in self.workers if worker.last_error]
+        return errors[-1] if errors else None
 
 
 class Collector:
@@ -50,10 +83,10 @@ class Collector:
     Iterating yields ``TensorDict`` batches whose last dimension is named ``"time"``, with the
     keys of TorchRL's collectors: ``observation``, ``action``, ``done``, ``terminated``,
     ``truncated``, ``("next", "observation")``, ``("next", "reward")``, ``("next", "done")``,
-    ``("next", "terminated")``, ``("next", "truncated")``, ``("collector", "traj_ids")``, plus
-    any extra policy outputs. Environments reset themselves when an episode ends:
-    ``("next", "observation")`` holds the terminal observation and the next step's
-    ``observation`` the reset one.
+    ``("next", "terminated")``, ``("next", "truncated")``, ``("collector", "traj_ids")``,
+    ``policy_version``, plus any extra policy outputs. Environments reset themselves when an
+    episode ends: ``("next", "observation")`` holds the terminal observation and the next
+    step's ``observation`` the reset one.
 
     With ``num_workers=0`` the environments step in this process and batches are
     ``[envs_per_worker, T]``. With ``num_workers >= 1`` they step in supervised worker
@@ -64,10 +97,14 @@ class Collector:
     according to ``restart``; a rollout it was writing is dropped, never delivered
     half-written.
 
+    Every argument is checked (by :class:`~pycollect.config.CollectorConfig`, where the
+    defaults live) before any environment is built or any worker starts.
+
     Args:
         env: A gymnasium id (``"CartPole-v1"``), a backend-prefixed spec
-            (``"gymnasium:CartPole-v1"``, ``"callable:package.module:make_env"``) or a factory
-            callable returning a gymnasium-style env (picklable, for workers).
+            (``"gymnasium:CartPole-v1"``, ``"callable:package.module:make_env"``, or the
+            prefix of any installed env-backend plugin such as ``"dm_control:cheetah-run"``)
+            or a factory callable returning a gymnasium-style env (picklable, for workers).
         policy: ``None`` for uniform random actions; a tensordict ``TensorDictModule`` (gets
             the observation TensorDict, writes ``"action"`` and optionally more keys); a
             ``torch.nn.Module`` (gets one tensor per observation field, returns the action);
@@ -94,8 +131,17 @@ class Collector:
             seeded from it when there is a policy.
         env_kwargs: Keyword arguments for the environment constructor.
         device: Device the policy runs on in-process; defaults to the device of its
-            parameters. Worker processes run the policy on the CPU.
-        storing_device: Device batches are delivered on (default: CPU).
+            parameters. With workers the ``device_policy`` decides.
+        storing_device: Device batches are delivered on (default: the CPU, or with workers
+            the storing device the ``device_policy`` gives).
+        weight_sync: With workers: how ``update_policy_weights_()`` reaches them. The name of
+            a registered weight-sync scheme (``"shared_memory"``, the default, or
+            ``"no_sync"``, or one a plugin adds) or a
+            :class:`~pycollect.weights.WeightSyncScheme` instance.
+        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
+        device_policy: With workers: which devices each worker uses. The name of a registered
+            device placement policy (``"cpu"``, the default) or a
+            :class:`~pycollect.devices.DevicePolicy` instance.
         restart: With workers: ``"permanent"`` (restart after any end), ``"transient"``
             (only after a crash or hang) or ``"never"``.
         max_restarts: Restarts allowed per worker within ``restart_window_s``; past that the
@@ -107,7 +153,9 @@ class Collector:
     Raises:
         ConfigError: A bad argument, before anything runs; subclasses say which kind
             (:class:`UnknownEnvError`, :class:`UnknownBackendError`,
-            :class:`UnsupportedSpaceError`, :class:`PolicyError`).
+            :class:`UnknownSchemeError`, :class:`UnknownDevicePolicyError`,
+            :class:`UnsupportedSpaceError`, :class:`PolicyError`, :class:`EnvCreationError`).
+        PluginError: An installed plugin fails to import or register.
 
     Example:
         >>> with Collector("CartPole-v1", frames_per_batch=256, total_frames=1024) as collector:
@@ -121,148 +169,119 @@ class Collector:
         policy: Policy = None,
         *,
         frames_per_batch: int,
-        total_frames: int = -1,
-        envs_per_worker: int = 1,
-        num_workers: int = 0,
-        sync: bool = True,
-        zero_copy: bool = False,
-        max_frames_per_traj: int | None = None,
-        init_random_frames: int = 0,
-        reset_at_each_iter: bool = False,
-        split_trajs: bool = False,
-        seed: int | None = None,
+        total_frames: int = _D.total_frames,
+        envs_per_worker: int = _D.envs_per_worker,
+        num_workers: int = _D.num_workers,
+        sync: bool = _D.sync,
+        zero_copy: bool = _D.zero_copy,
+        max_frames_per_traj: int | None = _D.max_frames_per_traj,
+        init_random_frames: int = _D.init_random_frames,
+        reset_at_each_iter: bool = _D.reset_at_each_iter,
+        split_trajs: bool = _D.split_trajs,
+        seed: int | None = _D.seed,
         env_kwargs: Mapping[str, Any] | None = None,
-        device: torch.device | str | None = None,
-        storing_device: torch.device | str | None = None,
-        restart: str = "permanent",
-        max_restarts: int = 3,
-        restart_window_s: float = 60.0,
-        heartbeat_timeout_s: float = 30.0,
-        startup_timeout_s: float = 120.0,
+        device: torch.device | str | None = _D.device,
+        storing_device: torch.device | str | None = _D.storing_device,
+        weight_sync: str | WeightSyncScheme | None = _D.weight_sync,
+        weight_sync_timeout_s: float = _D.weight_sync_timeout_s,
+        device_policy: str | DevicePolicy = _D.device_policy,
+        restart: RestartPolicy = _S.restart,
+        max_restarts: int = _S.max_restarts,
+        restart_window_s: float = _S.restart_window_s,
+        heartbeat_timeout_s: float = _S.heartbeat_timeout_s,
+        startup_timeout_s: float = _S.startup_timeout_s,
     ) -> None:
         self._closed = True  # until construction succeeds, shutdown() has nothing to do
-        requested_frames = _checks.positive_int("frames_per_batch", frames_per_batch)
-        self.total_frames = _checks.total_frames_arg(total_frames)
-        self.envs_per_worker = _checks.positive_int("envs_per_worker", envs_per_worker)
-        self.num_workers = _checks.non_negative_int("num_workers", num_workers)
-        self.sync = bool(sync)
-        self.zero_copy = bool(zero_copy)
-        self.max_frames_per_traj = _checks.optional_positive_int("max_frames_per_traj", max_frames_per_traj)
-        self.init_random_frames = _checks.non_negative_int("init_random_frames", init_random_frames)
-        self.reset_at_each_iter = bool(reset_at_each_iter)
-        self.split_trajs = bool(split_trajs)
-        self.seed = _checks.seed_arg(seed)
-        self.storing_device = resolve_device(storing_device or "cpu", "storing_device")
-        self.device = self._policy_device(policy, device)
-        options = self._pool_options(restart, max_restarts, restart_window_s, heartbeat_timeout_s, startup_timeout_s)
-        if self.num_workers and self.device.type != "cpu":
-            raise ConfigError(
-                f"device={str(self.device)!r}: worker processes run the policy on the CPU; "
-                "use num_workers=0 to run it on another device"
-            )
-        if self.zero_copy and not self.num_workers:
-            raise ConfigError("zero_copy=True needs num_workers >= 1 (in-process batches are never copied)")
-
-        rows = self.envs_per_worker * (self.num_workers if self.num_workers and self.sync else 1)
-        self.steps_per_batch = math.ceil(requested_frames / rows)
-        self.frames_per_batch = self.steps_per_batch * rows
-        if self.frames_per_batch != requested_frames:
+        self.config = CollectorConfig(
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            envs_per_worker=envs_per_worker,
+            num_workers=num_workers,
+            sync=sync,
+            zero_copy=zero_copy,
+            max_frames_per_traj=max_frames_per_traj,
+            init_random_frames=init_random_frames,
+            reset_at_each_iter=reset_at_each_iter,
+            split_trajs=split_trajs,
+            seed=seed,
+            device=device,
+            storing_device=storing_device,
+            weight_sync=weight_sync,
+            weight_sync_timeout_s=weight_sync_timeout_s,
+            device_policy=device_policy,
+            supervision=SupervisionConfig(
+                restart=restart,
+                max_restarts=max_restarts,
+                restart_window_s=restart_window_s,
+                heartbeat_timeout_s=heartbeat_timeout_s,
+                startup_timeout_s=startup_timeout_s,
+            ),
+        )
+        config = self.config
+        if config.batch_frames != frames_per_batch:
+            workers = f", num_workers={config.num_workers}" if config.rows != config.envs_per_worker else ""
             warnings.warn(
-                f"frames_per_batch={requested_frames} is not a multiple of the {rows} environments "
-                f"stepped per batch (envs_per_worker={self.envs_per_worker}"
-                f"{f', num_workers={self.num_workers}' if rows != self.envs_per_worker else ''}); "
-                f"each batch holds {self.frames_per_batch} frames",
+                f"frames_per_batch={frames_per_batch} is not a multiple of the {config.rows} environments "
+                f"stepped per batch (envs_per_worker={config.envs_per_worker}{workers}); "
+                f"each batch holds {config.batch_frames} frames",
                 PyCollectWarning,
                 stacklevel=2,
             )
-
+        if not config.num_workers and weight_sync is not None:
+            warnings.warn(
+                f"weight_sync={weight_sync!r} has no effect in-process (num_workers=0): the collector "
+                "calls the very policy object you train",
+                PyCollectWarning,
+                stacklevel=2,
+            )
         self.env_source: EnvSource = resolve_env(env, env_kwargs)
         self.policy = policy
         self.policy_version = 0
         self.episodes = EpisodeRecord()
         self._frames = 0
         self._batches = 0
-        if self.seed is not None and policy is not None:
-            torch.manual_seed(self.seed)
-
-        self._engine: InProcessEngine | WorkerPool
-        if self.num_workers:
-            self._engine = self._start_workers(options)
-        else:
-            self._engine = self._in_process()
+        if config.seed is not None and policy is not None:
+            torch.manual_seed(config.seed)
+        self._engine: Engine = _engines.start(config, self.env_source, policy)
         self._closed = False
         _LIVE.add(self)
 
-    def _in_process(self) -> InProcessEngine:
-        envs = [self.env_source.make() for _ in range(self.envs_per_worker)]
-        try:
-            self.specs: EnvSpecs = self.env_source.specs(envs[0])
-            actions = action_source(
-                self.policy, self.specs, self.envs_per_worker, self.device, action_rng(self.seed, self.envs_per_worker)
-            )
-        except BaseException:
-            for built in envs:
-                built.close()
-            raise
-        self.fields: tuple[BatchField, ...] = batch_fields(self.specs, actions.outputs)
-        runner = EnvRunner(
-            envs,
-            self.specs,
-            actions,
-            env_seeds(self.seed, self.envs_per_worker),
-            max_frames_per_traj=self.max_frames_per_traj,
-        )
-        return InProcessEngine(runner, self.fields, self.steps_per_batch, self.storing_device, self.reset_at_each_iter)
+    # -- what was decided at construction ----------------------------------------------------
 
-    def _start_workers(self, options: PoolOptions) -> WorkerPool:
-        # One environment here reports the specs and lets the policy be checked on an
-        # example batch, so that bad input fails before any worker starts.
-        probe = self.env_source.make()
-        try:
-            self.specs = self.env_source.specs(probe)
-        finally:
-            probe.close()
-        actions = action_source(
-            self.policy, self.specs, self.envs_per_worker, self.device, action_rng(self.seed, self.envs_per_worker)
-        )
-        self.fields = batch_fields(self.specs, actions.outputs)
-        try:
-            cloudpickle.dumps(self.env_source)  # fail here, naming the env, not in a worker
-        except Exception as exc:
-            raise ConfigError(
-                f"env {self.env_source.describe()!r} cannot be pickled for worker processes: {exc}"
-            ) from exc
-        try:
-            policy_blob = None if self.policy is None else cloudpickle.dumps(self.policy)
-        except Exception as exc:
-            raise PolicyError(
-                f"policy {type(self.policy).__name__} cannot be pickled for worker processes: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        weights = WeightsLayout.from_module(self.policy) if isinstance(self.policy, torch.nn.Module) else None
-        spec = WorkerSpec(
-            env_source=self.env_source,
-            policy=policy_blob,
-            num_workers=self.num_workers,
-            envs_per_worker=self.envs_per_worker,
-            steps=self.steps_per_batch,
-            seed=self.seed,
-            max_frames_per_traj=self.max_frames_per_traj,
-            init_random_frames=self.init_random_frames,
-            reset_at_each_iter=self.reset_at_each_iter,
-            fields=tuple(field.key for field in self.fields),
-            weights=weights,
-            layout_hash=0,  # filled in once the segment exists
-        )
-        return WorkerPool(
-            spec,
-            self.fields,
-            sync=self.sync,
-            zero_copy=self.zero_copy,
-            storing_device=self.storing_device,
-            options=options,
-            weights=weights,
-        )
+    @property
+    def specs(self) -> EnvSpecs:
+        """The environment's fields, as the env backend reported them."""
+        return self._engine.plan.specs
+
+    @property
+    def fields(self) -> tuple[BatchField, ...]:
+        """Every array of a batch (before ``split_trajs``), with shapes and dtypes."""
+        return self._engine.plan.fields
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames each batch holds (``frames_per_batch`` rounded up to whole steps)."""
+        return self.config.batch_frames
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Steps per environment and batch (T)."""
+        return self.config.steps_per_batch
+
+    @property
+    def total_frames(self) -> int:
+        """Frames to collect (-1: forever)."""
+        return self.config.total_frames
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes (0: in-process)."""
+        return self.config.num_workers
+
+    @property
+    def envs_per_worker(self) -> int:
+        """Environments stepped together."""
+        return self.config.envs_per_worker
 
     # -- iteration -------------------------------------------------------------------------
 
@@ -280,45 +299,35 @@ class Collector:
     def next_batch(self) -> TensorDictBase:
         """Collect and return one batch, regardless of ``total_frames``."""
         self._check_open()
-        engine = self._engine
-        if isinstance(engine, InProcessEngine):
-            batch: TensorDictBase = engine.next_batch(self.random_phase, self.policy_version)
-        else:
-            batch = engine.next_batch()
+        batch: TensorDictBase = self._engine.next_batch(
+            random_actions=self.random_phase, policy_version=self.policy_version
+        )
         self._frames += batch.numel()
         self._batches += 1
         self.episodes.update(batch)
-        return split_trajectories(batch) if self.split_trajs else batch
+        return split_trajectories(batch) if self.config.split_trajs else batch
 
     @property
     def random_phase(self) -> bool:
         """Whether the next batch uses random actions (``policy=None`` or warm-up frames)."""
-        return self.policy is None or self._frames < self.init_random_frames
+        return self.policy is None or self._frames < self.config.init_random_frames
 
     @property
     def frames(self) -> int:
         """Frames delivered so far."""
         return self._frames
 
-    def stats(self) -> dict[str, Any]:
-        """Frames, batches, and with workers their state, restarts and last error.
-
-        Returns:
-            ``{"frames", "batches", "policy_version", "episodes", "workers", "restarts",
-            "last_error"}``; ``workers`` lists per worker its state, pid, generation,
-            restarts, last exit and last error text (empty in-process).
-        """
-        pool = self._engine if isinstance(self._engine, WorkerPool) else None
-        supervision = pool.stats() if pool is not None else {"workers": [], "restarts": 0, "last_error": None}
-        return {
-            "frames": self._frames,
-            "batches": self._batches,
-            "policy_version": self.policy_version,
-            "episodes": self.episodes.count,
-            "workers": supervision["workers"],
-            "restarts": supervision["restarts"],
-            "last_error": supervision["last_error"],
-        }
+    def stats(self) -> CollectorStats:
+        """Progress counters and, with workers, each worker's supervision state and recent events."""
+        supervision = self._engine.supervision()
+        return CollectorStats(
+            frames=self._frames,
+            batches=self._batches,
+            policy_version=self.policy_version,
+            episodes=self.episodes.count,
+            workers=supervision.workers,
+            events=supervision.events,
+        )
 
     # -- weights and state -----------------------------------------------------------------
 
@@ -332,10 +341,10 @@ class Collector:
 
         Given a module, a ``TensorDict`` of parameters (as from ``TensorDict.from_module``)
         or a ``state_dict``, the weights are first copied into the collector's policy. Then,
-        with workers, the policy's weights are published to the shared-memory weights store
-        and every worker loads them before its next rollout (never in the middle of one).
-        In-process the collector calls the very policy object it was given, so weights
-        trained in place are already live. Either way :attr:`policy_version` goes up by one.
+        with workers, the policy's weights go out through the weight-sync scheme and every
+        worker loads them before its next rollout (never in the middle of one). In-process
+        the collector calls the very policy object it was given, so weights trained in place
+        are already live. Either way :attr:`policy_version` goes up by one.
 
         Args:
             policy_or_weights: Where to take the weights from; ``None``: the policy as it is.
@@ -345,6 +354,7 @@ class Collector:
         Raises:
             PolicyError: Weights were given but the policy is not an ``nn.Module``.
             ConfigError: ``worker_ids`` names a worker that does not exist.
+            TransportError: The scheme could not publish within ``weight_sync_timeout_s``.
         """
         self._check_open()
         valid = list(range(max(self.num_workers, 1)))
@@ -354,8 +364,7 @@ class Collector:
         if policy_or_weights is not None:
             self._load_weights(policy_or_weights)
         self.policy_version += 1
-        if isinstance(self._engine, WorkerPool) and isinstance(self.policy, torch.nn.Module):
-            self._engine.publish_weights(self.policy, self.policy_version)
+        self._engine.publish_weights(self.policy, self.policy_version)
 
     def _load_weights(self, source: torch.nn.Module | TensorDictBase | Mapping[str, Any]) -> None:
         target = self.policy
@@ -382,9 +391,8 @@ class Collector:
             "frames": self._frames,
             "batches": self._batches,
             "policy_version": self.policy_version,
+            **self._engine.state(),
         }
-        if isinstance(self._engine, InProcessEngine):
-            state["runner"] = self._engine.state()
         if isinstance(self.policy, torch.nn.Module):
             state["policy_state_dict"] = self.policy.state_dict()
         return state
@@ -400,10 +408,8 @@ class Collector:
         self._frames, self._batches, self.policy_version = frames, batches, version
         if "policy_state_dict" in state_dict:
             self._load_weights(state_dict["policy_state_dict"])
-            if isinstance(self._engine, WorkerPool) and isinstance(self.policy, torch.nn.Module):
-                self._engine.publish_weights(self.policy, self.policy_version)
-        if isinstance(self._engine, InProcessEngine) and "runner" in state_dict:
-            self._engine.load_state(state_dict["runner"])
+            self._engine.publish_weights(self.policy, self.policy_version)
+        self._engine.load_state(state_dict)
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -438,7 +444,7 @@ class Collector:
             self.shutdown()
 
     def __repr__(self) -> str:
-        mode = f"num_workers={self.num_workers}, sync={self.sync}, " if self.num_workers else ""
+        mode = f"num_workers={self.num_workers}, sync={self.config.sync}, " if self.num_workers else ""
         return (
             f"Collector(env={self.env_source.describe()!r}, {mode}envs_per_worker={self.envs_per_worker}, "
             f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, "
@@ -448,35 +454,3 @@ class Collector:
     def _check_open(self) -> None:
         if self._closed:
             raise CollectorClosedError("this Collector has been shut down")
-
-    @staticmethod
-    def _pool_options(restart: str, max_restarts: int, window: float, heartbeat: float, startup: float) -> PoolOptions:
-        if restart not in _RESTART_POLICIES:
-            raise ConfigError(f"restart={restart!r}: expected one of {', '.join(_RESTART_POLICIES)}")
-        _checks.non_negative_int("max_restarts", max_restarts)
-        for name, value in (
-            ("restart_window_s", window),
-            ("heartbeat_timeout_s", heartbeat),
-            ("startup_timeout_s", startup),
-        ):
-            _checks.positive_seconds(name, value)
-        return PoolOptions(
-            restart=restart,
-            max_restarts=max_restarts,
-            restart_window_s=window,
-            heartbeat_timeout_s=heartbeat,
-            startup_timeout_s=startup,
-        )
-
-    @staticmethod
-    def _policy_device(policy: Policy, device: torch.device | str | None) -> torch.device:
-        own = policy_device(policy)
-        if device is None:
-            return own or torch.device("cpu")
-        chosen = resolve_device(device, "device")
-        if own is not None and (own.type, own.index or 0) != (chosen.type, chosen.index or 0):
-            raise ConfigError(
-                f"device={device!r} but the policy's parameters are on {own}; move the policy "
-                f"with policy.to({str(chosen)!r}) or leave device unset"
-            )
-        return chosen

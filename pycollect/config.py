@@ -1,53 +1,243 @@
-"""Argument checks shared by the public constructors; each error names the bad value."""
+"""The collector's settings: the one place where defaults live and arguments are checked.
+
+:class:`CollectorConfig` (with its :class:`SupervisionConfig`) is frozen and checks every
+value when it is made, raising :class:`~pycollect.ConfigError` that names the bad value
+before any environment or worker exists. The Rust side receives explicit values only.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from pycollect.exceptions import ConfigError
 
-__all__ = ["non_negative_int", "optional_positive_int", "positive_int", "seed_arg", "total_frames_arg"]
+if TYPE_CHECKING:
+    import torch
+
+    from pycollect.devices import DevicePolicy
+    from pycollect.weights import WeightSyncScheme
+
+__all__ = ["SLOTS_PER_WORKER", "WEIGHT_BUFFERS", "CollectorConfig", "SupervisionConfig", "resolve_device"]
+
+RestartPolicy = Literal["permanent", "transient", "never"]
+_RESTART_POLICIES = ("permanent", "transient", "never")
+
+SLOTS_PER_WORKER = 2
+"""Rollout slots in each worker's ring: a worker runs at most one rollout ahead of the trainer."""
+
+WEIGHT_BUFFERS = 3
+"""Buffers of the shared-memory weights store: the latest, one being written, one being read."""
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def positive_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is an int > 0, else raise :class:`ConfigError` naming it."""
+def _positive_int(name: str, value: Any) -> None:
     if not _is_int(value) or value <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
-def non_negative_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is an int >= 0, else raise :class:`ConfigError` naming it."""
+def _non_negative_int(name: str, value: Any) -> None:
     if not _is_int(value) or value < 0:
         raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
 
 
-def optional_positive_int(name: str, value: Any) -> int | None:
-    """Like :func:`positive_int`, but ``None`` passes through."""
-    return None if value is None else positive_int(name, value)
-
-
-def total_frames_arg(value: Any) -> int:
-    """``total_frames``: a positive int, or -1 for an endless collector."""
-    if _is_int(value) and (value == -1 or value > 0):
-        return int(value)
-    raise ConfigError(f"total_frames must be a positive integer or -1 (endless), got {value!r}")
-
-
-def seed_arg(value: Any) -> int | None:
-    """``seed``: ``None`` or a non-negative int."""
-    if value is None:
-        return None
-    return non_negative_int("seed", value)
-
-
-def positive_seconds(name: str, value: Any) -> float:
-    """A duration in seconds: a finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+def _positive_seconds(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+
+
+def resolve_device(value: Any, what: str) -> torch.device:
+    """Parse a device argument and check it exists on this machine.
+
+    Raises:
+        ConfigError: The value is not a device, or names a CUDA device that is not available.
+    """
+    import torch
+
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"{what}={value!r} is not a torch device ({exc})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = device.index or 0
+        if index >= count:
+            raise ConfigError(f"{what}={value!r}: this machine has {count} CUDA device(s)")
+    elif device.type != "cpu":
+        raise ConfigError(f"{what}={value!r}: only 'cpu' and 'cuda' devices are supported")
+    return device
+
+
+@dataclass(frozen=True)
+class SupervisionConfig:
+    """How worker processes are watched, restarted and stopped.
+
+    Attributes:
+        restart: ``"permanent"`` (restart after any end), ``"transient"`` (only after a
+            crash or hang) or ``"never"``.
+        max_restarts: Restarts allowed per worker within ``restart_window_s``; past that the
+            collector raises :class:`~pycollect.WorkerCrashedError`.
+        restart_window_s: The sliding window for ``max_restarts``.
+        heartbeat_timeout_s: A worker whose heartbeat stops for this long counts as hung.
+        startup_timeout_s: How long a new worker may take to its first heartbeat.
+        backoff_initial_s: The wait before the first restart of a worker; doubled per restart.
+        backoff_max_s: The longest wait before a restart.
+        check_interval_s: How often the supervisor thread looks at heartbeats.
+        shutdown_grace_s: How long workers get to exit by themselves at shutdown.
+        term_timeout_s: How long workers get after SIGTERM before SIGKILL.
+    """
+
+    restart: RestartPolicy = "permanent"
+    max_restarts: int = 3
+    restart_window_s: float = 60.0
+    heartbeat_timeout_s: float = 30.0
+    startup_timeout_s: float = 120.0
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 5.0
+    check_interval_s: float = 0.1
+    shutdown_grace_s: float = 2.0
+    term_timeout_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.restart not in _RESTART_POLICIES:
+            raise ConfigError(f"restart={self.restart!r}: expected one of {', '.join(_RESTART_POLICIES)}")
+        _non_negative_int("max_restarts", self.max_restarts)
+        for name in (
+            "restart_window_s",
+            "heartbeat_timeout_s",
+            "startup_timeout_s",
+            "backoff_initial_s",
+            "backoff_max_s",
+            "check_interval_s",
+            "shutdown_grace_s",
+            "term_timeout_s",
+        ):
+            _positive_seconds(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """Every setting of a :class:`~pycollect.Collector` but the env and the policy.
+
+    The meaning of each field is documented on :class:`~pycollect.Collector`, whose keyword
+    arguments fill it. Device arguments are parsed into ``torch.device`` objects.
+
+    Attributes:
+        frames_per_batch: Frames requested per batch (see :attr:`batch_frames`).
+        total_frames: Stop after this many frames; -1 collects forever.
+        envs_per_worker: Environments stepped together.
+        num_workers: Worker processes; 0 steps the environments in the trainer.
+        sync: With workers: one rollout of every worker per batch, or the next one of any.
+        zero_copy: With workers: yield views of the shared-memory slots.
+        max_frames_per_traj: Truncate a trajectory after this many steps.
+        init_random_frames: Uniform random actions until this many frames are collected.
+        reset_at_each_iter: Reset every environment at the start of every batch.
+        split_trajs: Yield one trajectory per row.
+        seed: The seed everything random derives from, or ``None``.
+        device: Where the policy runs in-process (``None``: where its parameters are).
+        storing_device: Where batches are delivered (``None``: the CPU, or with workers
+            where the device policy says).
+        weight_sync: With workers: the weight-sync scheme, a registered name or an instance
+            (``None``: ``"shared_memory"``).
+        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
+        device_policy: With workers: the device placement policy, a name or an instance.
+        supervision: How workers are watched, restarted and stopped.
+    """
+
+    frames_per_batch: int
+    total_frames: int = -1
+    envs_per_worker: int = 1
+    num_workers: int = 0
+    sync: bool = True
+    zero_copy: bool = False
+    max_frames_per_traj: int | None = None
+    init_random_frames: int = 0
+    reset_at_each_iter: bool = False
+    split_trajs: bool = False
+    seed: int | None = None
+    device: torch.device | str | None = None
+    storing_device: torch.device | str | None = None
+    weight_sync: str | WeightSyncScheme | None = None
+    weight_sync_timeout_s: float = 5.0
+    device_policy: str | DevicePolicy = "cpu"
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+
+    def __post_init__(self) -> None:
+        _positive_int("frames_per_batch", self.frames_per_batch)
+        if not _is_int(self.total_frames) or not (self.total_frames == -1 or self.total_frames > 0):
+            raise ConfigError(f"total_frames must be a positive integer or -1 (endless), got {self.total_frames!r}")
+        _positive_int("envs_per_worker", self.envs_per_worker)
+        _non_negative_int("num_workers", self.num_workers)
+        if self.max_frames_per_traj is not None:
+            _positive_int("max_frames_per_traj", self.max_frames_per_traj)
+        _non_negative_int("init_random_frames", self.init_random_frames)
+        if self.seed is not None:
+            _non_negative_int("seed", self.seed)
+        for name in ("sync", "zero_copy", "reset_at_each_iter", "split_trajs"):
+            _flag(name, getattr(self, name))
+        _positive_seconds("weight_sync_timeout_s", self.weight_sync_timeout_s)
+        if not isinstance(self.supervision, SupervisionConfig):
+            raise ConfigError(f"supervision must be a SupervisionConfig, got {self.supervision!r}")
+        if self.zero_copy and not self.num_workers:
+            raise ConfigError("zero_copy=True needs num_workers >= 1 (in-process batches are never copied)")
+        for name in ("device", "storing_device"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, resolve_device(value, name))
+        if self.num_workers and self.device is not None and resolve_device(self.device, "device").type != "cpu":
+            raise ConfigError(
+                f"device={str(self.device)!r}: device= places the policy of an in-process collector; "
+                "with workers, a device_policy decides where each worker runs its policy"
+            )
+
+    def policy_device(self, policy: Any) -> torch.device:
+        """Where ``policy`` runs in the trainer: ``device``, else where its parameters are, else the CPU.
+
+        Raises:
+            ConfigError: ``device`` disagrees with where a module policy's parameters are, or
+                (with workers, which receive the policy pickled) they are not on the CPU.
+        """
+        import torch
+
+        from pycollect._rollout.policy import parameters_device
+
+        own = parameters_device(policy)
+        if self.device is None:
+            chosen = own or torch.device("cpu")
+        else:
+            chosen = torch.device(self.device)
+            if own is not None and (own.type, own.index or 0) != (chosen.type, chosen.index or 0):
+                raise ConfigError(
+                    f"device={str(chosen)!r} but the policy's parameters are on {own}; move the policy "
+                    f"with policy.to({str(chosen)!r}) or leave device unset"
+                )
+        if self.num_workers and chosen.type != "cpu":
+            raise ConfigError(
+                f"the policy's parameters are on {chosen}; workers receive the policy pickled, so keep it "
+                "on the CPU (a device_policy decides where each worker runs it)"
+            )
+        return chosen
+
+    @property
+    def rows(self) -> int:
+        """Environments stepped per batch: ``envs_per_worker``, times ``num_workers`` in sync mode."""
+        return self.envs_per_worker * (self.num_workers if self.num_workers and self.sync else 1)
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Steps per environment and batch (T): ``frames_per_batch`` over :attr:`rows`, rounded up."""
+        return math.ceil(self.frames_per_batch / self.rows)
+
+    @property
+    def batch_frames(self) -> int:
+        """Frames each batch really holds: :attr:`steps_per_batch` times :attr:`rows`."""
+        return self.steps_per_batch * self.rows

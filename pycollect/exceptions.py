@@ -21,7 +21,8 @@ bindings' ``errors.rs``::
     │   ├── LayoutMismatchError           a segment of another layout or build
     │   └── BufferExportError (BufferError)
     ├── SupervisorError (RuntimeError)    worker processes could not be started or stopped
-    └── WorkerCrashedError (RuntimeError) a worker died and its restart policy gave up
+    ├── WorkerCrashedError (RuntimeError) a worker died and its restart policy gave up
+    └── ConformanceError (AssertionError) a plugin broke its contract (pycollect.testing)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "BufferExportError",
     "CollectorClosedError",
     "ConfigError",
+    "ConformanceError",
     "EnvCreationError",
     "LayoutMismatchError",
     "PluginError",
@@ -137,6 +139,13 @@ class WorkerCrashedError(PyCollectError, RuntimeError):
         self.worker = worker
         self.generation = generation
         self.error = error
+
+
+class ConformanceError(PyCollectError, AssertionError):
+    """A plugin broke the contract of its extension point (raised by :mod:`pycollect.testing`).
+
+    It is an ``AssertionError``, so pytest reports it as a failed check.
+    """
 
 
 class PyCollectWarning(UserWarning):

@@ -1,174 +1,22 @@
 """The worker process: ``python -m pycollect.worker``, started by a collector's supervisor.
 
-A worker attaches to the collector's shared-memory segment, builds its environments and
-policy from the :class:`~pycollect._engines.workers.spec.WorkerSpec`, and then loops: claim a free slot
-of its ring, step every environment ``T`` times writing transitions straight into the slot,
-commit it. Between rollouts it picks up new policy weights. It beats a heartbeat every step
-(and while it waits for a free slot), so the supervisor can tell a hung worker from a busy
-one. On any exception it writes the exception type, message and traceback into its control
-block, where the trainer reads them, and exits with status 1.
-
-The supervisor passes, in the environment:
-
-``PYCOLLECT_WORKER``, ``PYCOLLECT_GENERATION``
-    The worker's index and generation (1 for the first start, +1 at every restart).
-``PYCOLLECT_SEGMENT_FD``, ``PYCOLLECT_SPEC_FD``
-    Inherited descriptors of the segment and of the pickled spec.
-``PYCOLLECT_SYS_PATH``
-    The trainer's ``sys.path`` (JSON), so the worker imports what the trainer can.
-``PYCOLLECT_LIFELINE_FD``
-    The read end of a pipe whose write end the supervisor holds: end of file means the
-    supervisor is gone or stopping; the worker exits within a few seconds even if it never
-    sees the shutdown flag.
+This module is the process's entry point and nothing else; the loop it runs is
+:mod:`pycollect._engines.workers.main`, and what a worker is started with is
+:mod:`pycollect._engines.workers.contract`. It is a public name so that ``ps`` shows what a
+worker is: ``python -m pycollect.worker``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import threading
-import time
-import traceback
-from typing import Any
 
-from pycollect.exceptions import LayoutMismatchError
+from pycollect._engines.workers.main import run
 
-__all__ = ["format_error", "main"]
-
-
-def format_error(exc: BaseException) -> str:
-    """``"Type: message"`` on the first line, then the full traceback (what the trainer shows)."""
-    summary = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".removeprefix("builtins.")
-    return summary + "\n\n" + "".join(traceback.format_exception(exc))
-
-
-_LIFELINE_GRACE_S = 3.0
-_ATTACH_TIMEOUT_S = 10.0  # the trainer marks the segment ready before it starts any worker
-
-
-def _watch_lifeline(fd: int) -> None:
-    def watch() -> None:
-        try:
-            while os.read(fd, 64):
-                pass  # the supervisor never writes; data would be ignored
-        except OSError:
-            pass
-        # The supervisor is gone or is shutting us down. An orderly shutdown also sets the
-        # segment's flag, and the main loop then closes the environments (which may own
-        # processes of their own) and returns; give it that long, then leave regardless.
-        time.sleep(_LIFELINE_GRACE_S)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="pycollect-lifeline", daemon=True).start()
-
-
-def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
-    import numpy as np
-
-    from pycollect._engines.workers.spec import field_name, read_spec
-    from pycollect._rollout.actions import action_source
-    from pycollect._rollout.runner import EnvRunner
-    from pycollect._rollout.seeding import action_rng, env_seeds
-
-    spec = read_spec(int(os.environ["PYCOLLECT_SPEC_FD"]))
-    if segment.layout_hash != spec.layout_hash:
-        raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
-    k, w = spec.envs_per_worker, spec.num_workers
-    # Generation 1 of worker i uses exactly the seeds of an in-process collector's worker i;
-    # a restarted generation gets fresh ones, so it does not replay the episodes it crashed in.
-    stream = worker + w * (generation - 1)
-    envs = []
-    try:
-        envs = [spec.env_source.make() for _ in range(k)]
-        specs = spec.env_source.specs(envs[0])
-        policy = spec.load_policy()
-        if policy is not None:  # torch is only imported for a real policy
-            import torch
-
-            torch.set_num_threads(1)
-            if spec.seed is not None:
-                torch.manual_seed(spec.seed + stream)
-        actions = action_source(policy, specs, k, None, action_rng(spec.seed, k, stream))
-        runner = EnvRunner(
-            envs,
-            specs,
-            actions,
-            env_seeds(spec.seed, k, stream),
-            max_frames_per_traj=spec.max_frames_per_traj,
-            traj_id_start=worker + w * ((generation - 1) << 32),
-            traj_id_stride=w,
-        )
-        slots = [
-            {key: np.asarray(segment.slot_view(field_name(key), slot, worker, writable=True)) for key in spec.fields}
-            for slot in range(segment.slots_per_worker)
-        ]
-        producer = segment.producer(worker, generation)
-        reader = segment.weights_reader(worker) if spec.weights is not None else None
-        weights_buffer = np.empty(spec.weights.nbytes if spec.weights is not None else 0, np.uint8)
-        weights_version = 0  # the store's version, to notice new weights
-        policy_version = 0  # the trainer's version of the weights in use
-        frames_per_round = k * spec.steps * w
-        control.state = "running"
-        rollouts = 0
-        while not segment.is_shutdown:
-            slot = None
-            while slot is None:
-                control.beat()  # waiting for the trainer to free a slot is not a hang
-                slot = producer.claim(timeout_s=0.25)
-                if segment.is_shutdown:
-                    return
-            # New weights are applied between rollouts only, never mid-rollout, and as late as
-            # possible: right before the rollout that will use them.
-            if reader is not None and reader.latest_version > weights_version:
-                got = reader.read_into(weights_buffer)
-                if got is not None:
-                    weights_version = got[0]
-                    assert spec.weights is not None
-                    policy_version = spec.weights.unpack(weights_buffer, policy)
-            if spec.reset_at_each_iter and rollouts > 0:
-                runner.reset()
-            random = policy is None or rollouts * frames_per_round < spec.init_random_frames
-            runner.rollout(slots[slot], random_actions=random, on_step=control.beat, policy_version=policy_version)
-            producer.commit(slot)
-            rollouts += 1
-    finally:
-        for env in envs:
-            env.close()
-
-
-def main() -> int:
-    """Run one worker; returns the process exit status."""
-    if "PYCOLLECT_SYS_PATH" in os.environ:
-        sys.path[:] = json.loads(os.environ["PYCOLLECT_SYS_PATH"])
-    from pycollect import _core
-
-    worker = int(os.environ[_core.ENV_WORKER])
-    generation = int(os.environ[_core.ENV_GENERATION])
-    lifeline = os.environ.get(_core.ENV_LIFELINE_FD)
-    if lifeline is not None:
-        _watch_lifeline(int(lifeline))
-    segment = _core.Segment.attach(int(os.environ[_core.ENV_SEGMENT_FD]), timeout_s=_ATTACH_TIMEOUT_S)
-    control = segment.worker_control(worker)
-    control.pid = os.getpid()
-    control.state = "starting"
-    control.beat()
-    try:
-        _collect(segment, control, worker, generation)
-    except BaseException as exc:
-        if segment.is_shutdown and isinstance(exc, KeyboardInterrupt | SystemExit):
-            return 0
-        control.write_error(format_error(exc))
-        control.state = "failed"
-        print(f"pycollect worker {worker} (generation {generation}) failed:", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
-        return 1
-    control.state = "exiting"
-    return 0
-
+__all__ = ["run"]
 
 if __name__ == "__main__":
-    status = main()
+    status = run()
     # The environments are closed and the error (if any) is written: skip the interpreter's
     # teardown, which takes a second or more once torch is imported and would eat into the
     # supervisor's grace period.

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
-from envs import CountingEnv
 
-from pycollect import ConfigError, UnknownBackendError, UnknownEnvError, backend_names
+from pycollect import ConfigError, UnknownBackendError, UnknownEnvError, plugins
 from pycollect.envs.source import resolve_env
+from pycollect.testing.envs import CountingEnv
 
 
 def test_builtin_backends_are_registered() -> None:
-    assert {"gymnasium", "callable"} <= set(backend_names())
+    assert {"gymnasium", "callable"} <= set(plugins.names("env_backend"))
 
 
 @pytest.mark.parametrize("spec", ["CartPole-v1", "gymnasium:CartPole-v1"])
 def test_gymnasium_id_with_or_without_prefix(spec: str) -> None:
     source = resolve_env(spec)
-    assert (source.backend, source.target) == ("gymnasium", "CartPole-v1")
+    assert (source.backend.name, source.target) == ("gymnasium", "CartPole-v1")
     env = source.make()
     try:
         assert source.specs(env).observation[0].shape == (4,)
@@ -45,17 +46,20 @@ def test_unknown_gymnasium_id_names_it() -> None:
 
 
 def test_unknown_backend_prefix_names_it_and_lists_known() -> None:
-    with pytest.raises(UnknownBackendError, match="'nosuch'.*callable, gymnasium"):
+    with pytest.raises(UnknownBackendError, match="'nosuch'; registered: callable, .*gymnasium"):
         resolve_env("nosuch:Thing-v0")
 
 
 def test_callable_factory_and_import_path() -> None:
-    assert resolve_env(CountingEnv).backend == "callable"
-    env = resolve_env("callable:envs:make_counting", {"length": 2}).make()
+    assert resolve_env(CountingEnv).backend.name == "callable"
+    env = resolve_env("callable:pycollect.testing.envs:make_counting", {"length": 2}).make()
     assert isinstance(env, CountingEnv) and env.length == 2
 
 
-@pytest.mark.parametrize("target", ["callable:envs", "callable:envs:no_such_factory", "callable:no_such_module:f"])
+@pytest.mark.parametrize(
+    "target",
+    ["callable:pycollect.testing.envs", "callable:pycollect.testing.envs:no_such_factory", "callable:no_such_module:f"],
+)
 def test_bad_callable_targets_fail_by_name(target: str) -> None:
     with pytest.raises(UnknownEnvError, match="envs|no_such"):
         resolve_env(target)
@@ -75,3 +79,84 @@ def test_env_of_wrong_type(bad: object) -> None:
 def test_env_kwargs_must_be_a_mapping() -> None:
     with pytest.raises(ConfigError, match="env_kwargs"):
         resolve_env("CartPole-v1", [("a", 1)])  # type: ignore[arg-type]
+
+
+class _RaisingFactory:
+    """An env whose constructor raises, with a multi-line message."""
+
+    def __init__(self, level: int = 0) -> None:
+        raise FileNotFoundError(f"no map for level {level}\n(looked in /maps)")
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        (lambda: gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2), None),
+        (gym.vector.SyncVectorEnv, "a gymnasium VectorEnv class \\(SyncVectorEnv\\)"),
+    ],
+)
+def test_a_vector_env_is_refused_naming_it(env: object, match: str | None) -> None:
+    if match is None:  # an instance built here, then passed
+        instance = env()  # type: ignore[operator]
+        try:
+            with pytest.raises(
+                ConfigError, match="a gymnasium VectorEnv instance \\(SyncVectorEnv of 2 envs\\).*envs_per_worker"
+            ):
+                resolve_env(instance)
+        finally:
+            instance.close()
+    else:
+        with pytest.raises(ConfigError, match=match):
+            resolve_env(env)  # type: ignore[arg-type]
+
+
+def test_a_factory_returning_a_vector_env_is_refused_when_built() -> None:
+    source = resolve_env(lambda: gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")]))
+    with pytest.raises(ConfigError, match="built a gymnasium VectorEnv instance \\(SyncVectorEnv of 1 envs\\)"):
+        source.make()
+
+
+def test_a_torchrl_env_is_refused_naming_it() -> None:
+    from torchrl.envs import GymEnv
+
+    env = GymEnv("CartPole-v1")
+    try:
+        with pytest.raises(ConfigError, match="a TorchRL EnvBase instance \\(GymEnv\\)"):
+            resolve_env(env)  # type: ignore[arg-type]
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="built a TorchRL EnvBase instance \\(GymEnv\\)"):
+        resolve_env(lambda: GymEnv("CartPole-v1")).make()
+
+
+def test_a_built_env_instance_is_refused_with_what_to_pass() -> None:
+    env = gym.make("CartPole-v1")
+    try:
+        with pytest.raises(ConfigError, match="already built TimeLimit: every worker builds its own"):
+            resolve_env(env)  # type: ignore[arg-type]
+    finally:
+        env.close()
+
+
+def test_a_raising_constructor_is_an_env_creation_error_naming_env_and_kwargs() -> None:
+    from pycollect import Collector, EnvCreationError
+
+    with pytest.raises(EnvCreationError) as info:
+        Collector(_RaisingFactory, frames_per_batch=8, env_kwargs={"level": 3})
+    message = str(info.value)
+    assert message == (
+        "building env 'callable:_RaisingFactory' with env_kwargs={'level': 3} raised "
+        "FileNotFoundError: no map for level 3"
+    )
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_a_raising_gymnasium_constructor_in_the_cli_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from pycollect.cli import main
+
+    assert main(["run", "CartPole-v1", "--env-kwarg", "no_such_kwarg=1", "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert error.startswith(
+        "pycollect: error: building env 'gymnasium:CartPole-v1' with env_kwargs={'no_such_kwarg': 1} raised TypeError"
+    )

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from envs import CountingEnv, DictObsEnv, MultiBinaryActionEnv
 
 import pycollect
 from pycollect import Collector, CollectorClosedError, ConfigError, PyCollectWarning
+from pycollect.testing.envs import CountingEnv, DictObsEnv, MultiBinaryActionEnv
 
 TORCHRL_KEYS = {
     "observation",

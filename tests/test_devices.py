@@ -6,7 +6,10 @@ import pytest
 import torch
 
 from pycollect import ConfigError
-from pycollect.devices.arguments import policy_device, resolve_device
+from pycollect._rollout.policy import parameters_device as policy_device
+from pycollect.config import resolve_device
+from pycollect.default_plugins.cpu_devices import CpuPolicy
+from pycollect.devices import Placement, available_devices
 
 
 def test_cpu_and_bad_values() -> None:
@@ -37,3 +40,17 @@ def test_policy_device_is_where_its_parameters_are() -> None:
     assert policy_device(torch.nn.Linear(2, 2, device="meta")) == torch.device("meta")
     assert policy_device(lambda td: td) is None
     assert policy_device(torch.nn.ReLU()) is None
+
+
+def test_available_devices_lists_the_cpu_then_each_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert available_devices() == ["cpu"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert available_devices() == ["cpu", "cuda:0", "cuda:1"]
+
+
+def test_the_cpu_policy_places_everything_on_the_cpu_with_cuda_hidden() -> None:
+    placement = CpuPolicy().place(1, 2, ["cpu", "cuda:0"])
+    assert placement == Placement("cpu", "cpu", "cpu", cuda=False)
+    assert placement.devices() == ("cpu", "cpu", "cpu")

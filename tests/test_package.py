@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import ast
 import inspect
+import sys
 from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
 
 import pycollect
 from pycollect import _core
@@ -144,14 +149,61 @@ def test_core_stub_signatures_match_the_binary() -> None:
     assert not missing, missing
 
 
-def test_a_random_policy_worker_does_not_import_torch() -> None:
+TORCH_FREE = [
+    "pycollect.worker",
+    "pycollect._engines.workers.main",
+    "pycollect._engines.workers.spec",
+    "pycollect._engines.workers.contract",
+    "pycollect._rollout.runner",
+    "pycollect._rollout.actions",
+    "pycollect._rollout.fields",
+    "pycollect._rollout.seeding",
+    "pycollect.envs",
+    "pycollect.envs.source",
+    "pycollect.devices",
+    "pycollect.weights",
+    "pycollect.hookspecs",
+    "pycollect.config",
+    "pycollect.default_plugins.gymnasium_backend",
+    "pycollect.default_plugins.callable_backend",
+    "pycollect.default_plugins.shared_memory_scheme",
+    "pycollect.default_plugins.no_sync_scheme",
+    "pycollect.default_plugins.cpu_devices",
+]
+
+
+def test_what_a_random_policy_worker_imports_is_torch_free() -> None:
     """Worker start-up stays at numpy + gymnasium when there is no policy to run."""
     import subprocess
     import sys
 
-    code = (
-        "import sys, pycollect.worker, pycollect._engines.workers.spec, pycollect._rollout.runner, pycollect._rollout.actions, "
-        "pycollect._rollout.seeding, pycollect.envs.source; print('torch' in sys.modules, 'tensordict' in sys.modules)"
-    )
+    code = f"import sys; import {', '.join(TORCH_FREE)}; print('torch' in sys.modules, 'tensordict' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+class ModulesEnv(gym.Env):
+    """Observes, in the process that steps it, which heavy modules are imported."""
+
+    WATCHED = ("torch", "tensordict", "pycollect.plugins")  # gymnasium itself reads entry points
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0, 1, (len(self.WATCHED),), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+        return self._observe(), {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        return self._observe(), 0.0, False, False, {}
+
+    def _observe(self) -> np.ndarray:
+        return np.array([name in sys.modules for name in self.WATCHED], np.float32)
+
+
+@pytest.mark.timeout(120)
+def test_a_random_policy_worker_imports_neither_torch_nor_the_plugin_manager() -> None:
+    with pycollect.Collector(ModulesEnv, frames_per_batch=8, num_workers=1) as collector:
+        batch = collector.next_batch()
+    imported = batch["next", "observation"].amax(dim=(0, 1))
+    assert dict(zip(ModulesEnv.WATCHED, imported.tolist(), strict=True)) == dict.fromkeys(ModulesEnv.WATCHED, 0.0)

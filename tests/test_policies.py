@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from envs import DictObsEnv
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
 from pycollect import Collector, PolicyError
+from pycollect.testing.envs import DictObsEnv
 
 
 def test_tensordict_module_with_log_prob_extras_kept() -> None:

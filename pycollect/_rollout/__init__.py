@@ -1,1 +1,13 @@
-"""Work in progress: this package is being carved out (see docs/architecture.md)."""
+"""What steps environments (internal), in a worker process or in the trainer for ``num_workers=0``.
+
+This is the set of modules a worker process imports. All of them but :mod:`.policy` use numpy
+alone, so a worker with a random policy never imports torch (a test holds us to that).
+
+Modules:
+    keys: the batch keys, as TorchRL names them.
+    fields: which arrays a rollout has (:func:`~.fields.batch_fields`).
+    runner: :class:`~.runner.EnvRunner`, the one stepping loop.
+    actions: where actions come from; uniform random actions with numpy.
+    policy: calling the user's policy (imports torch; loaded only for a real policy).
+    seeding: one user seed to per-environment seeds and random streams.
+"""

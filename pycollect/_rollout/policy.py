@@ -21,7 +21,7 @@ from pycollect._rollout.keys import Key
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 from pycollect.exceptions import PolicyError
 
-__all__ = ["Policy", "PolicyRunner"]
+__all__ = ["Policy", "PolicyRunner", "parameters_device"]
 
 Policy = Callable[..., Any] | torch.nn.Module | None
 
@@ -186,3 +186,11 @@ def _describe(policy: Policy) -> str:
 
 def _shapes(example: Mapping[Key, np.ndarray]) -> str:
     return ", ".join(f"{'/'.join(key)}: {tuple(value.shape)} {value.dtype}" for key, value in example.items())
+
+
+def parameters_device(policy: Any) -> torch.device | None:
+    """The device of a module policy's first parameter or buffer, if it has any."""
+    if isinstance(policy, torch.nn.Module):
+        for tensor in (*policy.parameters(), *policy.buffers()):
+            return tensor.device
+    return None

@@ -7,34 +7,29 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pycollect.envs.backend import EnvBackend, GymLikeEnv
-from pycollect.exceptions import ConfigError, UnknownEnvError
+from pycollect.exceptions import UnknownEnvError
+from pycollect.hookspecs import hookimpl
 
 __all__ = ["CallableBackend"]
-
-_REQUIRED = ("reset", "step", "observation_space", "action_space")
 
 
 class CallableBackend(EnvBackend):
     """Builds environments by calling a factory: ``factory(**env_kwargs)``.
 
-    The target is the factory itself (any callable; it must be picklable with cloudpickle to
-    reach worker processes) or an import path string ``"package.module:function"``.
+    The target is the factory itself (any callable, an env class included; it must be
+    picklable with cloudpickle to reach worker processes) or an import path string
+    ``"package.module:function"``. Passing a callable as ``env`` selects this backend.
     """
 
     name = "callable"
 
     def check(self, target: Any, env_kwargs: Mapping[str, Any]) -> None:
+        """Import the factory if the target is a path; check that it is callable."""
         _resolve(target)
 
     def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> GymLikeEnv:
-        factory = _resolve(target)
-        env: GymLikeEnv = factory(**dict(env_kwargs))
-        missing = [name for name in _REQUIRED if not hasattr(env, name)]
-        if missing:
-            raise ConfigError(
-                f"env factory {_name(factory)} returned {type(env).__name__}, which lacks "
-                f"{', '.join(missing)}: it must return a gymnasium-style env"
-            )
+        """``factory(**env_kwargs)``."""
+        env: GymLikeEnv = _resolve(target)(**dict(env_kwargs))
         return env
 
 
@@ -56,5 +51,7 @@ def _resolve(target: Any) -> Callable[..., Any]:
     return factory
 
 
-def _name(factory: Callable[..., Any]) -> str:
-    return getattr(factory, "__qualname__", None) or repr(factory)
+@hookimpl
+def register_env_backend() -> type[EnvBackend]:
+    """Register :class:`CallableBackend`."""
+    return CallableBackend

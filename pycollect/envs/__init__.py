@@ -1,1 +1,21 @@
-"""Work in progress: this package is being carved out (see docs/architecture.md)."""
+"""Extension point: environment backends.
+
+An env backend turns the target of an env spec (``"gymnasium:CartPole-v1"`` names the
+``gymnasium`` backend and the target ``CartPole-v1``) into gymnasium-style environments, and
+reports their fields before anything is collected. Write one by subclassing
+:class:`EnvBackend`; make it known with the ``register_env_backend()`` hook
+(:mod:`pycollect.hookspecs`). The built-in ``gymnasium`` and ``callable`` backends live in
+:mod:`pycollect.default_plugins` and register the same way.
+
+Modules:
+    backend: the :class:`EnvBackend` interface and the :class:`GymLikeEnv` protocol.
+    specs: :class:`EnvSpecs` / :class:`FieldSpec`, gymnasium spaces as fixed-shape fields.
+    source: :class:`EnvSource`, a user's ``env`` argument resolved to a backend.
+"""
+
+from __future__ import annotations
+
+from pycollect.envs.backend import EnvBackend, GymLikeEnv
+from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
+
+__all__ = ["EnvBackend", "EnvSpecs", "FieldSpec", "GymLikeEnv", "specs_from_spaces"]

@@ -1,4 +1,10 @@
-"""Env backends: the registry and the resolution of a user's ``env`` argument."""
+"""A user's ``env`` argument, resolved to a backend, a target and kwargs.
+
+:func:`resolve_env` runs in the trainer, looks the backend up in the plugin registry and lets
+it check the target, all before any environment exists. The resulting :class:`EnvSource`
+carries the backend itself (pickled by reference to its class), so a worker process builds
+its environments without looking anything up.
+"""
 
 from __future__ import annotations
 
@@ -6,65 +12,101 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pycollect.default_plugins.callable_backend import CallableBackend
-from pycollect.default_plugins.gymnasium_backend import GymnasiumBackend
 from pycollect.envs.backend import EnvBackend, GymLikeEnv
 from pycollect.envs.specs import EnvSpecs
-from pycollect.exceptions import ConfigError, UnknownBackendError
+from pycollect.exceptions import ConfigError, EnvCreationError, PyCollectError
 
-__all__ = ["EnvBackend", "EnvSource", "GymLikeEnv", "backend_names", "get_backend", "resolve_env"]
+__all__ = ["EnvSource", "foreign_env", "resolve_env"]
 
-_BACKENDS: dict[str, type[EnvBackend]] = {
-    GymnasiumBackend.name: GymnasiumBackend,
-    CallableBackend.name: CallableBackend,
-}
-
-
-def backend_names() -> list[str]:
-    """The names (spec prefixes) of every registered env backend, sorted."""
-    return sorted(_BACKENDS)
-
-
-def get_backend(name: str) -> EnvBackend:
-    """Instantiate the env backend registered as ``name``.
-
-    Raises:
-        UnknownBackendError: No backend has that name; the message lists the known ones.
-    """
-    try:
-        return _BACKENDS[name]()
-    except KeyError:
-        raise UnknownBackendError(
-            f"unknown env backend {name!r}; known backends: {', '.join(backend_names())}. "
-            "For gymnasium's 'module:EnvId' form write 'gymnasium:module:EnvId'"
-        ) from None
+_GYM_API = ("reset", "step", "observation_space", "action_space")
 
 
 @dataclass(frozen=True)
 class EnvSource:
     """A resolved env argument: which backend builds it, from what, with which kwargs.
 
-    It is small and picklable (given a picklable target), so it can be sent to workers.
+    It is small and picklable (given a picklable target), so it travels to workers.
     """
 
-    backend: str
+    backend: EnvBackend
     target: Any
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def make(self) -> GymLikeEnv:
-        """Build one environment through the backend."""
-        return get_backend(self.backend).make(self.target, self.env_kwargs)
+        """Build one environment through the backend.
+
+        Raises:
+            EnvCreationError: The backend (the env's constructor) raised; the message names
+                the env, its kwargs and the error.
+            ConfigError: What was built is not a single gymnasium-style env.
+        """
+        try:
+            env = self.backend.make(self.target, self.env_kwargs)
+        except PyCollectError:
+            raise
+        except Exception as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+            raise EnvCreationError(
+                f"building env {self.describe()!r} with env_kwargs={dict(self.env_kwargs)!r} raised "
+                f"{type(exc).__name__}: {message}"
+            ) from exc
+        what = foreign_env(env)
+        missing = [name for name in _GYM_API if not hasattr(env, name)]
+        if what is not None or missing:
+            if hasattr(env, "close"):
+                env.close()
+            reason = what or f"a {type(env).__name__}, which lacks {', '.join(missing)}"
+            raise ConfigError(
+                f"env {self.describe()!r} built {reason}; pycollect needs one gymnasium-style env "
+                "(reset, step, observation_space, action_space) per call"
+            )
+        return env
 
     def specs(self, env: GymLikeEnv) -> EnvSpecs:
         """Report the fields of an environment this source built."""
-        return get_backend(self.backend).specs(env)
+        return self.backend.specs(env)
 
     def describe(self) -> str:
         """A short human-readable name, e.g. ``gymnasium:CartPole-v1``."""
         target = self.target
         if not isinstance(target, str):
             target = getattr(target, "__qualname__", None) or type(target).__name__
-        return f"{self.backend}:{target}"
+        return f"{self.backend.name}:{target}"
+
+
+def foreign_env(obj: Any) -> str | None:
+    """Describe ``obj`` if it is an environment of a kind pycollect does not step itself.
+
+    Returns:
+        ``"a gymnasium VectorEnv (SyncVectorEnv of 4 envs)"``, ``"a TorchRL EnvBase
+        (GymEnv)"`` and the like, or ``None`` for anything else.
+    """
+    cls = obj if isinstance(obj, type) else type(obj)
+    names = {(klass.__module__.split(".")[0], klass.__name__) for klass in cls.__mro__}
+    kind = "class" if isinstance(obj, type) else "instance"
+    if ("gymnasium", "VectorEnv") in names:
+        count = getattr(obj, "num_envs", None) if kind == "instance" else None
+        size = f" of {count} envs" if isinstance(count, int) else ""
+        return f"a gymnasium VectorEnv {kind} ({cls.__name__}{size})"
+    if ("torchrl", "EnvBase") in names:
+        return f"a TorchRL EnvBase {kind} ({cls.__name__})"
+    return None
+
+
+def _refuse_object(env: Any) -> ConfigError:
+    what = foreign_env(env)
+    if what is not None:
+        return ConfigError(
+            f"env is {what}: pycollect builds and steps its environments itself, envs_per_worker of "
+            "them per worker; pass the id of a single environment (env='CartPole-v1') or a factory "
+            "of one (env=make_env), and set envs_per_worker"
+        )
+    if all(hasattr(env, name) for name in _GYM_API):
+        return ConfigError(
+            f"env is an already built {type(env).__name__}: every worker builds its own environments, "
+            "so pass its id (env='CartPole-v1') or a factory that builds one (env=make_env)"
+        )
+    return ConfigError(f"env must be an env id string or a factory callable, got {env!r}")
 
 
 def resolve_env(env: str | Callable[..., Any], env_kwargs: Mapping[str, Any] | None = None) -> EnvSource:
@@ -76,10 +118,14 @@ def resolve_env(env: str | Callable[..., Any], env_kwargs: Mapping[str, Any] | N
         env_kwargs: Keyword arguments for the environment constructor.
 
     Raises:
-        UnknownBackendError: The prefix names no backend.
+        UnknownBackendError: The prefix names no registered backend.
         UnknownEnvError: The backend does not know the target.
-        ConfigError: ``env`` or ``env_kwargs`` has the wrong type.
+        ConfigError: ``env`` or ``env_kwargs`` has the wrong type, or ``env`` is a vector
+            env, a TorchRL env or an env instance rather than something to build envs from.
+        PluginError: An installed plugin is broken.
     """
+    from pycollect import plugins
+
     if env_kwargs is None:
         env_kwargs = {}
     if not isinstance(env_kwargs, Mapping):
@@ -87,10 +133,11 @@ def resolve_env(env: str | Callable[..., Any], env_kwargs: Mapping[str, Any] | N
     target: Any
     if isinstance(env, str):
         prefix, sep, rest = env.partition(":")
-        backend, target = (prefix, rest) if sep else (GymnasiumBackend.name, env)
-    elif callable(env):
-        backend, target = CallableBackend.name, env
+        name, target = (prefix, rest) if sep else ("gymnasium", env)
+    elif callable(env) and foreign_env(env) is None:
+        name, target = "callable", env
     else:
-        raise ConfigError(f"env must be an env id string or a factory callable, got {env!r}")
-    get_backend(backend).check(target, env_kwargs)
+        raise _refuse_object(env)
+    backend = plugins.env_backend(name)()
+    backend.check(target, env_kwargs)
     return EnvSource(backend, target, dict(env_kwargs))

@@ -1,8 +1,9 @@
-"""The trainer's side of worker processes: segment, supervisor, and batches out of the rings.
+"""The trainer's side of worker processes: segment, supervisor, weights, and batches out of the rings.
 
-A :class:`WorkerPool` owns one shared-memory segment and one supervisor. Each of its
-``num_workers`` worker processes (``python -m pycollect.worker``) fills rollout slots in its
-own ring; the pool turns committed slots into ``TensorDict`` batches:
+A :class:`WorkerPool` owns one shared-memory segment, one supervisor and the trainer's half of
+the weight-sync scheme. Each of its ``num_workers`` worker processes (``python -m
+pycollect.worker``) fills rollout slots in its own ring; the pool turns committed slots into
+``TensorDict`` batches:
 
 * sync: one rollout of every worker per batch, ordered by worker, ``[W*K, T]``. Every worker
   commits exactly one slot per batch, so batch ``b`` sits in slot ``b % slots`` of every
@@ -16,106 +17,94 @@ are views of the slots, valid until the next batch.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch
 from tensordict import TensorDict
 
-from pycollect import _core
+from pycollect import _core, plugins
 from pycollect._batch.recycle import RecycledMemory
-from pycollect._batch.tensordict import BatchField, allocate
+from pycollect._batch.tensordict import allocate
+from pycollect._engines.base import Engine, RolloutPlan, Supervision, plan_rollout
+from pycollect._engines.workers import contract
 from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
+from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED
-from pycollect.exceptions import CollectorClosedError, WorkerCrashedError
+from pycollect.config import SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
+from pycollect.devices.placement import DevicePolicy, Placement, available_devices
+from pycollect.envs.source import EnvSource
+from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError
 from pycollect.weights.layout import WeightsLayout
+from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
-__all__ = ["SLOTS_PER_WORKER", "WEIGHTS_PUBLISH_TIMEOUT_S", "WEIGHT_BUFFERS", "PoolOptions", "WorkerPool"]
+__all__ = ["DEFAULT_SCHEME", "WorkerPool", "place_workers"]
 
-_SPEC_CHILD_FD = 5
+DEFAULT_SCHEME = "shared_memory"
+"""The weight-sync scheme of ``weight_sync=None``."""
+
 _POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
-
-SLOTS_PER_WORKER = 2
-"""Rollout slots in each worker's ring: a worker runs at most one rollout ahead."""
-WEIGHT_BUFFERS = 3
-"""Buffers of the weights store: the latest, one being written, one a reader may still hold."""
-WEIGHTS_PUBLISH_TIMEOUT_S = 5.0
-"""How long publishing weights waits for a buffer no reader holds (only a dead reader takes long)."""
 
 
 @dataclass(frozen=True)
-class PoolOptions:
-    """Supervision settings of a pool (see :class:`pycollect.Collector` for their meaning).
+class _Weights:
+    """How the policy's weights travel: its layout and the scheme chosen for it."""
 
-    The native supervisor has no defaults of its own: these are the defaults.
-    """
-
-    restart: str = "permanent"
-    max_restarts: int = 3
-    restart_window_s: float = 60.0
-    heartbeat_timeout_s: float = 30.0
-    startup_timeout_s: float = 120.0
-    shutdown_grace_s: float = 2.0
-    backoff_initial_s: float = 0.1
-    backoff_max_s: float = 5.0
-    check_interval_s: float = 0.1
-    term_timeout_s: float = 2.0
+    layout: WeightsLayout
+    scheme: WeightSyncScheme
 
 
-class WorkerPool:
+class WorkerPool(Engine):
     """Worker processes that fill the rings of one segment, and the batches they make.
 
+    Build it with :meth:`start`, which checks everything before any process exists.
+
     Args:
-        spec: What every worker builds (the segment fields are ``spec.fields``).
-        fields: The batch fields, with shapes and dtypes, in the spec's order.
-        sync: Sync (one rollout of every worker per batch) or async mode.
-        zero_copy: Yield views of the slots (valid until the next batch) instead of copies.
-        storing_device: Where owned batches are delivered.
-        options: Supervision settings.
+        config: The collector's settings.
+        spec: What every worker builds (``layout_hash`` is filled in here).
+        plan: What every rollout holds.
+        placements: Where each worker runs.
+        weights: The policy's weights layout and scheme (``None``: nothing to publish).
     """
 
     def __init__(
         self,
+        config: CollectorConfig,
         spec: WorkerSpec,
-        fields: Sequence[BatchField],
-        *,
-        sync: bool,
-        zero_copy: bool,
-        storing_device: torch.device,
-        options: PoolOptions,
-        weights: WeightsLayout | None,
+        plan: RolloutPlan,
+        placements: Sequence[Placement],
+        weights: _Weights | None,
     ) -> None:
-        self.num_workers = spec.num_workers
-        self.sync = sync
-        self.zero_copy = zero_copy
-        self.storing_device = storing_device
-        self.options = options
-        self._fields = tuple(fields)
+        self.plan = plan
+        self.config = config
+        self.num_workers = config.num_workers
+        self.sync = config.sync
+        self.zero_copy = config.zero_copy
+        self._storing = [torch.device(config.storing_device or p.storing_device) for p in placements]
+        self._fields = plan.fields
         self._memory = RecycledMemory()
         self._names = {field.key: field_name(field.key) for field in self._fields}
         self._held: list[Any] = []  # leases of the last zero-copy batch
         self._next_worker = 0  # async round-robin start
-        self._dead_generation = [0] * self.num_workers  # newest generation seen to end, per worker
-        self._restarts = 0
-        self._events: list[_core.WorkerEvent] = []
-        self._fatal: WorkerCrashedError | None = None  # a worker given up on: every batch fails
         self._closed = False
-        self._weights = weights
-        self._weights_buffer = np.empty(weights.nbytes if weights is not None else 0, np.uint8)
+        self._layout = weights.layout if weights is not None else None
+        self._sender: WeightSender | None = None
+        self.supervisor: _core.Supervisor | None = None
+        self._log: SupervisionLog | None = None
+        self._spec_fd = -1
 
         _core.sweep_stale_segments()  # named fallbacks left by crashed trainers (memfd leaves none)
         self.segment = _core.Segment.create(
             [(self._names[f.key], f.dtype.name, f.shape) for f in self._fields],
-            n_workers=spec.num_workers,
-            envs_per_worker=spec.envs_per_worker,
-            steps=spec.steps,
+            n_workers=config.num_workers,
+            envs_per_worker=config.envs_per_worker,
+            steps=config.steps_per_batch,
             slots_per_worker=SLOTS_PER_WORKER,
-            weights_capacity=weights.nbytes if weights is not None else 0,
+            weights_capacity=_store_bytes(weights),
             weights_buffers=WEIGHT_BUFFERS,
             backing="auto",
         )
@@ -123,37 +112,91 @@ class WorkerPool:
             # A named fallback segment: workers get its descriptor, never its name, so the
             # name can go at once and nothing is left in /dev/shm even if we crash.
             self.segment.unlink_name()
-        self._spec_fd = -1
-        self.supervisor: _core.Supervisor | None = None
         try:
-            spec = replace(spec, layout_hash=self.segment.layout_hash)
+            receiver = None
+            if weights is not None:
+                context = SenderContext(weights.layout, config.num_workers, self.segment)
+                self._sender = weights.scheme.sender(context)
+                receiver = self._sender.receiver()
+                _picklable(receiver, f"the worker half of weight-sync scheme {weights.scheme.name!r}")
+            spec = replace(spec, weights=receiver, layout_hash=self.segment.layout_hash)
             self._spec_fd = write_spec(spec)
             self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
-            self._writer = self.segment.weights_writer() if weights is not None else None
+            supervision = config.supervision
             self.supervisor = _core.Supervisor(
                 self.segment,
-                [sys.executable, "-m", "pycollect.worker"],
-                env=_worker_env(),
-                pass_fds=[(self._spec_fd, _SPEC_CHILD_FD)],
-                restart=options.restart,
-                max_restarts=options.max_restarts,
-                restart_window_s=options.restart_window_s,
-                backoff_initial_s=options.backoff_initial_s,
-                backoff_max_s=options.backoff_max_s,
-                startup_timeout_s=options.startup_timeout_s,
-                heartbeat_timeout_s=options.heartbeat_timeout_s,
-                check_interval_s=options.check_interval_s,
-                grace_s=options.shutdown_grace_s,
-                term_timeout_s=options.term_timeout_s,
+                contract.worker_argv(),
+                env=contract.worker_env(hide_cuda=not any(p.cuda for p in placements)),
+                pass_fds=[(self._spec_fd, contract.SPEC_FD)],
+                restart=supervision.restart,
+                max_restarts=supervision.max_restarts,
+                restart_window_s=supervision.restart_window_s,
+                backoff_initial_s=supervision.backoff_initial_s,
+                backoff_max_s=supervision.backoff_max_s,
+                startup_timeout_s=supervision.startup_timeout_s,
+                heartbeat_timeout_s=supervision.heartbeat_timeout_s,
+                check_interval_s=supervision.check_interval_s,
+                grace_s=supervision.shutdown_grace_s,
+                term_timeout_s=supervision.term_timeout_s,
             )
+            self._log = SupervisionLog(self.supervisor, self.num_workers, supervision.restart)
         except BaseException:
             self.close()
             raise
 
+    @classmethod
+    def start(cls, config: CollectorConfig, env_source: EnvSource, policy: Any) -> WorkerPool:
+        """Check everything (plugins, env, policy, placements, pickling), then start the workers.
+
+        Raises:
+            ConfigError: Anything that would fail in a worker, named, before any worker starts.
+        """
+        weights = None
+        scheme = plugins.instance("scheme", config.weight_sync or DEFAULT_SCHEME, "weight_sync")
+        device_policy = plugins.instance("device_policy", config.device_policy, "device_policy")
+        placements = place_workers(device_policy, config)
+        # One environment here reports the specs and lets the policy be checked on an
+        # example batch, so that bad input fails before any worker starts.
+        probe = env_source.make()
+        try:
+            plan = plan_rollout(config, env_source, probe, policy)
+        finally:
+            probe.close()
+        _picklable(env_source, f"env {env_source.describe()!r}")
+        try:
+            policy_blob = None if policy is None else cloudpickle.dumps(policy)
+        except Exception as exc:
+            raise PolicyError(
+                f"policy {type(policy).__name__} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
+            ) from exc
+        if isinstance(policy, torch.nn.Module):
+            weights = _Weights(WeightsLayout.from_module(policy), scheme)
+        spec = WorkerSpec(
+            env_source=env_source,
+            policy=policy_blob,
+            num_workers=config.num_workers,
+            envs_per_worker=config.envs_per_worker,
+            steps=config.steps_per_batch,
+            seed=config.seed,
+            max_frames_per_traj=config.max_frames_per_traj,
+            init_random_frames=config.init_random_frames,
+            reset_at_each_iter=config.reset_at_each_iter,
+            fields=tuple(field.key for field in plan.fields),
+            placements=tuple(placements),
+            weights_layout=weights.layout if weights is not None else None,
+            weights=None,  # the scheme's receiver, made once the segment exists
+            layout_hash=0,  # filled in once the segment exists
+        )
+        return cls(config, spec, plan, placements, weights)
+
     # -- batches ---------------------------------------------------------------------------
 
-    def next_batch(self) -> TensorDict:
-        """The next batch: ``[W*K, T]`` in sync mode, ``[K, T]`` in async mode."""
+    def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
+        """The next batch: ``[W*K, T]`` in sync mode, ``[K, T]`` in async mode.
+
+        The arguments are the trainer's view; workers count their own frames and stamp the
+        version of the weights they received.
+        """
         self._release_held()
         leases = [self._pop(worker) for worker in range(self.num_workers)] if self.sync else [self._pop_any()]
         try:
@@ -169,10 +212,14 @@ class WorkerPool:
                 lease.release()
         return batch
 
+    def _poll(self) -> None:
+        assert self._log is not None
+        self._log.poll()
+
     def _pop(self, worker: int) -> Any:
         consumer = self.consumers[worker]
         while True:
-            self._check_workers()
+            self._poll()
             lease = consumer.pop(timeout_s=_POLL_S)
             if lease is not None:
                 return lease
@@ -181,7 +228,7 @@ class WorkerPool:
 
     def _pop_any(self) -> Any:
         while True:
-            self._check_workers()
+            self._poll()
             which = _core.wait_any(self.consumers, timeout_s=_POLL_S, start=self._next_worker)
             if which is not None:
                 lease = self.consumers[which].try_pop()
@@ -218,13 +265,15 @@ class WorkerPool:
         for i, lease in enumerate(leases):
             if self._generation_ended(lease):
                 _mark_cut(td, slice(i * k, (i + 1) * k))
-        if not self.zero_copy and self.storing_device.type != "cpu":
-            td = td.to(self.storing_device)
+        storing = self._storing[leases[0].worker]
+        if not self.zero_copy and storing.type != "cpu":
+            td = td.to(storing)
         return td
 
     def _generation_ended(self, lease: Any) -> bool:
         """Whether ``lease`` is the last rollout its (dead) worker generation committed."""
-        if lease.generation > self._dead_generation[lease.worker]:
+        assert self._log is not None
+        if not self._log.ended(lease.worker, lease.generation):
             return False
         following = self.consumers[lease.worker].peek()
         return following is None or following[1] != lease.generation
@@ -234,94 +283,101 @@ class WorkerPool:
             lease.release()
         self._held = []
 
-    # -- supervision -----------------------------------------------------------------------
+    # -- supervision and weights -------------------------------------------------------------
 
-    def _check_workers(self) -> None:
-        """Take in supervisor events; raise if a worker was given up on."""
-        if self._fatal is not None:
-            raise self._fatal
-        assert self.supervisor is not None
-        while (event := self.supervisor.next_event(timeout_s=0.0)) is not None:
-            self._events.append(event)
-            del self._events[:-100]
-            if event.kind == "exited":
-                self._dead_generation[event.worker] = max(self._dead_generation[event.worker], event.generation)
-            elif event.kind == "restarting":
-                self._restarts += 1
-            elif event.kind == "gave_up":
-                self._fatal = self._crash_error(event)
-                raise self._fatal
+    def supervision(self) -> Supervision:
+        """Each worker's :class:`~pycollect._core.WorkerStats` and the recent events."""
+        if self.supervisor is None or self._log is None:
+            return Supervision()
+        if not self._closed:
+            self._log.take_events()
+        return Supervision(tuple(self.supervisor.stats()), self._log.events)
 
-    def _crash_error(self, event: _core.WorkerEvent) -> WorkerCrashedError:
-        assert self.supervisor is not None
-        worker = event.worker
-        text = self.supervisor.last_error(worker)
-        how = _describe_exit(self.supervisor.stats()[worker].last_exit)
-        message = f"worker {worker} (generation {event.generation}) {how}; restart policy "
-        message += f"'{self.options.restart}' gave up after {event.restarts or 0} restart(s)"
-        if text:
-            message += f"\n\nThe worker raised {text}"
-        return WorkerCrashedError(message, worker=worker, generation=event.generation, error=text)
+    def publish_weights(self, policy: Any, version: int) -> None:
+        """Send the policy's state dict through the scheme; workers load it between rollouts.
 
-    def stats(self) -> dict[str, Any]:
-        """Supervision stats: ``{"workers", "restarts", "last_error", "events"}``.
-
-        ``workers`` lists a :class:`~pycollect._core.WorkerStats` per worker, ``events`` the
-        last (at most 100) :class:`~pycollect._core.WorkerEvent` objects taken in.
+        Raises:
+            PolicyError: The state dict no longer has the layout the workers were started with.
+            TransportError: The scheme could not publish within ``weight_sync_timeout_s``.
         """
-        workers = self.supervisor.stats() if self.supervisor is not None else []
-        errors = [w.last_error for w in workers if w.last_error]
-        return {
-            "workers": workers,
-            "restarts": sum(w.restarts for w in workers),
-            "last_error": errors[-1] if errors else None,
-            "events": list(self._events),
-        }
-
-    # -- weights ---------------------------------------------------------------------------
-
-    def publish_weights(self, module: torch.nn.Module, policy_version: int) -> int:
-        """Copy ``module``'s weights into the store; workers load them between rollouts.
-
-        Workers record ``policy_version`` on every frame they collect with these weights.
-        """
-        assert self._weights is not None and self._writer is not None
-        data = self._weights.pack(module, self._weights_buffer, policy_version)
-        return int(self._writer.publish(data, timeout_s=WEIGHTS_PUBLISH_TIMEOUT_S))
+        if self._sender is None or self._layout is None:
+            return  # the policy is not a module: there are no weights to move
+        state = policy.state_dict()
+        self._layout.check(state)
+        self._sender.send(state, version, timeout_s=self.config.weight_sync_timeout_s)
 
     # -- lifetime --------------------------------------------------------------------------
 
-    def close(self) -> list[_core.WorkerEnding]:
+    def close(self) -> None:
         """Stop every worker (flag, grace, SIGTERM, SIGKILL, reap) and release the segment."""
         if self._closed:
-            return []
+            return
         self._closed = True
         self._held = []
-        report: list[_core.WorkerEnding] = []
         if self.supervisor is not None:
-            report = self.supervisor.shutdown(grace_s=self.options.shutdown_grace_s)
+            self.supervisor.shutdown(grace_s=self.config.supervision.shutdown_grace_s)
         else:
             self.segment.shutdown()
+        if self._sender is not None:
+            self._sender.close()
         if self._spec_fd >= 0:
             os.close(self._spec_fd)
             self._spec_fd = -1
-        return report
 
 
-def _worker_env() -> dict[str, str]:
-    """Environment for workers.
+def place_workers(policy: DevicePolicy, config: CollectorConfig) -> list[Placement]:
+    """Ask ``policy`` where each worker goes, and check every answer against this machine.
 
-    One compute thread each, no CUDA context on the CPU, and the trainer's import path, so
-    that whatever the trainer can import (the module of an env factory, say) a worker can too.
+    Raises:
+        ConfigError: A placement that is not a :class:`Placement`, names a device this
+            machine lacks, puts environments off the CPU, names CUDA while hiding it, or (in
+            sync mode, without an explicit ``storing_device``) disagrees with the other
+            workers on where batches are delivered.
     """
-    return {
-        "PYCOLLECT_SYS_PATH": json.dumps([entry or os.getcwd() for entry in sys.path]),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-        "PYTHONUNBUFFERED": "1",
-        "PYCOLLECT_SPEC_FD": str(_SPEC_CHILD_FD),
-    }
+    devices = available_devices()
+    where = f"device policy {policy.name!r}"
+    placements = []
+    for worker in range(config.num_workers):
+        placement = policy.place(worker, config.num_workers, list(devices))
+        if not isinstance(placement, Placement):
+            raise ConfigError(f"{where} returned {placement!r} for worker {worker}; expected a Placement")
+        for device in placement.devices():
+            if device not in devices:
+                raise ConfigError(
+                    f"{where} placed worker {worker} on {device!r}, which this machine does not have "
+                    f"(it has {', '.join(devices)})"
+                )
+            if device.startswith("cuda") and not placement.cuda:
+                raise ConfigError(f"{where} placed worker {worker} on {device!r} but hides CUDA from it (cuda=False)")
+        if placement.env_device != "cpu":
+            raise ConfigError(
+                f"{where} puts worker {worker}'s environments on {placement.env_device!r}; gymnasium-style "
+                "environments step on the CPU"
+            )
+        placements.append(placement)
+    storing = {placement.storing_device for placement in placements}
+    if config.sync and config.storing_device is None and len(storing) > 1:
+        raise ConfigError(
+            f"{where} delivers the workers' rollouts on different devices ({', '.join(sorted(storing))}), but a "
+            "sync batch holds every worker's rollout; pass storing_device= to choose one"
+        )
+    return placements
+
+
+def _store_bytes(weights: _Weights | None) -> int:
+    if weights is None:
+        return 0
+    size = weights.scheme.store_bytes(weights.layout)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ConfigError(f"weight-sync scheme {weights.scheme.name!r}: store_bytes() returned {size!r}")
+    return size
+
+
+def _picklable(obj: Any, what: str) -> None:
+    try:
+        cloudpickle.dumps(obj)
+    except Exception as exc:
+        raise ConfigError(f"{what} cannot be pickled for worker processes: {type(exc).__name__}: {exc}") from exc
 
 
 def _mark_cut(td: TensorDict, rows: slice) -> None:
@@ -329,15 +385,3 @@ def _mark_cut(td: TensorDict, rows: slice) -> None:
     truncated, done = td.get(NEXT_TRUNCATED), td.get(NEXT_DONE)
     truncated[rows, -1] = True
     done[rows, -1] = True
-
-
-def _describe_exit(last_exit: _core.WorkerExit | None) -> str:
-    if last_exit is None:
-        return "ended"
-    if last_exit.reason == "hung":
-        return "stopped beating its heartbeat and was killed"
-    if last_exit.signal is not None:
-        return f"was killed by signal {last_exit.signal}"
-    if last_exit.code is not None:
-        return f"exited with status {last_exit.code}"
-    return "ended"

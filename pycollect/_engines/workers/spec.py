@@ -3,7 +3,8 @@
 The trainer pickles one :class:`WorkerSpec` (with cloudpickle, so lambdas and local classes
 work) into an anonymous memory file whose descriptor every worker inherits. It is trusted
 data from the parent, read once at start; commands during the run are fixed-size records in
-shared memory, never pickles.
+shared memory, never pickles. Everything in it was resolved in the trainer (the env backend,
+the weight-sync scheme's receiver, each worker's placement): a worker never looks plugins up.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from pycollect._rollout.keys import Key
+from pycollect.devices.placement import Placement
 from pycollect.envs.source import EnvSource
+from pycollect.exceptions import TransportError
 
 if TYPE_CHECKING:
     from pycollect.weights.layout import WeightsLayout
+    from pycollect.weights.scheme import WeightReceiver
 
 __all__ = ["WorkerSpec", "field_name", "read_spec", "write_spec"]
 
@@ -43,7 +47,9 @@ class WorkerSpec:
         init_random_frames: Frames (over all workers) collected with random actions first.
         reset_at_each_iter: Reset every environment at the start of every rollout.
         fields: The batch keys written into each slot.
-        weights: How policy weights are laid out in the weights store (``None``: no sync).
+        placements: Where each worker runs (one per worker).
+        weights_layout: How the policy's state dict is laid out (``None``: no weights move).
+        weights: The weight-sync scheme's worker half (``None``: no weights move).
         layout_hash: The segment layout the worker must find.
     """
 
@@ -57,7 +63,9 @@ class WorkerSpec:
     init_random_frames: int
     reset_at_each_iter: bool
     fields: tuple[Key, ...]
-    weights: WeightsLayout | None
+    placements: tuple[Placement, ...]
+    weights_layout: WeightsLayout | None
+    weights: WeightReceiver | None
     layout_hash: int
 
     def load_policy(self) -> Any:
@@ -68,8 +76,7 @@ class WorkerSpec:
 def write_spec(spec: WorkerSpec) -> int:
     """Pickle ``spec`` into a new anonymous memory file and return its descriptor."""
     fd = os.memfd_create("pycollect-spec", os.MFD_CLOEXEC)
-    data = cloudpickle.dumps(spec)
-    view = memoryview(data)
+    view = memoryview(cloudpickle.dumps(spec))
     while view:
         written = os.write(fd, view)
         view = view[written:]
@@ -78,9 +85,8 @@ def write_spec(spec: WorkerSpec) -> int:
 
 def read_spec(fd: int) -> WorkerSpec:
     """Read the spec from an inherited descriptor (from its start, so restarts can re-read)."""
-    size = os.fstat(fd).st_size
-    data = os.pread(fd, size, 0)
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
     spec = cloudpickle.loads(data)
     if not isinstance(spec, WorkerSpec):
-        raise TypeError(f"fd {fd} does not hold a WorkerSpec but a {type(spec).__name__}")
+        raise TransportError(f"fd {fd} does not hold a WorkerSpec but a {type(spec).__name__}")
     return spec

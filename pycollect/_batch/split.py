@@ -1,0 +1,44 @@
+"""Cutting a batch into one row per trajectory, as TorchRL's ``split_trajs`` does."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from pycollect._rollout.keys import MASK, TRAJ_IDS
+
+__all__ = ["split_trajectories"]
+
+
+def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
+    """Cut a ``[K, T]`` batch into one row per trajectory, as TorchRL's ``split_trajs`` does.
+
+    Returns:
+        A ``[n_traj, T_max]`` TensorDict, rows ordered by trajectory id, zero-padded at the
+        end, with a boolean ``("collector", "mask")`` that is True on real steps.
+    """
+    traj_ids = batch.get(TRAJ_IDS)
+    flat = batch.reshape(-1)
+    flat_ids = traj_ids.reshape(-1)
+    unique_ids, inverse, counts = torch.unique(flat_ids, sorted=True, return_inverse=True, return_counts=True)
+    n_traj, t_max = unique_ids.numel(), int(counts.max())
+    # Position of each step inside its trajectory: steps of one trajectory are contiguous in
+    # time within one env row, so a stable sort by trajectory keeps them in time order.
+    order = torch.sort(inverse, stable=True).indices
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.empty_like(order)
+    position[order] = torch.arange(order.numel()) - torch.repeat_interleave(starts, counts)
+    index = torch.zeros(n_traj, t_max, dtype=torch.long)
+    mask = torch.zeros(n_traj, t_max, dtype=torch.bool)
+    index[inverse, position] = torch.arange(flat_ids.numel())
+    mask[inverse, position] = True
+    out = flat[index.reshape(-1)].reshape(n_traj, t_max)
+
+    def pad(value: torch.Tensor) -> torch.Tensor:
+        keep = mask.reshape(n_traj, t_max, *([1] * (value.ndim - 2)))
+        return torch.where(keep, value, torch.zeros((), dtype=value.dtype, device=value.device))
+
+    out = out.apply(pad)
+    out.set(MASK, mask.to(out.device) if out.device is not None else mask)
+    out.names = [None, "time"]
+    return out

@@ -1,0 +1,110 @@
+"""The engine interface: what a :class:`~pycollect.Collector` drives to get batches.
+
+An engine owns the environments (in this process, or in worker processes) and turns them into
+``TensorDict`` batches. The collector keeps the counters (frames, policy version, episodes) and
+the user-facing checks; the engine only collects, publishes weights, reports supervision and
+closes. :func:`pycollect._engines.start` picks the engine for a config.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from pycollect._core import WorkerEvent, WorkerStats
+    from pycollect._rollout.actions import ActionSource
+    from pycollect._rollout.fields import BatchField
+    from pycollect.config import CollectorConfig
+    from pycollect.envs.backend import GymLikeEnv
+    from pycollect.envs.source import EnvSource
+    from pycollect.envs.specs import EnvSpecs
+
+__all__ = ["Engine", "RolloutPlan", "Supervision", "plan_rollout"]
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """What an engine's supervisor knows: per-worker stats and recent events (empty in-process)."""
+
+    workers: tuple[WorkerStats, ...] = ()
+    events: tuple[WorkerEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What every rollout holds, decided once in the trainer before anything is collected.
+
+    Attributes:
+        specs: The environment's fields.
+        actions: The action source, checked against the action space (a policy was called
+            once on an example observation).
+        fields: Every array of a rollout, policy outputs included.
+    """
+
+    specs: EnvSpecs
+    actions: ActionSource
+    fields: tuple[BatchField, ...]
+
+
+def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv, policy: Any) -> RolloutPlan:
+    """Read the specs of ``env`` and check ``policy`` against them.
+
+    Raises:
+        UnsupportedSpaceError: A space cannot be laid out in a batch.
+        PolicyError: The policy fails on an example observation or does not fit the action space.
+    """
+    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.fields import batch_fields
+    from pycollect._rollout.seeding import action_rng
+
+    specs = env_source.specs(env)
+    device = config.policy_device(policy)
+    actions = action_source(
+        policy, specs, config.envs_per_worker, device, action_rng(config.seed, config.envs_per_worker)
+    )
+    return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs))
+
+
+class Engine(abc.ABC):
+    """Makes batches; one per collector.
+
+    Attributes:
+        plan: What every rollout holds.
+    """
+
+    plan: RolloutPlan
+
+    @abc.abstractmethod
+    def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
+        """Collect and return the next batch.
+
+        Args:
+            random_actions: The trainer's view of the warm-up phase (``init_random_frames``);
+                engines whose workers count frames themselves ignore it.
+            policy_version: The collector's version of the policy weights now, which an
+                engine that calls the very policy object records on every frame.
+        """
+
+    @abc.abstractmethod
+    def publish_weights(self, policy: Any, version: int) -> None:
+        """Make the policy's current weights, stamped ``version``, reach wherever it runs."""
+
+    def supervision(self) -> Supervision:
+        """Per-worker stats and recent supervision events (none for an engine without workers)."""
+        return Supervision()
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`load_state` needs to resume (e.g. trajectory numbering)."""
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore :meth:`state`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop collecting and release everything (idempotent)."""

@@ -1,0 +1,168 @@
+"""The worker process's main loop (run by ``python -m pycollect.worker``).
+
+A worker attaches to the collector's shared-memory segment, builds its environments and
+policy from the :class:`~.spec.WorkerSpec`, and then loops: claim a free slot of its ring,
+take newer policy weights if the weight-sync scheme has any, step every environment ``T``
+times writing transitions straight into the slot, commit it. It beats a heartbeat every step
+(and while it waits for a free slot), so the supervisor can tell a hung worker from a busy
+one. On any exception it writes the exception type, message and traceback into its control
+block, where the trainer reads them, and exits with status 1.
+
+With a random policy nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from pycollect._engines.workers import contract
+
+__all__ = ["format_error", "run"]
+
+_LIFELINE_GRACE_S = 3.0
+_ATTACH_TIMEOUT_S = 10.0  # the trainer marks the segment ready before it starts any worker
+_CLAIM_SLICE_S = 0.25  # how long one wait for a free slot lasts before the next heartbeat
+
+
+def format_error(exc: BaseException) -> str:
+    """``"Type: message"`` on the first line, then the full traceback (what the trainer shows)."""
+    summary = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".removeprefix("builtins.")
+    return summary + "\n\n" + "".join(traceback.format_exception(exc))
+
+
+def _watch_lifeline(fd: int) -> None:
+    def watch() -> None:
+        try:
+            while os.read(fd, 64):
+                pass  # the supervisor never writes; data would be ignored
+        except OSError:
+            pass
+        # The supervisor is gone or is shutting us down. An orderly shutdown also sets the
+        # segment's flag, and the main loop then closes the environments (which may own
+        # processes of their own) and returns; give it that long, then leave regardless.
+        time.sleep(_LIFELINE_GRACE_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="pycollect-lifeline", daemon=True).start()
+
+
+def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
+    import numpy as np
+
+    from pycollect._engines.workers.spec import field_name, read_spec
+    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.runner import EnvRunner
+    from pycollect._rollout.seeding import action_rng, env_seeds
+    from pycollect.exceptions import LayoutMismatchError
+
+    spec = read_spec(int(os.environ[contract.ENV_SPEC_FD]))
+    if segment.layout_hash != spec.layout_hash:
+        raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
+    placement = spec.placements[worker]
+    if not placement.cuda:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything can create a CUDA context
+    k, w = spec.envs_per_worker, spec.num_workers
+    # Generation 1 of worker i uses exactly the seeds of an in-process collector's worker i;
+    # a restarted generation gets fresh ones, so it does not replay the episodes it crashed in.
+    stream = worker + w * (generation - 1)
+    envs = []
+    receiver = spec.weights
+    try:
+        for _ in range(k):
+            envs.append(spec.env_source.make())
+        specs = spec.env_source.specs(envs[0])
+        policy = spec.load_policy()
+        device = None
+        if policy is not None:  # torch is only imported for a real policy
+            import torch
+
+            torch.set_num_threads(1)
+            if spec.seed is not None:
+                torch.manual_seed(spec.seed + stream)
+            device = torch.device(placement.policy_device)
+            if isinstance(policy, torch.nn.Module) and device.type != "cpu":
+                policy = policy.to(device)
+        actions = action_source(policy, specs, k, device, action_rng(spec.seed, k, stream))
+        runner = EnvRunner(
+            envs,
+            specs,
+            actions,
+            env_seeds(spec.seed, k, stream),
+            max_frames_per_traj=spec.max_frames_per_traj,
+            traj_id_start=worker + w * ((generation - 1) << 32),
+            traj_id_stride=w,
+        )
+        slots = [
+            {key: np.asarray(segment.slot_view(field_name(key), slot, worker, writable=True)) for key in spec.fields}
+            for slot in range(segment.slots_per_worker)
+        ]
+        producer = segment.producer(worker, generation)
+        if receiver is not None:
+            from pycollect.weights.scheme import ReceiverContext
+
+            assert spec.weights_layout is not None
+            receiver.attach(ReceiverContext(spec.weights_layout, worker, generation, segment))
+        policy_version = 0  # the trainer's version of the weights in use
+        frames_per_round = k * spec.steps * w
+        control.state = "running"
+        rollouts = 0
+        while not segment.is_shutdown:
+            slot = None
+            while slot is None:
+                control.beat()  # waiting for the trainer to free a slot is not a hang
+                slot = producer.claim(timeout_s=_CLAIM_SLICE_S)
+                if segment.is_shutdown:
+                    return
+            # New weights are applied between rollouts only, never mid-rollout, and as late as
+            # possible: right before the rollout that will use them.
+            if receiver is not None:
+                received = receiver.receive(policy)
+                if received is not None:
+                    policy_version = received
+            if spec.reset_at_each_iter and rollouts > 0:
+                runner.reset()
+            random = policy is None or rollouts * frames_per_round < spec.init_random_frames
+            runner.rollout(slots[slot], random_actions=random, on_step=control.beat, policy_version=policy_version)
+            producer.commit(slot)
+            rollouts += 1
+    finally:
+        if receiver is not None:
+            receiver.close()
+        for env in envs:
+            env.close()
+
+
+def run() -> int:
+    """Run one worker; returns the process exit status."""
+    if contract.ENV_SYS_PATH in os.environ:
+        sys.path[:] = json.loads(os.environ[contract.ENV_SYS_PATH])
+    from pycollect import _core
+
+    worker = int(os.environ[contract.ENV_WORKER])
+    generation = int(os.environ[contract.ENV_GENERATION])
+    lifeline = os.environ.get(contract.ENV_LIFELINE_FD)
+    if lifeline is not None:
+        _watch_lifeline(int(lifeline))
+    segment = _core.Segment.attach(int(os.environ[contract.ENV_SEGMENT_FD]), timeout_s=_ATTACH_TIMEOUT_S)
+    control = segment.worker_control(worker)
+    control.pid = os.getpid()
+    control.state = "starting"
+    control.beat()
+    try:
+        _collect(segment, control, worker, generation)
+    except BaseException as exc:
+        if segment.is_shutdown and isinstance(exc, KeyboardInterrupt | SystemExit):
+            return 0
+        control.write_error(format_error(exc))
+        control.state = "failed"
+        print(f"pycollect worker {worker} (generation {generation}) failed:", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+        return 1
+    control.state = "exiting"
+    return 0

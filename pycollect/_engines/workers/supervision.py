@@ -1,0 +1,88 @@
+"""What the trainer makes of the supervisor's events: restarts, cut rollouts and the final error.
+
+The supervisor (a Rust thread) reports every start, exit, failed spawn, scheduled restart and
+give-up as a typed :class:`~pycollect._core.WorkerEvent`. The pool takes them in between its
+waits for rollouts; :class:`SupervisionLog` keeps what it needs from them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pycollect.exceptions import WorkerCrashedError
+
+if TYPE_CHECKING:
+    from pycollect import _core
+
+__all__ = ["SupervisionLog", "describe_exit"]
+
+_KEEP_EVENTS = 100
+
+
+class SupervisionLog:
+    """The supervisor's events, taken in order, and what follows from them.
+
+    Args:
+        supervisor: The pool's supervisor.
+        num_workers: How many workers it supervises.
+        restart: The restart policy's name, for messages.
+    """
+
+    def __init__(self, supervisor: _core.Supervisor, num_workers: int, restart: str) -> None:
+        self.supervisor = supervisor
+        self.restart = restart
+        self._events: list[_core.WorkerEvent] = []
+        self._dead_generation = [0] * num_workers  # the newest generation seen to end, per worker
+        self._fatal: WorkerCrashedError | None = None  # a worker given up on: every batch fails
+
+    @property
+    def events(self) -> tuple[_core.WorkerEvent, ...]:
+        """The most recent events (at most 100), oldest first."""
+        return tuple(self._events)
+
+    def poll(self) -> None:
+        """Take in every pending event.
+
+        Raises:
+            WorkerCrashedError: A worker was given up on (now, or at any earlier poll).
+        """
+        self.take_events()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def take_events(self) -> None:
+        """Take in every pending event without raising (a give-up is kept for :meth:`poll`)."""
+        while (event := self.supervisor.next_event(timeout_s=0.0)) is not None:
+            self._events.append(event)
+            del self._events[:-_KEEP_EVENTS]
+            if event.kind == "exited":
+                self._dead_generation[event.worker] = max(self._dead_generation[event.worker], event.generation)
+            elif event.kind == "gave_up" and self._fatal is None:
+                self._fatal = self._crash_error(event)
+
+    def ended(self, worker: int, generation: int) -> bool:
+        """Whether ``generation`` of ``worker`` is known to have ended."""
+        return generation <= self._dead_generation[worker]
+
+    def _crash_error(self, event: _core.WorkerEvent) -> WorkerCrashedError:
+        worker = event.worker
+        text = self.supervisor.last_error(worker)
+        how = describe_exit(self.supervisor.stats()[worker].last_exit)
+        message = f"worker {worker} (generation {event.generation}) {how}; restart policy "
+        message += f"'{self.restart}' gave up after {event.restarts or 0} restart(s)"
+        if text:
+            message += f"\n\nThe worker raised {text}"
+        return WorkerCrashedError(message, worker=worker, generation=event.generation, error=text)
+
+
+def describe_exit(last_exit: _core.WorkerExit | None) -> str:
+    """How a worker ended, as a phrase: ``"was killed by signal 9"``."""
+    if last_exit is None:
+        return "ended"
+    if last_exit.reason == "hung":
+        return "stopped beating its heartbeat and was killed"
+    if last_exit.signal is not None:
+        return f"was killed by signal {last_exit.signal}"
+    if last_exit.code is not None:
+        return f"exited with status {last_exit.code}"
+    return "ended"

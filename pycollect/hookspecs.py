@@ -1,0 +1,79 @@
+"""The hooks through which plugins extend pycollect (pluggy project and entry-point group ``pycollect``).
+
+A plugin is a module (or any object) with functions marked ``@pycollect.hookimpl`` whose names
+are the hooks below. An installed package makes itself known through the ``pycollect``
+entry-point group::
+
+    # pyproject.toml of pycollect-mything
+    [project.entry-points.pycollect]
+    mything = "pycollect_mything"
+
+    # pycollect_mything/__init__.py
+    import pycollect
+
+    @pycollect.hookimpl
+    def register_env_backend():
+        return MyThingBackend
+
+Every hook returns one class or a list of classes; each class names itself with its ``name``
+class attribute, which users pass as a string (``env="mything:level-1"``,
+``weight_sync="mything"``, ``device_policy="mything"``). pycollect's own env backends,
+weight-sync schemes and device policies are plugins too (``pycollect.default_plugins``),
+registered before any entry point loads. Names are unique across plugins: two classes with
+one name are a :class:`~pycollect.PluginError` that names both plugins.
+
+Hooks are called in the trainer process only. Workers receive the class that was chosen (by
+reference, so its module must be importable there) and never scan entry points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from pycollect.devices import DevicePolicy
+    from pycollect.envs import EnvBackend
+    from pycollect.weights import WeightSyncScheme
+
+__all__ = ["PROJECT", "hookimpl", "hookspec", "register_device_policy", "register_env_backend", "register_scheme"]
+
+PROJECT = "pycollect"
+"""The pluggy project name, which is also the entry-point group plugins are found through."""
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+"""Marks a plugin's function as the implementation of the hook of the same name."""
+
+
+@hookspec
+def register_env_backend() -> type[EnvBackend] | Sequence[type[EnvBackend]]:  # type: ignore[empty-body]
+    """Contribute env backends: what turns ``"<name>:<target>"`` into environments.
+
+    Returns:
+        One :class:`~pycollect.envs.EnvBackend` subclass, or a list of them. Each one's
+        ``name`` is the prefix users write in front of a target (``"dm_control"`` for
+        ``"dm_control:cheetah-run"``).
+    """
+
+
+@hookspec
+def register_scheme() -> type[WeightSyncScheme] | Sequence[type[WeightSyncScheme]]:  # type: ignore[empty-body]
+    """Contribute weight-sync schemes: how policy weights travel from the trainer to workers.
+
+    Returns:
+        One :class:`~pycollect.weights.WeightSyncScheme` subclass, or a list of them. Users
+        select one with ``Collector(..., weight_sync="<name>")`` or pass an instance.
+    """
+
+
+@hookspec
+def register_device_policy() -> type[DevicePolicy] | Sequence[type[DevicePolicy]]:  # type: ignore[empty-body]
+    """Contribute device placement policies: which devices each worker uses.
+
+    Returns:
+        One :class:`~pycollect.devices.DevicePolicy` subclass, or a list of them. Users
+        select one with ``Collector(..., device_policy="<name>")`` or pass an instance.
+    """

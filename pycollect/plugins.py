@@ -1,0 +1,446 @@
+"""The plugin manager: built-in plugins, entry points, and the lookup of names.
+
+pycollect has three extension points, each with one hook (:mod:`pycollect.hookspecs`):
+
+========================  ==========================  =====================================
+hook                      contributes                 selected by
+========================  ==========================  =====================================
+register_env_backend()    :class:`~pycollect.envs.EnvBackend`          ``env="<name>:<target>"``
+register_scheme()         :class:`~pycollect.weights.WeightSyncScheme`  ``weight_sync="<name>"``
+register_device_policy()  :class:`~pycollect.devices.DevicePolicy`      ``device_policy="<name>"``
+========================  ==========================  =====================================
+
+Loading happens once per process, on first use, in the trainer: the built-in plugins of
+:mod:`pycollect.default_plugins` first, then every entry point of the ``pycollect`` group.
+Worker processes never load plugins: they receive the class the trainer resolved.
+
+Two environment variables choose which installed plugins load (each a comma-separated list of
+entry-point or distribution names; built-in plugins always load):
+
+``PYCOLLECT_DISABLE_PLUGINS``
+    Plugins not to load.
+``PYCOLLECT_LOAD_PLUGINS``
+    If set, load only these plugins (set it empty to load none).
+
+A plugin that fails to import, raises in a hook, returns something other than classes of the
+extension point's interface, or takes a name another plugin has, is a
+:class:`~pycollect.PluginError` naming it, raised before any environment or worker exists.
+
+Code that is not packaged can register a plugin object directly with :func:`register`
+(tests do; so can a notebook).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
+
+import pluggy
+
+from pycollect import hookspecs
+from pycollect.default_plugins import DEFAULT_PLUGINS
+from pycollect.devices.placement import DevicePolicy
+from pycollect.envs.backend import EnvBackend
+from pycollect.exceptions import (
+    ConfigError,
+    PluginError,
+    UnknownBackendError,
+    UnknownDevicePolicyError,
+    UnknownSchemeError,
+)
+from pycollect.weights.scheme import WeightSyncScheme
+
+__all__ = [
+    "DISABLE_VARIABLE",
+    "ENTRY_POINT_GROUP",
+    "LOAD_VARIABLE",
+    "Kind",
+    "PluginInfo",
+    "Registration",
+    "device_policy",
+    "env_backend",
+    "hook_name",
+    "instance",
+    "names",
+    "register",
+    "registrations",
+    "scheme",
+    "skipped",
+    "unregister",
+]
+
+ENTRY_POINT_GROUP = hookspecs.PROJECT
+DISABLE_VARIABLE = "PYCOLLECT_DISABLE_PLUGINS"
+LOAD_VARIABLE = "PYCOLLECT_LOAD_PLUGINS"
+
+Kind = Literal["env_backend", "scheme", "device_policy"]
+"""An extension point, named like the hook that feeds it."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _ExtensionPoint:
+    kind: Kind
+    hook: str
+    interface: type
+    noun: str  # in messages: "env backend"
+    unknown: type[ConfigError]
+
+
+_POINTS: dict[Kind, _ExtensionPoint] = {
+    "env_backend": _ExtensionPoint(
+        "env_backend", "register_env_backend", EnvBackend, "env backend", UnknownBackendError
+    ),
+    "scheme": _ExtensionPoint("scheme", "register_scheme", WeightSyncScheme, "weight-sync scheme", UnknownSchemeError),
+    "device_policy": _ExtensionPoint(
+        "device_policy",
+        "register_device_policy",
+        DevicePolicy,
+        "device placement policy",
+        UnknownDevicePolicyError,
+    ),
+}
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a plugin comes from.
+
+    Attributes:
+        name: The name it is registered under: its entry-point name, the module path of a
+            built-in plugin, or the name given to :func:`register`.
+        distribution: The installed distribution that provides it (``None`` for plugins
+            registered with :func:`register`).
+        version: That distribution's version.
+        builtin: Whether it is one of pycollect's own :mod:`~pycollect.default_plugins`.
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+
+    def describe(self) -> str:
+        """``'name' (distribution version)`` for messages."""
+        origin = "built-in" if self.builtin else self.distribution and f"{self.distribution} {self.version}"
+        return f"{self.name!r} ({origin or 'registered at runtime'})"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One class contributed to an extension point.
+
+    Attributes:
+        kind: The extension point.
+        name: The name users select it by.
+        cls: The class.
+        plugin: The plugin that contributed it.
+    """
+
+    kind: Kind
+    name: str
+    cls: type
+    plugin: PluginInfo
+
+
+class _Registry:
+    """The pluggy manager plus what pycollect knows about each plugin; one per process."""
+
+    def __init__(self) -> None:
+        self.manager = pluggy.PluginManager(hookspecs.PROJECT)
+        self.manager.add_hookspecs(hookspecs)
+        self.info: dict[str, PluginInfo] = {}
+        self.order: list[str] = []  # plugin names, in registration order
+        self.skipped: dict[str, str] = {}  # entry points not loaded, and why
+        self.loaded = False
+        self.cache: dict[Kind, dict[str, Registration]] = {}
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Register the built-in plugins, then the allowed entry points (once)."""
+        if self.loaded:
+            return
+        added: list[str] = []
+        try:
+            for module in DEFAULT_PLUGINS:
+                self.add(importlib.import_module(module), PluginInfo(module, "pycollect", _version(), True))
+                added.append(module)
+            for entry_point, info in self._entry_points():
+                try:
+                    plugin = entry_point.load()
+                except Exception as exc:
+                    raise PluginError(
+                        f"plugin {info.describe()} failed to import ({entry_point.value}): "
+                        f"{type(exc).__name__}: {_first_line(exc)}; {_how_to_disable(info)}",
+                        plugin=info.name,
+                    ) from exc
+                self.add(plugin, info)
+                added.append(info.name)
+            for point in _POINTS.values():  # collect now: a broken plugin fails here, not later
+                self.collect(point)
+        except BaseException:
+            for name in reversed(added):
+                self.remove(name)
+            raise
+        self.loaded = True
+
+    def _entry_points(self) -> Iterable[tuple[importlib.metadata.EntryPoint, PluginInfo]]:
+        disabled = _name_list(os.environ.get(DISABLE_VARIABLE, ""))
+        only = os.environ.get(LOAD_VARIABLE)
+        allowed = None if only is None else _name_list(only)
+        self.skipped = {}
+        seen: set[tuple[str, str]] = set()
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if (entry_point.name, entry_point.value) in seen:
+                continue  # one distribution seen twice on sys.path
+            seen.add((entry_point.name, entry_point.value))
+            dist = entry_point.dist
+            info = PluginInfo(entry_point.name, dist.name if dist else None, dist.version if dist else None, False)
+            names = {_normalise(entry_point.name), _normalise(info.distribution or "")}
+            if names & disabled:
+                self.skipped[info.name] = f"disabled by {DISABLE_VARIABLE}"
+            elif allowed is not None and not names & allowed:
+                self.skipped[info.name] = f"not in {LOAD_VARIABLE}"
+            else:
+                yield entry_point, info
+
+    def add(self, plugin: object, info: PluginInfo) -> None:
+        if info.name in self.info:
+            raise PluginError(f"a plugin named {info.name!r} is already registered", plugin=info.name)
+        try:
+            self.manager.register(plugin, name=info.name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            raise PluginError(f"plugin {info.describe()} cannot be registered: {exc}", plugin=info.name) from exc
+        try:
+            self.manager.check_pending()  # a hookimpl whose name is no pycollect hook (a typo)
+        except pluggy.PluginValidationError as exc:
+            self.manager.unregister(name=info.name)
+            known = ", ".join(point.hook for point in _POINTS.values())
+            raise PluginError(f"plugin {info.describe()}: {exc}; the hooks are {known}", plugin=info.name) from exc
+        self.info[info.name] = info
+        self.order.append(info.name)
+        self.cache.clear()
+
+    def remove(self, name: str) -> None:
+        self.manager.unregister(name=name)
+        del self.info[name]
+        self.order.remove(name)
+        self.cache.clear()
+
+    # -- lookup ----------------------------------------------------------------------------
+
+    def collect(self, point: _ExtensionPoint) -> dict[str, Registration]:
+        """Every class of one extension point by name, each from the plugin that gave it."""
+        if point.kind in self.cache:
+            return self.cache[point.kind]
+        caller = getattr(self.manager.hook, point.hook)
+        impls = sorted(caller.get_hookimpls(), key=lambda impl: self.order.index(impl.plugin_name))
+        found: dict[str, Registration] = {}
+        for impl in impls:
+            info = self.info[impl.plugin_name]
+            try:
+                returned = impl.function()
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {info.describe()} raised in {point.hook}(): {type(exc).__name__}: {_first_line(exc)}; "
+                    f"{_how_to_disable(info)}",
+                    plugin=info.name,
+                ) from exc
+            for cls in _classes(returned):
+                name = _checked(cls, point, info)
+                if name in found:
+                    first = found[name].plugin
+                    raise PluginError(
+                        f"two plugins register a {point.noun} named {name!r}: {first.describe()} "
+                        f"({found[name].cls.__module__}.{found[name].cls.__qualname__}) and {info.describe()} "
+                        f"({cls.__module__}.{cls.__qualname__}); uninstall one, or {_how_to_disable(info)}",
+                        plugin=info.name,
+                    )
+                found[name] = Registration(point.kind, name, cls, info)
+        self.cache[point.kind] = found
+        return found
+
+
+def _classes(returned: Any) -> list[Any]:
+    if returned is None:
+        return []
+    if isinstance(returned, list | tuple):
+        return list(returned)
+    return [returned]
+
+
+def _checked(cls: Any, point: _ExtensionPoint, info: PluginInfo) -> str:
+    interface = point.interface
+    if not (isinstance(cls, type) and issubclass(cls, interface)):
+        raise PluginError(
+            f"plugin {info.describe()}: {point.hook}() returned {cls!r}; expected a subclass of "
+            f"{interface.__module__.split('.')[0]}.{interface.__qualname__} (or a list of them)",
+            plugin=info.name,
+        )
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise PluginError(
+            f"plugin {info.describe()}: {point.noun} {cls.__qualname__} has name {name!r}; set the class "
+            "attribute `name` to a string of letters, digits, '_', '-' or '.' that starts with a letter",
+            plugin=info.name,
+        )
+    return name
+
+
+def _name_list(text: str) -> set[str]:
+    return {_normalise(part) for part in text.split(",") if part.strip()}
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _how_to_disable(info: PluginInfo) -> str:
+    if info.builtin or info.distribution is None:
+        return "fix or unregister it"
+    return f"disable it with {DISABLE_VARIABLE}={info.name}"
+
+
+def _version() -> str:
+    from pycollect import __version__
+
+    return __version__
+
+
+_registry = _Registry()
+
+
+def _loaded() -> _Registry:
+    _registry.load()
+    return _registry
+
+
+# -- the public functions ------------------------------------------------------------------
+
+
+def register(plugin: object, name: str | None = None) -> str:
+    """Register a plugin object (a module or any object with ``@hookimpl`` functions) now.
+
+    Built-in and installed plugins load first, so a name clash with one of them is reported.
+
+    Args:
+        plugin: The plugin.
+        name: Its name in listings; default: its ``__name__`` or class name.
+
+    Returns:
+        The name it was registered under (for :func:`unregister`).
+
+    Raises:
+        PluginError: The plugin does not validate, or clashes with a registered one.
+    """
+    registry = _loaded()
+    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    registry.add(plugin, PluginInfo(name, None, None, False))
+    try:
+        for point in _POINTS.values():
+            registry.collect(point)
+    except PluginError:
+        registry.remove(name)
+        raise
+    return name
+
+
+def unregister(name: str) -> None:
+    """Remove a plugin registered with :func:`register` (or any plugin, by name)."""
+    registry = _loaded()
+    if name not in registry.info:
+        raise ConfigError(f"no plugin named {name!r} is registered; registered: {', '.join(registry.order)}")
+    registry.remove(name)
+
+
+def registrations(kind: Kind | None = None) -> list[Registration]:
+    """What every plugin contributes (to one extension point, or to all), in load order."""
+    registry = _loaded()
+    points = [_POINTS[kind]] if kind is not None else list(_POINTS.values())
+    return [registration for point in points for registration in registry.collect(point).values()]
+
+
+def hook_name(kind: Kind) -> str:
+    """The hook that feeds an extension point (``"register_scheme"`` for ``"scheme"``)."""
+    return _POINTS[kind].hook
+
+
+def names(kind: Kind) -> list[str]:
+    """The registered names of one extension point, sorted."""
+    return sorted(_loaded().collect(_POINTS[kind]))
+
+
+def skipped() -> dict[str, str]:
+    """Installed plugins that were not loaded, and why (the environment variables above)."""
+    return dict(_loaded().skipped)
+
+
+def _lookup(kind: Kind, name: Any, hint: str = "") -> type:
+    point = _POINTS[kind]
+    found = _loaded().collect(point)
+    if not isinstance(name, str) or name not in found:
+        raise point.unknown(
+            f"unknown {point.noun} {name!r}; registered: {', '.join(sorted(found)) or 'none'}{hint}. "
+            f"Plugins add more ({point.hook}() hook; `pycollect plugins` lists them)"
+        )
+    return found[name].cls
+
+
+def env_backend(name: str) -> type[EnvBackend]:
+    """The env backend class registered as ``name``.
+
+    Raises:
+        UnknownBackendError: No backend has that name; the message lists the known ones.
+    """
+    hint = ". For gymnasium's 'module:EnvId' form write 'gymnasium:module:EnvId'"
+    return cast(type[EnvBackend], _lookup("env_backend", name, hint))
+
+
+def scheme(name: str) -> type[WeightSyncScheme]:
+    """The weight-sync scheme class registered as ``name``.
+
+    Raises:
+        UnknownSchemeError: No scheme has that name; the message lists the known ones.
+    """
+    return cast(type[WeightSyncScheme], _lookup("scheme", name))
+
+
+def device_policy(name: str) -> type[DevicePolicy]:
+    """The device placement policy class registered as ``name``.
+
+    Raises:
+        UnknownDevicePolicyError: No policy has that name; the message lists the known ones.
+    """
+    return cast(type[DevicePolicy], _lookup("device_policy", name))
+
+
+def instance(kind: Literal["scheme", "device_policy"], value: Any, argument: str) -> Any:
+    """Resolve a ``weight_sync`` / ``device_policy`` argument: a registered name or an instance.
+
+    Raises:
+        ConfigError: (a subclass naming the kind) for an unknown name or a value of the wrong type.
+    """
+    point = _POINTS[kind]
+    if isinstance(value, point.interface):
+        return value
+    if isinstance(value, str):
+        factory: Callable[[], Any] = _lookup(kind, value)
+        return factory()
+    raise point.unknown(
+        f"{argument}={value!r}: expected the name of a registered {point.noun} or an instance of "
+        f"{point.interface.__module__.rsplit('.', 1)[0]}.{point.interface.__qualname__}"
+    )

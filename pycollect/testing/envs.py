@@ -1,0 +1,207 @@
+"""Small environments with known behaviour, for tests of pycollect and of its plugins.
+
+They live in the installed package, not in a test folder, so that spawned worker processes
+can import them (``env=CountingEnv`` pickles the class by reference, and
+``"callable:pycollect.testing.envs:make_counting"`` names it by path). Each is a plain
+gymnasium ``Env``:
+
+* :class:`CountingEnv`: deterministic observations ``[episode base, step]``, reward = step.
+* :class:`DictObsEnv`: a nested Dict observation and a MultiDiscrete action.
+* :class:`MultiBinaryActionEnv`: a MultiBinary action.
+* :class:`TupleObsEnv`: an observation space pycollect refuses (Tuple).
+* :class:`RaisingEnv`: raises ``ZeroDivisionError`` at a given step (a crashing simulator).
+* :class:`HangingEnv`: never returns from a given step (a stuck simulator).
+* :class:`ChildProcessEnv`: steps through a child process of its own (a simulator server).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = [
+    "ChildProcessEnv",
+    "CountingEnv",
+    "DictObsEnv",
+    "HangingEnv",
+    "MultiBinaryActionEnv",
+    "RaisingEnv",
+    "TupleObsEnv",
+    "make_counting",
+]
+
+
+Info = dict[str, Any]
+
+
+class CountingEnv(gym.Env[np.ndarray, Any]):
+    """Observation ``[base, step]``, reward = step, termination after ``length`` steps.
+
+    ``base`` is drawn from the reset seed, so episodes are fully deterministic given it.
+
+    Args:
+        length: Steps per episode.
+        n_actions: Size of the Discrete action space (actions are checked, not used).
+    """
+
+    def __init__(self, length: int = 5, n_actions: int = 3) -> None:
+        self.length = length
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(n_actions)
+        self._base = 0.0
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, Info]:
+        """Start an episode at step 0, with a base drawn from the seeded generator."""
+        super().reset(seed=seed)
+        self._base = float(self.np_random.integers(0, 1000))
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, Info]:
+        """Advance one step; terminate after ``length`` steps."""
+        assert self.action_space.contains(action), action
+        self._t += 1
+        return self._obs(), float(self._t), self._t >= self.length, False, {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self._base, self._t], np.float32)
+
+
+class DictObsEnv(gym.Env[dict[str, Any], np.ndarray]):
+    """A Dict observation (with a nested Dict) and a MultiDiscrete action; truncates after 7 steps."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Dict(
+            {
+                "position": gym.spaces.Box(-1, 1, (3,), np.float32),
+                "sensors": gym.spaces.Dict({"touch": gym.spaces.MultiBinary(4), "mode": gym.spaces.Discrete(5)}),
+            }
+        )
+        self.action_space = gym.spaces.MultiDiscrete([2, 3])
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], Info]:
+        """Start an episode at step 0."""
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, Info]:
+        """Advance one step; the reward is the sum of the action."""
+        assert self.action_space.contains(np.asarray(action)), action
+        self._t += 1
+        return self._obs(), float(np.sum(action)), False, self._t >= 7, {}
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "position": np.full(3, self._t / 10, np.float32),
+            "sensors": {"touch": np.array([1, 0, 1, self._t % 2], np.int8), "mode": self._t % 5},
+        }
+
+
+class MultiBinaryActionEnv(gym.Env[np.ndarray, np.ndarray]):
+    """A MultiBinary action; the observation is the last action."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0, 1, (4,), np.float32)
+        self.action_space = gym.spaces.MultiBinary(4)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, Info]:
+        """Start with a zero observation."""
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, Info]:
+        """Echo the action as the observation."""
+        assert self.action_space.contains(np.asarray(action, np.int8)), action
+        return np.asarray(action, np.float32), 1.0, False, False, {}
+
+
+class TupleObsEnv(gym.Env[Any, Any]):
+    """An observation space pycollect does not support (a Tuple); never stepped."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3)))
+        self.action_space = gym.spaces.Discrete(2)
+
+
+def make_counting(length: int = 5) -> CountingEnv:
+    """A :class:`CountingEnv`, for the callable backend's import-path form."""
+    return CountingEnv(length=length)
+
+
+class RaisingEnv(CountingEnv):
+    """Raises ``ZeroDivisionError("boom at step N")`` on step ``fail_at`` of an episode.
+
+    Args:
+        fail_at: The step of an episode that raises.
+        only_generation: Raise only in this worker generation (so a restarted worker recovers).
+    """
+
+    def __init__(self, fail_at: int = 7, only_generation: int | None = None) -> None:
+        super().__init__(length=1000)
+        self.fail_at = fail_at
+        generation = int(os.environ.get("PYCOLLECT_GENERATION", "1"))
+        self.armed = only_generation is None or generation == only_generation
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, Info]:
+        """Advance one step, or raise at step ``fail_at``."""
+        if self.armed and self._t + 1 == self.fail_at:
+            raise ZeroDivisionError(f"boom at step {self.fail_at}")
+        return super().step(action)
+
+
+class HangingEnv(CountingEnv):
+    """Never returns from step ``hang_at`` of an episode (a stuck simulator)."""
+
+    def __init__(self, hang_at: int = 5) -> None:
+        super().__init__(length=1000)
+        self.hang_at = hang_at
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, Info]:
+        """Advance one step, or hang at step ``hang_at``."""
+        if self._t + 1 == self.hang_at:
+            while True:
+                time.sleep(1)  # the simulator is stuck: what the heartbeat must catch
+        return super().step(action)
+
+
+def _echo_server(conn: Any) -> None:
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        conn.send(message + 1)
+
+
+class ChildProcessEnv(CountingEnv):
+    """Steps through a child process of its own, as a simulator server would.
+
+    The observation's step counter comes back from a ``multiprocessing`` child, which a
+    daemonic worker could not start.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(length=4)
+        ctx = mp.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._server = ctx.Process(target=_echo_server, args=(child_conn,))
+        self._server.start()
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, Info]:
+        """Advance one step; the step counter makes a round trip through the child."""
+        obs, reward, terminated, truncated, info = super().step(action)
+        self._conn.send(int(obs[1]) - 1)
+        obs[1] = self._conn.recv()
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Stop the child process."""
+        self._conn.send(None)
+        self._server.join(timeout=10)

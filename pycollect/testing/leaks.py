@@ -1,0 +1,117 @@
+"""Finding processes and shared-memory segments a test left behind (Linux ``/proc``, no psutil).
+
+A collector that shuts down reaps every worker and unmaps its segment. These helpers let a
+test (or the ``pycollect_no_leftovers`` fixture of the pytest plugin) check that: take a
+:func:`snapshot` before, and :func:`leftovers` after, which waits a little for processes that
+are already exiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Leftovers", "Snapshot", "child_processes", "leftovers", "shm_segments", "snapshot"]
+
+# Interpreter-wide helpers that multiprocessing starts once and keeps for the whole session
+# (torchrl's replay buffers start the resource tracker); they are not a test's leftovers.
+_SESSION_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, or None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may contain spaces
+    return fields[0], int(fields[1])
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def child_processes(pid: int | None = None) -> set[int]:
+    """Live descendants of ``pid`` (default: this process), zombies and session helpers excluded."""
+    root = os.getpid() if pid is None else pid
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None and stat[0] != "Z":
+            parents[int(entry)] = stat[1]
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return {child for child in found if not any(helper in _cmdline(child) for helper in _SESSION_HELPERS)}
+
+
+def shm_segments(pid: int | None = None) -> set[str]:
+    """Named pycollect segments in ``/dev/shm`` created by ``pid`` (default: this process).
+
+    pycollect names its fallback segments ``pycollect-<pid>-...`` (memfd segments have no
+    name and cannot be left behind); filtering by pid keeps the check right when tests run
+    in parallel processes.
+    """
+    prefix = f"pycollect-{os.getpid() if pid is None else pid}-"
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
+    except FileNotFoundError:
+        return set()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The processes and segments that existed at one moment."""
+
+    processes: frozenset[int]
+    segments: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What appeared after a :class:`Snapshot` and did not go away."""
+
+    processes: frozenset[int]
+    segments: frozenset[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.processes or self.segments)
+
+    def describe(self) -> str:
+        """One line per leftover: each process with its command line, each segment."""
+        lines = [f"process {pid}: {_cmdline(pid) or '?'}" for pid in sorted(self.processes)]
+        lines += [f"shared-memory segment /dev/shm/{name}" for name in sorted(self.segments)]
+        return "\n".join(lines)
+
+
+def snapshot() -> Snapshot:
+    """The child processes and pycollect segments of this process, now."""
+    return Snapshot(frozenset(child_processes()), frozenset(shm_segments()))
+
+
+def leftovers(before: Snapshot, *, timeout_s: float = 5.0, kill: bool = True) -> Leftovers:
+    """What appeared since ``before`` and is still there after up to ``timeout_s``.
+
+    Processes that are exiting get until the deadline; what remains is reported (and, with
+    ``kill``, killed, so that one leaking test does not break the ones after it).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = Leftovers(frozenset(child_processes() - before.processes), frozenset(shm_segments() - before.segments))
+        if not found or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # polling for processes that are still exiting, under the deadline
+    if kill:
+        for pid in found.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return found
