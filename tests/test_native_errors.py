@@ -17,7 +17,6 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +34,7 @@ from pycollect.exceptions import (
     SupervisorError,
     TransportError,
 )
+from pycollect.testing import wait_until
 
 CHILD = Path(__file__).with_name("transport_child.py")
 
@@ -273,11 +273,12 @@ def _kill_while_reading(segment: _core.Segment, worker: int) -> None:
         cwd=CHILD.parent,
     )
     try:
-        deadline = time.monotonic() + 30
-        while control.heartbeats < before + 3:
+
+        def reading() -> bool:
             assert child.poll() is None, f"the reader exited with status {child.returncode}"
-            assert time.monotonic() < deadline, "the reader did not start reading within 30 s"
-            time.sleep(0.001)  # polling the condition, not a delay to synchronise on
+            return control.heartbeats >= before + 3
+
+        wait_until(reading, timeout_s=30, what="the reader to be in its read loop", poll_s=0.001)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)

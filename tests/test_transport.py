@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ import torch
 from transport_child import payload
 
 from pycollect import ConfigError, LayoutMismatchError, _core
+from pycollect.testing import wait_until
 
 CHILD = Path(__file__).with_name("transport_child.py")
 
@@ -248,29 +249,42 @@ def test_worker_control_fields() -> None:
         control.state = "sleeping"
 
 
-@pytest.mark.timeout(60)
-def test_ctrl_c_interrupts_a_waiting_consumer() -> None:
-    segment = _segment(64)
+def blocked_in_futex(pid: int) -> bool:
+    """Whether the process's main thread sleeps in a futex wait (where a sliced wait sleeps)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text().startswith("futex")
+    except OSError:
+        return False
+
+
+def start_waiting_consumer(segment: _core.Segment) -> subprocess.Popen[str]:
+    """A child blocked in ``Consumer.pop()`` on an empty ring (its main thread in the futex wait)."""
     child = _child("wait", segment.fd, stderr=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline().strip() == "waiting"
-    time.sleep(0.2)
-    sent = time.monotonic()
+    wait_until(lambda: blocked_in_futex(child.pid), timeout_s=30, what="the child to block in pop()")
+    return child
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_a_waiting_consumer() -> None:
+    child = start_waiting_consumer(_segment(64))
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=30)
-    caught = float(out.split()[-1])
-    assert caught - sent < 1.0, f"KeyboardInterrupt took {caught - sent:.2f} s"
-    assert "KeyboardInterrupt" in err
+    assert "interrupted" in out and "KeyboardInterrupt" in err  # how fast: tests/test_timing.py
 
 
+@pytest.mark.timeout(60)
 def test_shutdown_wakes_a_blocked_claim() -> None:
     segment = _segment(64, slots=2)
     producer = segment.producer(0, 0)
     for _ in range(2):
         producer.commit(producer.claim(timeout_s=1))
+    results: list[object] = []
+    claimer = threading.Thread(target=lambda: results.append(producer.claim(timeout_s=None)))
+    claimer.start()  # the ring is full: this claim can only end through shutdown
     segment.shutdown()
-    started = time.monotonic()
-    assert producer.claim(timeout_s=10) is None
-    assert time.monotonic() - started < 1.0 and segment.is_shutdown
+    claimer.join(timeout=30)
+    assert not claimer.is_alive() and results == [None] and segment.is_shutdown
 
 
 def test_stale_named_segments_of_dead_creators_are_swept() -> None:

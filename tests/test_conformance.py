@@ -1,0 +1,163 @@
+"""The conformance checkers pass pycollect's own plugins and catch plugins that break their contract."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pycollect import ConformanceError
+from pycollect.default_plugins.cpu_devices import CpuPolicy
+from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
+from pycollect.devices import DevicePolicy, Placement
+from pycollect.envs import EnvBackend
+from pycollect.testing import check_device_policy, check_env_backend, check_scheme
+from pycollect.testing.envs import CountingEnv
+from pycollect.weights import WeightReceiver, WeightSender, WeightSyncScheme
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_builtin_env_backends_conform() -> None:
+    check_env_backend("gymnasium", "CartPole-v1", unknown_target="NoSuchEnv-v0")
+    check_env_backend("callable", "pycollect.testing.envs:make_counting", {"length": 3})
+
+
+def test_the_builtin_schemes_conform() -> None:
+    check_scheme("shared_memory")
+    check_scheme("no_sync", syncs=False)
+
+
+def test_the_builtin_device_policy_conforms() -> None:
+    check_device_policy("cpu")
+    check_device_policy(CpuPolicy, devices=["cpu", "cuda:0", "cuda:1"])
+
+
+# -- the checkers catch broken plugins ---------------------------------------------------------
+
+
+class _WideObservationEnv(CountingEnv):
+    """Its space says (2,), it returns (3,): pycollect would broadcast or fail later."""
+
+    def _obs(self) -> np.ndarray:
+        return np.zeros(3, np.float32)
+
+
+class _LyingBackend(EnvBackend):
+    name = "lying"
+
+    def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> gym.Env:
+        return _WideObservationEnv()
+
+
+class _UnseededEnv(CountingEnv):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        return super().reset(seed=None)  # ignores the seed
+
+
+class _UnseededBackend(EnvBackend):
+    name = "unseeded"
+
+    def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> gym.Env:
+        return _UnseededEnv()
+
+
+def test_an_observation_that_does_not_fit_its_space_is_caught() -> None:
+    with pytest.raises(ConformanceError, match="observation 'observation' has shape \\(3,\\), the spec says \\(2,\\)"):
+        check_env_backend(_LyingBackend, "any")
+
+
+def test_an_env_that_ignores_its_seed_is_caught() -> None:
+    with pytest.raises(ConformanceError, match="two envs reset with seed 0 .* disagree"):
+        check_env_backend(_UnseededBackend, "any")
+
+
+class _OffByOneScheme(SharedMemoryScheme):
+    """Stamps frames with a version one higher than the weights it delivers."""
+
+    name = "off_by_one"
+
+    def sender(self, context: Any) -> WeightSender:
+        inner = super().sender(context)
+
+        class Sender(WeightSender):
+            def receiver(self) -> WeightReceiver:
+                return inner.receiver()
+
+            def send(self, state: Mapping[str, torch.Tensor], version: int, *, timeout_s: float) -> None:
+                inner.send(state, version + 1, timeout_s=timeout_s)
+
+        return Sender()
+
+
+class _ParametersOnlyScheme(SharedMemoryScheme):
+    """Forgets the module's buffers."""
+
+    name = "parameters_only"
+
+    def sender(self, context: Any) -> WeightSender:
+        inner = super().sender(context)
+
+        class Sender(WeightSender):
+            def receiver(self) -> WeightReceiver:
+                return inner.receiver()
+
+            def send(self, state: Mapping[str, torch.Tensor], version: int, *, timeout_s: float) -> None:
+                kept = {key: (value if key != "echo" else torch.zeros_like(value)) for key, value in state.items()}
+                inner.send(kept, version, timeout_s=timeout_s)
+
+        return Sender()
+
+
+class _SilentScheme(WeightSyncScheme):
+    """Claims to sync, delivers nothing."""
+
+    name = "silent"
+
+    def sender(self, context: Any) -> WeightSender:
+        from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
+
+        return NoSyncScheme().sender(context)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "match"),
+    [
+        (_OffByOneScheme, "stamped with policy version v must be collected with the weights of version v"),
+        (_ParametersOnlyScheme, "module buffers must travel with the parameters"),
+        (_SilentScheme, "after update 1, workers still collect with versions \\[0\\]"),
+    ],
+)
+def test_a_scheme_that_breaks_its_contract_is_caught(scheme: type[WeightSyncScheme], match: str) -> None:
+    with pytest.raises(ConformanceError, match=match):
+        check_scheme(scheme, updates=1, check_restart=False)
+
+
+class _ImaginaryGpuPolicy(DevicePolicy):
+    name = "imaginary_gpu"
+
+    def place(self, worker: int, num_workers: int, devices: Sequence[str]) -> Placement:
+        return Placement(policy_device="cuda:7", cuda=True)
+
+
+class _HiddenGpuPolicy(DevicePolicy):
+    name = "hidden_gpu"
+
+    def place(self, worker: int, num_workers: int, devices: Sequence[str]) -> Placement:
+        return Placement(policy_device=devices[-1])  # a CUDA device with CUDA hidden
+
+
+@pytest.mark.parametrize(
+    ("policy", "match"),
+    [
+        (_ImaginaryGpuPolicy, "device 'cuda:7' is not among the devices offered"),
+        (_HiddenGpuPolicy, "'cuda:0' is a CUDA device but the placement hides CUDA"),
+    ],
+)
+def test_a_device_policy_that_breaks_its_contract_is_caught(policy: type[DevicePolicy], match: str) -> None:
+    with pytest.raises(ConformanceError, match=match):
+        check_device_policy(policy, devices=["cpu", "cuda:0"])
