@@ -40,7 +40,10 @@ per sync batch (TorchRL's ``frames_per_batch`` is set the same way). Only steady
 construction and the first batch (or the first 64 steps) of every contender are excluded and
 reported separately as startup. Contenders run interleaved (A B C ... A B C ...) for
 ``--rounds`` rounds, because the speed of these shared virtual machines drifts by tens of
-percent over minutes; every ratio compares two contenders of the same round.
+percent over minutes; every ratio compares two contenders of the same round. Each result
+also records ``others_cpus`` (the "others" column): how many CPUs the rest of the machine kept
+busy during the timed part, from ``/proc/stat``. Where it is near 1 on a 2-vCPU machine, a
+contender with 2 workers had one CPU for both and the round measured the other work.
 
 Run:
     python benches/throughput.py                 # all workloads, 3 rounds (~3 min on 2 vCPUs)
@@ -238,6 +241,7 @@ class Result:
     trainer_user_s: float = 0.0  # this process only, timed part
     trainer_sys_s: float = 0.0
     trainer_faults: int = 0  # minor page faults of this process, timed part
+    others_cpus: float = 0.0  # CPUs the rest of the machine kept busy during the timed part (other work)
     startup_s: float | None = None  # constructor + first batch
     startup_cpu_s: float | None = None  # CPU time of the whole process tree during startup
     close_s: float | None = None
@@ -264,10 +268,18 @@ class CpuClock:
 CPU = CpuClock()
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (user, nice, system, irq, softirq) since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 class Timer:
     """Wall and whole-tree CPU time of the timed (steady-state) part of a run."""
 
     def __enter__(self) -> Timer:
+        self.busy0 = _machine_busy_s()
         self.cpu0 = CPU.read()
         self.usage0 = resource.getrusage(resource.RUSAGE_SELF)
         self.t0 = time.perf_counter()
@@ -277,6 +289,7 @@ class Timer:
         self.seconds = time.perf_counter() - self.t0
         usage = resource.getrusage(resource.RUSAGE_SELF)
         self.cpu_seconds = CPU.read() - self.cpu0
+        self.others_cpus = max(0.0, (_machine_busy_s() - self.busy0 - self.cpu_seconds) / self.seconds)
         self.user = usage.ru_utime - self.usage0.ru_utime
         self.sys = usage.ru_stime - self.usage0.ru_stime
         self.faults = usage.ru_minflt - self.usage0.ru_minflt
@@ -291,6 +304,7 @@ class Timer:
             self.user,
             self.sys,
             self.faults,
+            self.others_cpus,
             **extra,
         )
 
@@ -583,6 +597,7 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
             "fps_max": max(fps),
             "frames_per_cpu_s_median": statistics.median(e["frames"] / max(e["cpu_seconds"], 1e-9) for e in entries),
             "cpus_busy_median": statistics.median(e["cpu_seconds"] / e["seconds"] for e in entries),
+            "others_cpus_median": statistics.median(e.get("others_cpus", 0.0) for e in entries),
             "trainer_user_us_per_frame": per_frame_us("trainer_user_s"),
             "trainer_sys_us_per_frame": per_frame_us("trainer_sys_s"),
             "children_cpu_us_per_frame": statistics.median(
@@ -605,7 +620,7 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 def _print_table(workload: Workload, summary: dict[str, dict[str, Any]], rounds: int, k: int) -> None:
     print(f"\n{workload.title} ({workload.name}); K={k} envs per worker, {rounds} rounds, median (min-max)")
     header = f"{'contender':38s} {'frames/s':>25s} {'x raw':>17s} {'x TorchRL sync':>20s}"
-    header += f" {'CPUs':>5s} {'trainer us/fr usr+sys':>21s} {'children us/fr':>14s} {'start s':>7s}"
+    header += f" {'CPUs':>5s} {'others':>6s} {'trainer us/fr usr+sys':>21s} {'children us/fr':>14s} {'start s':>7s}"
     print(header)
     print("-" * len(header))
     for name, row in summary.items():
@@ -617,7 +632,8 @@ def _print_table(workload: Workload, summary: dict[str, dict[str, Any]], rounds:
         start = row.get("startup_s")
         trainer = f"{row['trainer_user_us_per_frame']:.1f}+{row['trainer_sys_us_per_frame']:.1f}"
         print(
-            f"{name:38s} {fps:>25s} {cells[0]:>17s} {cells[1]:>20s} {row['cpus_busy_median']:5.2f} {trainer:>21s} "
+            f"{name:38s} {fps:>25s} {cells[0]:>17s} {cells[1]:>20s} {row['cpus_busy_median']:5.2f} "
+            f"{row.get('others_cpus_median', 0.0):6.2f} {trainer:>21s} "
             f"{row['children_cpu_us_per_frame']:14.1f} {'' if start is None else format(start['median'], '.2f'):>7s}"
         )
 
@@ -761,7 +777,7 @@ def main() -> None:
             loads.append({"round": round_index, "workload": workload.name, "load1_before": load_before})
             print(
                 f"round {round_index + 1}/{rounds} {workload.name} (load {load_before:.1f}): "
-                + ", ".join(f"{n} {e['fps']:,.0f}" for n, e in this_round.items()),
+                + ", ".join(f"{n} {e['fps']:,.0f} (others {e['others_cpus']:.1f} CPU)" for n, e in this_round.items()),
                 flush=True,
             )
     elapsed = time.perf_counter() - started
