@@ -14,7 +14,7 @@ raw (``env.step`` with pre-sampled actions). Then the loop's parts one by one:
 
 Everything is CPU time (``time.process_time``) per frame, median over rounds, so other load on
 the machine disturbs it less than wall time. Uses pycollect's private modules, so it follows
-their current names (``pycollect._rollout``, ``pycollect._batch``).
+their current names (``pycollect._rollout``).
 
 Run: ``python plugins/pycollect-dmcontrol/benches/profile_runner.py [--envs 8] [--rounds 5] [--cprofile]``
 """
@@ -34,8 +34,8 @@ import dm_env
 import numpy as np
 from dm_control import suite
 
-from pycollect._batch.tensordict import batch_fields
 from pycollect._rollout.actions import RandomActions
+from pycollect._rollout.fields import batch_fields
 from pycollect._rollout.runner import EnvRunner
 from pycollect._rollout.seeding import action_rng, env_seeds
 from pycollect.envs.specs import read_leaf
