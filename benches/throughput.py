@@ -32,8 +32,10 @@ Contenders, each with ``--envs`` (K, default 8) environments per worker where it
   ``SerialEnv`` of K ``GymEnv`` (``DMControlEnv("cheetah", "run")`` for dm_control).
 
 ``dmcontrol-cheetah-run`` runs the raw dm_control loop, pycollect in-process, sync with 1 and
-with 2 workers, and TorchRL ``MultiSyncCollector``; the gymnasium vector envs, zero-copy and
-async contenders belong to the gymnasium workloads only.
+with 2 workers, and TorchRL ``MultiSyncCollector`` twice: with a ``SerialEnv`` of K
+``DMControlEnv`` per worker (the same envs as pycollect) and with one ``DMControlEnv`` per
+worker (``MultiSyncCollector([make_env] * 2, ...)``, as TorchRL's examples build it); the
+gymnasium vector envs, zero-copy and async contenders belong to the gymnasium workloads only.
 
 Batches hold 64 steps of every env: K x 64 frames in-process and per async batch, 2K x 64
 per sync batch (TorchRL's ``frames_per_batch`` is set the same way). Only steady state counts:
@@ -144,6 +146,7 @@ def _torchrl_cheetah_run() -> Any:
 
 
 RAW, TORCHRL_SYNC = "raw gymnasium loop", "TorchRL MultiSync (2 workers)"
+TORCHRL_SYNC_1 = "TorchRL MultiSync (2 workers x 1 env)"  # as TorchRL's examples build it
 RAW_DMC = "raw dm_control loop"
 GYM_CONTENDERS = (
     RAW,
@@ -164,6 +167,7 @@ DMC_CONTENDERS = (
     "pycollect sync, 1 worker",
     "pycollect sync, 2 workers",
     TORCHRL_SYNC,
+    TORCHRL_SYNC_1,
 )
 
 
@@ -487,14 +491,17 @@ def gym_async_vector_2k(workload: Workload, k: int, frames: dict[str, int]) -> R
     return _vector_env(workload, WORKERS * k, frames["vector"], gym.vector.AsyncVectorEnv, shared_memory=True)
 
 
-def _torchrl(workload: Workload, k: int, frames: int, sync: bool) -> Result:
+def _torchrl(workload: Workload, k: int, frames: int, sync: bool, serial: bool = True) -> Result:
     import functools
 
     from tensordict.nn import TensorDictModule
     from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
     from torchrl.envs import SerialEnv
 
-    make = functools.partial(SerialEnv, k, workload.make_torchrl)
+    if serial:
+        make = functools.partial(SerialEnv, k, workload.make_torchrl)
+    else:  # one env per worker, the collector's create_env_fn list as TorchRL's examples write it
+        make, k = workload.make_torchrl, 1
     policy = None
     if workload.mlp:
         policy = TensorDictModule(OneHotMLPPolicy(), in_keys=["observation"], out_keys=["action"])
@@ -519,6 +526,11 @@ def torchrl_multi_sync(workload: Workload, k: int, frames: dict[str, int]) -> Re
     return _torchrl(workload, k, frames["torchrl"], True)
 
 
+def torchrl_multi_sync_one_env(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """TorchRL ``MultiSyncCollector``, 2 workers, one env each (no ``SerialEnv``)."""
+    return _torchrl(workload, k, frames["torchrl"] // 2, True, serial=False)
+
+
 def torchrl_multi_async(workload: Workload, k: int, frames: dict[str, int]) -> Result:
     """TorchRL ``MultiAsyncCollector``, 2 workers, each a ``SerialEnv`` of K envs."""
     return _torchrl(workload, k, frames["torchrl"], False)
@@ -537,6 +549,7 @@ CONTENDERS: dict[str, Contender] = {
     "gymnasium AsyncVectorEnv (2 procs)": gym_async_vector_2,
     "gymnasium AsyncVectorEnv (2K procs)": gym_async_vector_2k,
     TORCHRL_SYNC: torchrl_multi_sync,
+    TORCHRL_SYNC_1: torchrl_multi_sync_one_env,
     "TorchRL MultiAsync (2 workers)": torchrl_multi_async,
 }
 
@@ -605,7 +618,7 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
             ),
             "trainer_faults_per_frame": statistics.median(e["trainer_faults"] / e["frames"] for e in entries),
         }
-        for key in ("x_raw", "x_torchrl_sync", "startup_s", "startup_cpu_s", "close_s"):
+        for key in ("x_raw", "x_torchrl_sync", "x_torchrl_sync_1", "startup_s", "startup_cpu_s", "close_s"):
             values = [e[key] for e in entries if e.get(key) is not None]
             if values:
                 row[key] = _stats(values)
@@ -644,7 +657,8 @@ def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
     def ratio(workload: str, name: str, key: str, goal: float) -> None:
         row = summaries.get(workload, {}).get(name, {}).get(key)
         if row:
-            what = f"{workload}: {name} {'x raw' if key == 'x_raw' else 'x TorchRL MultiSync'} >= {goal}"
+            against = {"x_raw": "raw", "x_torchrl_sync": TORCHRL_SYNC, "x_torchrl_sync_1": TORCHRL_SYNC_1}[key]
+            what = f"{workload}: {name} x {against} >= {goal}"
             checks.append({"target": what, "goal": goal, **row, "met": row["median"] >= goal})
 
     ratio("cartpole-random", "pycollect sync, 2 workers", "x_raw", 1.2)
@@ -653,6 +667,7 @@ def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
     ratio("synthetic-84x84x4", "pycollect sync, 2 workers, zero_copy", "x_torchrl_sync", 10)
     ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_raw", 1.5)
     ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_torchrl_sync", 20)
+    ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_torchrl_sync_1", 20)
     for name, summary in summaries.items():
         one = summary.get("pycollect sync, 1 worker", {}).get("startup_s")
         two = summary.get("pycollect sync, 2 workers", {}).get("startup_s")
@@ -770,9 +785,11 @@ def main() -> None:
                 this_round[name] = {**result.__dict__, "round": round_index}
             raw = this_round.get(workload.baseline, {}).get("fps")
             trl = this_round.get(TORCHRL_SYNC, {}).get("fps")
+            trl_1 = this_round.get(TORCHRL_SYNC_1, {}).get("fps")
             for name, entry in this_round.items():
                 entry["x_raw"] = entry["fps"] / raw if raw else None
                 entry["x_torchrl_sync"] = entry["fps"] / trl if trl else None
+                entry["x_torchrl_sync_1"] = entry["fps"] / trl_1 if trl_1 else None
                 runs[workload.name][name].append(entry)
             loads.append({"round": round_index, "workload": workload.name, "load1_before": load_before})
             print(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,8 @@ def _run(python: Path, *args: str, env: dict[str, str] | None = None) -> subproc
 
 def test_an_installed_plugin_package_is_found_listed_and_used_by_workers(tmp_path: Path) -> None:
     python = _venv(tmp_path)
-    install = _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(PACKAGE))
+    source = shutil.copytree(PACKAGE, tmp_path / "source")  # the build writes build/ and *.egg-info beside it
+    install = _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(source))
     assert install.returncode == 0, install.stderr
 
     listed = _run(python, "-m", "pycollect", "plugins", "--json")
