@@ -429,7 +429,7 @@ def device_policy(name: str) -> type[DevicePolicy]:
 
 
 def instance(kind: Literal["scheme", "device_policy"], value: Any, argument: str) -> Any:
-    """Resolve a ``weight_sync`` / ``device_policy`` argument: a registered name or an instance.
+    """Resolve a ``weight_sync`` / ``device_policy`` argument: a registered name, a class or an instance.
 
     Raises:
         ConfigError: (a subclass naming the kind) for an unknown name or a value of the wrong type.
@@ -440,7 +440,9 @@ def instance(kind: Literal["scheme", "device_policy"], value: Any, argument: str
     if isinstance(value, str):
         factory: Callable[[], Any] = _lookup(kind, value)
         return factory()
+    if isinstance(value, type) and issubclass(value, point.interface):
+        return value()  # a class, built with its defaults as a registered name would be
     raise point.unknown(
-        f"{argument}={value!r}: expected the name of a registered {point.noun} or an instance of "
+        f"{argument}={value!r}: expected the name of a registered {point.noun}, or an instance of "
         f"{point.interface.__module__.rsplit('.', 1)[0]}.{point.interface.__qualname__}"
     )

@@ -99,3 +99,15 @@ def test_run_with_workers(capsys: pytest.CaptureFixture[str]) -> None:
     summary = json.loads(capsys.readouterr().out)
     assert summary["mode"] == "sync" and summary["workers"] == 2 and summary["frames"] >= 4000
     assert summary["restarts"] == 0 and summary["episodes"] > 0
+
+
+def test_the_plugin_variables_named_in_help_are_the_managers() -> None:
+    from pycollect import cli, plugins
+
+    assert (cli.DISABLE_VARIABLE, cli.LOAD_VARIABLE) == (plugins.DISABLE_VARIABLE, plugins.LOAD_VARIABLE)
+
+
+def test_pytest_plugin_import_does_not_pull_in_torch() -> None:
+    code = "import sys, pycollect.testing.pytest_plugin; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 import pycollect
 from pycollect import (
@@ -282,3 +283,29 @@ def test_cli_reports_a_broken_plugin_in_one_line(
     assert error.count("\n") == 1 and "'broken' (pycollect-broken 1.0) failed to import" in error
     assert main(["run", "--frames", "10", "--no-progress"]) == 2
     assert "ZeroDivisionError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "weight_sync", ["no_sync", "pycollect.default_plugins.no_sync_scheme.NoSyncScheme", "instance"]
+)
+def test_a_scheme_is_chosen_by_name_class_or_instance(weight_sync: str) -> None:
+    from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
+
+    choice: object = {"no_sync": "no_sync", "instance": NoSyncScheme()}.get(weight_sync, NoSyncScheme)
+    policy = torch.nn.Linear(2, 1)
+    with (
+        pytest.warns(pycollect.PyCollectWarning, match="no_sync"),
+        Collector(CountingEnv, _Zero(policy), frames_per_batch=8, num_workers=1, weight_sync=choice) as collector,
+    ):
+        collector.next_batch()
+        collector.update_policy_weights_()  # no_sync: warns that the workers keep their weights
+    assert collector.policy_version == 1
+
+
+class _Zero(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(observation.shape[0], dtype=torch.long)

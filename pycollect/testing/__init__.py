@@ -5,17 +5,46 @@
 * :mod:`pycollect.testing.envs`: small environments with known behaviour (counting,
   crashing, hanging, ...), importable by spawned workers.
 * :func:`wait_until`: wait for a condition under a deadline instead of sleeping.
+* :func:`snapshot` / :func:`leftovers`: the processes and shared-memory segments a test left.
 * A pytest plugin (loaded automatically through the ``pytest11`` entry point) with the
   fixture ``pycollect_no_leftovers``, which fails a test that leaves a process or a
   shared-memory segment behind; ``pycollect_check_leftovers = true`` applies it to every test.
 
-Importing this package imports torch (the checkers run real policies).
+Names are imported on first use: the pytest plugin imports this package in every pytest run
+where pycollect is installed, and only the checkers need torch.
 """
 
 from __future__ import annotations
 
-from pycollect.testing.conformance import check_device_policy, check_env_backend, check_scheme
-from pycollect.testing.leaks import leftovers, snapshot
-from pycollect.testing.waiting import wait_until
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pycollect.testing.conformance import check_device_policy, check_env_backend, check_scheme
+    from pycollect.testing.leaks import leftovers, snapshot
+    from pycollect.testing.waiting import wait_until
+
+_LAZY = {
+    "check_device_policy": "pycollect.testing.conformance",
+    "check_env_backend": "pycollect.testing.conformance",
+    "check_scheme": "pycollect.testing.conformance",
+    "leftovers": "pycollect.testing.leaks",
+    "snapshot": "pycollect.testing.leaks",
+    "wait_until": "pycollect.testing.waiting",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pycollect.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = ["check_device_policy", "check_env_backend", "check_scheme", "leftovers", "snapshot", "wait_until"]
