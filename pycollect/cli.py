@@ -26,7 +26,7 @@ TorchRL-compatible TensorDict batches.
 Start with:
   pycollect run                          collect 100,000 frames of CartPole-v1, show the speed
   pycollect run Pendulum-v1 --frames 50000
-  pycollect run --workers 2             step the environments in 2 worker processes
+  pycollect run --workers 2              step the environments in 2 worker processes
   pycollect run --help                   every option of 'run'
   pycollect plugins                      the env backends, weight-sync schemes and device
                                          policies installed, and which plugin provides each

@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from pycollect.devices import DevicePolicy
     from pycollect.weights import WeightSyncScheme
 
-__all__ = ["SLOTS_PER_WORKER", "WEIGHT_BUFFERS", "CollectorConfig", "SupervisionConfig", "resolve_device"]
+__all__ = [
+    "DEFAULT_WEIGHT_SYNC",
+    "SLOTS_PER_WORKER",
+    "WEIGHT_BUFFERS",
+    "CollectorConfig",
+    "SupervisionConfig",
+    "resolve_device",
+]
 
 RestartPolicy = Literal["permanent", "transient", "never"]
 _RESTART_POLICIES = ("permanent", "transient", "never")
@@ -29,6 +36,9 @@ SLOTS_PER_WORKER = 2
 
 WEIGHT_BUFFERS = 3
 """Buffers of the shared-memory weights store: the latest, one being written, one being read."""
+
+DEFAULT_WEIGHT_SYNC = "shared_memory"
+"""The weight-sync scheme of workers when ``weight_sync`` is not given."""
 
 
 def _is_int(value: Any) -> bool:
@@ -146,8 +156,8 @@ class CollectorConfig:
         device: Where the policy runs in-process (``None``: where its parameters are).
         storing_device: Where batches are delivered (``None``: the CPU, or with workers
             where the device policy says).
-        weight_sync: With workers: the weight-sync scheme, a registered name or an instance
-            (``None``: ``"shared_memory"``).
+        weight_sync: With workers: the weight-sync scheme, a registered name, a class or an
+            instance (``None``: :data:`DEFAULT_WEIGHT_SYNC`).
         weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
         device_policy: With workers: the device placement policy, a name or an instance.
         supervision: How workers are watched, restarted and stopped.
@@ -226,6 +236,11 @@ class CollectorConfig:
                 "on the CPU (a device_policy decides where each worker runs it)"
             )
         return chosen
+
+    @property
+    def scheme(self) -> str | WeightSyncScheme:
+        """The weight-sync scheme workers use: ``weight_sync``, or :data:`DEFAULT_WEIGHT_SYNC`."""
+        return self.weight_sync if self.weight_sync is not None else DEFAULT_WEIGHT_SYNC
 
     @property
     def rows(self) -> int:

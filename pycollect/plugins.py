@@ -32,10 +32,12 @@ Code that is not packaged can register a plugin object directly with :func:`regi
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
@@ -80,8 +82,6 @@ LOAD_VARIABLE = "PYCOLLECT_LOAD_PLUGINS"
 
 Kind = Literal["env_backend", "scheme", "device_policy"]
 """An extension point, named like the hook that feeds it."""
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,7 @@ class _Registry:
         self.skipped: dict[str, str] = {}  # entry points not loaded, and why
         self.loaded = False
         self.cache: dict[Kind, dict[str, Registration]] = {}
+        self.lock = threading.RLock()  # collectors built in two threads at once load plugins once
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -329,9 +330,24 @@ def _loaded() -> _Registry:
     return _registry
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _synchronized(function: F) -> F:
+    """Hold the registry's lock while ``function`` runs: collectors may be built in threads."""
+
+    @functools.wraps(function)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _registry.lock:
+            return function(*args, **kwargs)
+
+    return cast(F, locked)
+
+
 # -- the public functions ------------------------------------------------------------------
 
 
+@_synchronized
 def register(plugin: object, name: str | None = None) -> str:
     """Register a plugin object (a module or any object with ``@hookimpl`` functions) now.
 
@@ -359,6 +375,7 @@ def register(plugin: object, name: str | None = None) -> str:
     return name
 
 
+@_synchronized
 def unregister(name: str) -> None:
     """Remove a plugin registered with :func:`register` (or any plugin, by name)."""
     registry = _loaded()
@@ -367,6 +384,7 @@ def unregister(name: str) -> None:
     registry.remove(name)
 
 
+@_synchronized
 def registrations(kind: Kind | None = None) -> list[Registration]:
     """What every plugin contributes (to one extension point, or to all), in load order."""
     registry = _loaded()
@@ -379,16 +397,19 @@ def hook_name(kind: Kind) -> str:
     return _POINTS[kind].hook
 
 
+@_synchronized
 def names(kind: Kind) -> list[str]:
     """The registered names of one extension point, sorted."""
     return sorted(_loaded().collect(_POINTS[kind]))
 
 
+@_synchronized
 def skipped() -> dict[str, str]:
     """Installed plugins that were not loaded, and why (the environment variables above)."""
     return dict(_loaded().skipped)
 
 
+@_synchronized
 def _lookup(kind: Kind, name: Any, hint: str = "") -> type:
     point = _POINTS[kind]
     found = _loaded().collect(point)

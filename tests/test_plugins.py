@@ -7,6 +7,7 @@ import importlib
 import json
 import sys
 import textwrap
+import threading
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -309,3 +310,21 @@ class _Zero(torch.nn.Module):
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         return torch.zeros(observation.shape[0], dtype=torch.long)
+
+
+def test_plugins_load_once_when_threads_race(fresh: None) -> None:
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def look_up() -> None:
+        try:
+            results.append(plugins.names("scheme"))
+        except BaseException as exc:  # a half-loaded registry raises "already registered"
+            errors.append(exc)
+
+    threads = [threading.Thread(target=look_up) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors and len(results) == 8 and all(r == results[0] for r in results)

@@ -42,10 +42,7 @@ from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError
 from pycollect.weights.layout import WeightsLayout
 from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
-__all__ = ["DEFAULT_SCHEME", "WorkerPool", "place_workers"]
-
-DEFAULT_SCHEME = "shared_memory"
-"""The weight-sync scheme of ``weight_sync=None``."""
+__all__ = ["WorkerPool", "place_workers"]
 
 _POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
 
@@ -152,7 +149,7 @@ class WorkerPool(Engine):
             ConfigError: Anything that would fail in a worker, named, before any worker starts.
         """
         weights = None
-        scheme = plugins.instance("scheme", config.weight_sync or DEFAULT_SCHEME, "weight_sync")
+        scheme = plugins.instance("scheme", config.scheme, "weight_sync")
         device_policy = plugins.instance("device_policy", config.device_policy, "device_policy")
         placements = place_workers(device_policy, config)
         # One environment here reports the specs and lets the policy be checked on an
