@@ -16,10 +16,10 @@ Extension points, each a subpackage with its interface, extended through pluggy 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pycollect._core import __version__
+from pycollect._lazy import lazy_exports
 from pycollect.exceptions import (
     BufferExportError,
     CollectorClosedError,
@@ -71,18 +71,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pycollect' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 __all__ = [
     "BufferExportError",

@@ -45,6 +45,7 @@ from typing import Any, Literal, TypeVar, cast
 import pluggy
 
 from pycollect import hookspecs
+from pycollect._messages import first_line
 from pycollect.default_plugins import DEFAULT_PLUGINS
 from pycollect.devices.placement import DevicePolicy
 from pycollect.envs.backend import EnvBackend
@@ -179,11 +180,7 @@ class _Registry:
                 try:
                     plugin = entry_point.load()
                 except Exception as exc:
-                    raise PluginError(
-                        f"plugin {info.describe()} failed to import ({entry_point.value}): "
-                        f"{type(exc).__name__}: {_first_line(exc)}; {_how_to_disable(info)}",
-                        plugin=info.name,
-                    ) from exc
+                    raise _broken(info, f"failed to import ({entry_point.value})", exc) from exc
                 self.add(plugin, info)
                 added.append(info.name)
             for point in _POINTS.values():  # collect now: a broken plugin fails here, not later
@@ -251,11 +248,7 @@ class _Registry:
             try:
                 returned = impl.function()
             except Exception as exc:
-                raise PluginError(
-                    f"plugin {info.describe()} raised in {point.hook}(): {type(exc).__name__}: {_first_line(exc)}; "
-                    f"{_how_to_disable(info)}",
-                    plugin=info.name,
-                ) from exc
+                raise _broken(info, f"raised in {point.hook}()", exc) from exc
             for cls in _classes(returned):
                 name = _checked(cls, point, info)
                 if name in found:
@@ -305,9 +298,11 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else "(no message)"
+def _broken(info: PluginInfo, doing: str, exc: BaseException) -> PluginError:
+    return PluginError(
+        f"plugin {info.describe()} {doing}: {type(exc).__name__}: {first_line(exc)}; {_how_to_disable(info)}",
+        plugin=info.name,
+    )
 
 
 def _how_to_disable(info: PluginInfo) -> str:

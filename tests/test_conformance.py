@@ -76,41 +76,41 @@ def test_an_env_that_ignores_its_seed_is_caught() -> None:
         check_env_backend(_UnseededBackend, "any")
 
 
-class _OffByOneScheme(SharedMemoryScheme):
+class _TamperingScheme(SharedMemoryScheme):
+    """The shared-memory scheme, with what it sends changed by :meth:`tamper`."""
+
+    def tamper(self, state: dict[str, torch.Tensor], version: int) -> tuple[dict[str, torch.Tensor], int]:
+        raise NotImplementedError
+
+    def sender(self, context: Any) -> WeightSender:
+        inner, tamper = super().sender(context), self.tamper
+
+        class Sender(WeightSender):
+            def receiver(self) -> WeightReceiver:
+                return inner.receiver()
+
+            def send(self, state: Mapping[str, torch.Tensor], version: int, *, timeout_s: float) -> None:
+                inner.send(*tamper(dict(state), version), timeout_s=timeout_s)
+
+        return Sender()
+
+
+class _OffByOneScheme(_TamperingScheme):
     """Stamps frames with a version one higher than the weights it delivers."""
 
     name = "off_by_one"
 
-    def sender(self, context: Any) -> WeightSender:
-        inner = super().sender(context)
-
-        class Sender(WeightSender):
-            def receiver(self) -> WeightReceiver:
-                return inner.receiver()
-
-            def send(self, state: Mapping[str, torch.Tensor], version: int, *, timeout_s: float) -> None:
-                inner.send(state, version + 1, timeout_s=timeout_s)
-
-        return Sender()
+    def tamper(self, state: dict[str, torch.Tensor], version: int) -> tuple[dict[str, torch.Tensor], int]:
+        return state, version + 1
 
 
-class _ParametersOnlyScheme(SharedMemoryScheme):
+class _ParametersOnlyScheme(_TamperingScheme):
     """Forgets the module's buffers."""
 
     name = "parameters_only"
 
-    def sender(self, context: Any) -> WeightSender:
-        inner = super().sender(context)
-
-        class Sender(WeightSender):
-            def receiver(self) -> WeightReceiver:
-                return inner.receiver()
-
-            def send(self, state: Mapping[str, torch.Tensor], version: int, *, timeout_s: float) -> None:
-                kept = {key: (value if key != "echo" else torch.zeros_like(value)) for key, value in state.items()}
-                inner.send(kept, version, timeout_s=timeout_s)
-
-        return Sender()
+    def tamper(self, state: dict[str, torch.Tensor], version: int) -> tuple[dict[str, torch.Tensor], int]:
+        return {**state, "echo": torch.zeros_like(state["echo"])}, version
 
 
 class _SilentScheme(WeightSyncScheme):

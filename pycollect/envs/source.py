@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pycollect._messages import first_line
 from pycollect.envs.backend import EnvBackend, GymLikeEnv
 from pycollect.envs.specs import EnvSpecs
 from pycollect.exceptions import ConfigError, EnvCreationError, PyCollectError
@@ -45,10 +46,9 @@ class EnvSource:
         except PyCollectError:
             raise
         except Exception as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
             raise EnvCreationError(
                 f"building env {self.describe()!r} with env_kwargs={dict(self.env_kwargs)!r} raised "
-                f"{type(exc).__name__}: {message}"
+                f"{type(exc).__name__}: {first_line(exc)}"
             ) from exc
         what = foreign_env(env)
         missing = [name for name in _GYM_API if not hasattr(env, name)]

@@ -16,8 +16,9 @@ where pycollect is installed, and only the checkers need torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pycollect._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pycollect.testing.conformance import check_device_policy, check_env_backend, check_scheme
@@ -34,17 +35,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pycollect.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 __all__ = ["check_device_policy", "check_env_backend", "check_scheme", "leftovers", "snapshot", "wait_until"]
