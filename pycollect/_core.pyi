@@ -15,6 +15,12 @@ stopped :class:`pycollect.exceptions.SupervisorError`.
 
 No policy default lives here: every setting is a required argument (the defaults are in
 Python). Wait methods take ``timeout_s=None``, meaning no deadline.
+
+After ``os.fork()`` (without exec) the child's copies of these objects never act on what the
+parent owns: :meth:`Supervisor.shutdown` returns an empty report and touches no worker,
+:meth:`Segment.shutdown` sets no flag, :meth:`Segment.unlink_name` removes no name,
+:meth:`Lease.release` gives no slot back, and dropping any of them does nothing beyond freeing
+the child's copy.
 """
 
 from collections.abc import Sequence
@@ -38,6 +44,9 @@ ENV_SEGMENT_FD: str
 """Environment variable with the segment's fd number ("PYCOLLECT_SEGMENT_FD")."""
 ENV_LIFELINE_FD: str
 """Environment variable with the lifeline's fd number ("PYCOLLECT_LIFELINE_FD")."""
+WORKER_ERROR_CAPACITY: int
+"""Bytes of a worker's error text area (8192): :meth:`WorkerControl.write_error` stores at most
+this many bytes of UTF-8 and drops the rest."""
 
 FieldDef: TypeAlias = tuple[str, str, tuple[int, ...]]
 """(name, dtype name, per-step shape). dtype names: uint8 int8 int16 int32 int64 uint16 uint32
@@ -58,7 +67,13 @@ class Segment:
         weights_capacity: int,
         weights_buffers: int,
         backing: Literal["auto", "memfd", "named"],
-    ) -> Segment: ...
+    ) -> Segment:
+        """Create and map a segment of :func:`segment_bytes` of the same arguments.
+
+        Every page is reserved and touched now (a full /dev/shm or memory cgroup fails here
+        with TransportError, never later). Invalid or overflowing sizes raise ConfigError
+        naming the value.
+        """
     @staticmethod
     def attach(fd: int, *, timeout_s: float, expected_layout_hash: int | None = None) -> Segment:
         """Attach to a segment whose fd this process inherited (the fd is dup'ed).
@@ -72,7 +87,8 @@ class Segment:
     @property
     def name(self) -> str | None:
         """The /dev/shm name of a named segment until unlinked; None for memfd."""
-    def unlink_name(self) -> None: ...
+    def unlink_name(self) -> None:
+        """Remove the name of a named segment; a no-op for memfd and in a forked child."""
     @property
     def layout_hash(self) -> int: ...
     @property
@@ -108,9 +124,29 @@ class Segment:
     def weights_writer(self) -> WeightsWriter: ...
     def weights_reader(self, worker: int) -> WeightsReader: ...
     def shutdown(self) -> None:
-        """Set the shutdown flag and wake every waiter (idempotent)."""
+        """Set the shutdown flag and wake every waiter (idempotent).
+
+        Does nothing in a process forked from the one that created or attached this handle.
+        """
     @property
     def is_shutdown(self) -> bool: ...
+
+def segment_bytes(
+    fields: Sequence[FieldDef],
+    *,
+    n_workers: int,
+    envs_per_worker: int,
+    steps: int,
+    slots_per_worker: int,
+    weights_capacity: int,
+    weights_buffers: int,
+) -> int:
+    """Exactly the ``total_len`` that :meth:`Segment.create` with these arguments would map.
+
+    Only the layout is computed; nothing is allocated, so it is the check to make against the
+    memory available before creating. Invalid or overflowing sizes raise ConfigError naming
+    the value, as :meth:`Segment.create` does.
+    """
 
 def sweep_stale_segments() -> list[str]:
     """Remove named fallback segments whose creator is dead; return their names."""
@@ -176,7 +212,8 @@ class Lease:
     """A popped slot.
 
     It goes back to its producer on ``release()``, or when it and every view made from it
-    have been garbage-collected.
+    have been garbage-collected, in the process that popped it (a forked child's copy gives
+    nothing back).
     """
 
     @property
@@ -218,8 +255,16 @@ class WorkerControl:
     def last_heartbeat_ns(self) -> int: ...
     @property
     def heartbeats(self) -> int: ...
-    def write_error(self, text: str) -> int: ...
-    def read_error(self) -> str | None: ...
+    def write_error(self, text: str) -> int:
+        """Store ``text`` (e.g. a traceback) as UTF-8; return the number of bytes stored.
+
+        At most :data:`WORKER_ERROR_CAPACITY` bytes are stored: a longer text keeps its head
+        and loses the rest, cut before the first character that would not fit whole, so the
+        stored bytes are always valid UTF-8 (a cut never splits a character). Lone surrogates
+        are stored as U+FFFD. Callers that want the end of a long traceback truncate first.
+        """
+    def read_error(self) -> str | None:
+        """The stored text, or None if empty; bytes torn by a concurrent write read as U+FFFD."""
 
 @final
 class CommandSender:
@@ -239,6 +284,7 @@ class WeightsWriter:
         """Copy ``data`` into a free buffer (GIL released) and publish; returns the version.
 
         Waits up to ``timeout_s`` for a buffer no reader holds (TransportError after that).
+        A worker that dies while reading holds no buffer once its supervisor has reaped it.
         """
     @property
     def latest_version(self) -> int: ...
@@ -250,7 +296,7 @@ class WeightsReader:
     def read_into(self, out: Buffer) -> tuple[int, int] | None:
         """Copy the latest weights into the writable buffer ``out``; (version, nbytes) or None."""
 
-WorkerEventKind: TypeAlias = Literal["started", "exited", "spawn_failed", "restarting", "gave_up"]
+WorkerEventKind: TypeAlias = Literal["started", "exited", "spawn_failed", "restarting", "stopped", "gave_up"]
 WorkerState: TypeAlias = Literal["running", "backingoff", "stopped", "gaveup", "shutdown"]
 ExitReason: TypeAlias = Literal["exit", "signal", "hung"]
 EndingKind: TypeAlias = Literal["not_running", "exited", "terminated", "killed", "unreaped"]
@@ -282,8 +328,12 @@ class WorkerExit:
 class WorkerEvent:
     """One change in a worker's life, in the order it happened.
 
-    Which optional fields are set depends on ``kind``: ``pid`` (started, exited), ``exit``
-    (exited), ``error`` (spawn_failed), ``after_s`` (restarting), ``restarts`` (gave_up).
+    Right after every ``exited`` comes what follows from it: ``restarting`` (a restart is
+    scheduled), ``stopped`` (it ended cleanly and the restart policy, transient or never, does
+    not restart it: it stays down for good) or ``gave_up``; after a ``spawn_failed``,
+    ``restarting`` or ``gave_up``. Which optional fields are set depends on
+    ``kind``: ``pid`` (started, exited), ``exit`` (exited), ``error`` (spawn_failed),
+    ``after_s`` (restarting), ``restarts`` (gave_up); ``stopped`` sets none.
     """
 
     @property
@@ -292,7 +342,10 @@ class WorkerEvent:
     def worker(self) -> int: ...
     @property
     def generation(self) -> int:
-        """The generation concerned; for restarting, the generation it will get."""
+        """The generation concerned.
+
+        For restarting, the generation it will get; for stopped, the generation that ended.
+        """
     @property
     def pid(self) -> int | None: ...
     @property
@@ -361,7 +414,9 @@ class Supervisor:
     :data:`ENV_SEGMENT_FD` (the segment at :data:`CHILD_SEGMENT_FD`), :data:`ENV_LIFELINE_FD`
     (the lifeline at :data:`CHILD_LIFELINE_FD`) and every ``(our_fd, child_fd)`` of
     ``pass_fds``, in its own process group with a parent-death signal. Every setting is
-    required; durations are in seconds and must be positive.
+    required; durations are in seconds and must be positive. Once a generation has ended and
+    been reaped, the weights pin of its worker is cleared (before any backoff or restart), so a
+    worker killed while reading weights never keeps a buffer from :meth:`WeightsWriter.publish`.
     """
 
     def __init__(
@@ -397,5 +452,6 @@ class Supervisor:
     def shutdown(self, grace_s: float) -> list[WorkerEnding]:
         """Flag, ``grace_s`` to exit, SIGTERM to each group, SIGKILL, reap; how each worker ended.
 
-        Idempotent: later calls return the same report.
+        Idempotent: later calls return the same report. In a process forked from the one that
+        started the supervisor it stops nothing and returns ``[]``.
         """

@@ -99,6 +99,9 @@ def _create(fields: list[tuple[str, str, tuple[int, ...]]] | None = None, **over
         (None, {"slots_per_worker": 3}, "power of two, got 3"),
         (None, {"weights_buffers": 2}, "weight_buffers must be in 3..=255, got 2"),
         (None, {"n_workers": 1 << 33}, "n_workers is too large"),
+        (None, {"steps": -1}, "steps must be an integer in 0..=18446744073709551615, got -1"),
+        (None, {"n_workers": 1 << 64}, r"n_workers must be an integer in 0..=\d+, got 18446744073709551616"),
+        (None, {"weights_capacity": 2.5}, "weights_capacity must be an integer in 0..=18446744073709551615, got 2.5"),
         ([("x", "uint8", (1 << 40,))], {"steps": 1 << 30}, "overflows"),
         (None, {"backing": "disk"}, "'disk'"),
     ],
@@ -193,6 +196,94 @@ def test_weights_that_do_not_fit_and_bad_buffers_are_config_errors() -> None:
         reader.read_into(bytearray(2))
     with raises_exactly(ConfigError, "out is read-only"):
         reader.read_into(b"0123456789")
+
+
+# -- Sizes the Python side checks before it allocates ------------------------------------------
+
+_SIZES: dict[str, int] = {
+    "n_workers": 1,
+    "envs_per_worker": 1,
+    "steps": 1,
+    "slots_per_worker": 2,
+    "weights_capacity": 0,
+    "weights_buffers": 3,
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "sizes"),
+    [
+        ([("x", "float32", (2,))], {}),
+        (
+            [
+                ("observation", "float32", (4,)),
+                ("next/observation", "float32", (4,)),
+                ("action", "int64", ()),
+                ("next/done", "bool", (1,)),
+            ],
+            {"n_workers": 3, "envs_per_worker": 8, "steps": 128, "weights_capacity": 100_000},
+        ),
+        (
+            [("pixels", "uint8", (3, 64, 64)), ("reward", "bfloat16", (1,))],
+            {"n_workers": 2, "envs_per_worker": 4, "steps": 16, "slots_per_worker": 4, "weights_buffers": 5},
+        ),
+        ([(f"f{i}", "float64", (i + 1,)) for i in range(64)], {"n_workers": 5, "weights_capacity": 4097}),
+    ],
+)
+def test_segment_bytes_is_exactly_what_create_maps(fields: list[Any], sizes: dict[str, int]) -> None:
+    settings = _SIZES | sizes
+    expected = _core.Segment.create(fields, **settings, backing="auto").total_len
+    assert _core.segment_bytes(fields, **settings) == expected
+
+
+def test_segment_bytes_of_an_absurd_layout_is_computed_without_allocating() -> None:
+    # frames_per_batch=10**13 with one worker: a 1.2 PiB segment if it were created.
+    fields = [("observation", "float32", (4,)), ("next/observation", "float32", (4,))]
+    total = _core.segment_bytes(fields, **(_SIZES | {"steps": 10**13}))
+    assert total >= 2 * 2 * 10**13 * 16  # two slots of two fields of 16 bytes per step
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert total > physical  # more than this machine has: it cannot have been allocated
+
+
+@pytest.mark.parametrize(
+    ("fields", "overrides", "match"),
+    [
+        (None, {"steps": 1 << 62}, "segment size overflows while sizing field"),
+        ([("x", "uint8", (1 << 40,))], {"steps": 1 << 30}, "overflows"),
+        (None, {"steps": 0}, "steps must be positive, got 0"),
+        (None, {"steps": -1}, "steps must be an integer in 0..=18446744073709551615, got -1"),
+        (None, {"envs_per_worker": 1 << 64}, "envs_per_worker must be an integer in 0..=18446744073709551615"),
+        (None, {"slots_per_worker": 3}, "slots_per_worker must be a power of two, got 3"),
+        (None, {"weights_buffers": 256}, "weight_buffers must be in 3..=255, got 256"),
+        ([("x", "uint8", (2, -3))], {}, r"field 'x': every shape dimension must be an integer in 0..=\d+, got -3"),
+        ([("x", "complex64", ())], {}, "unsupported dtype 'complex64'"),
+        ([], {}, "got 0"),
+    ],
+)
+def test_bad_sizes_for_segment_bytes_are_config_errors(fields: Any, overrides: dict[str, Any], match: str) -> None:
+    with raises_exactly(ConfigError, match):
+        _core.segment_bytes([("x", "float32", (2,))] if fields is None else fields, **(_SIZES | overrides))
+
+
+# -- The error text of a worker ----------------------------------------------------------------
+
+
+def test_error_texts_are_cut_to_the_exported_capacity_at_a_character_boundary() -> None:
+    capacity = _core.WORKER_ERROR_CAPACITY
+    assert capacity == 8192
+    control = _create().worker_control(0)
+    assert control.write_error("x" * (capacity + 100)) == capacity
+    assert control.read_error() == "x" * capacity
+    for char in ("é", "€", "🐍"):  # 2, 3 and 4 bytes: a cut at the capacity would split one
+        text = "a" + char * capacity
+        stored = control.write_error(text)
+        assert capacity - len(char.encode()) < stored <= capacity, (char, stored)
+        read = control.read_error()
+        assert read is not None and text.startswith(read)
+        assert read.encode() == text.encode()[:stored]  # the head, whole characters only
+    # A lone surrogate (a traceback naming an undecodable file) is stored as U+FFFD.
+    assert control.write_error("in /tmp/\udcff.py") == len("in /tmp/\ufffd.py".encode())
+    assert control.read_error() == "in /tmp/\ufffd.py"
 
 
 # -- LayoutMismatchError: not a segment of this layout or build -------------------------------

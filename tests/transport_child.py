@@ -1,6 +1,6 @@
 """Child-process side of the transport tests: ``python transport_child.py MODE FD ARGS...``.
 
-Modes:
+Modes started with the segment's fd on the command line:
     produce N WORKER GEN   commit N slots whose payload is a function of (worker, gen, seq)
     half WORKER GEN        claim a slot, write half of it, then hang until killed
     weights-read N         read the weights store N times, checking no set is torn
@@ -8,10 +8,20 @@ Modes:
                            WORKER's heartbeat after every read (a kill almost always lands
                            mid-read, leaving the pin of a dead reader)
     wait                   block in Consumer.pop() forever (for the Ctrl-C test)
+
+Modes started by a ``_core.Supervisor`` (``python transport_child.py MODE``), which find the
+segment at ``$PYCOLLECT_SEGMENT_FD``, their worker index in ``$PYCOLLECT_WORKER`` and their
+lifeline at ``$PYCOLLECT_LIFELINE_FD``:
+    idle                   beat the heartbeat until the shutdown flag is set or the lifeline
+                           reads EOF, then exit 0
+    supervised-weights-spin
+                           weights-spin as this worker
 """
 
 from __future__ import annotations
 
+import os
+import select
 import sys
 import time
 
@@ -27,8 +37,41 @@ def payload(n: int, worker: int, generation: int, seq: int) -> np.ndarray:
     return out
 
 
+def spin_reading_weights(segment: _core.Segment, worker: int) -> None:
+    """Read the weights store as ``worker`` forever, beating its heartbeat after every read."""
+    reader, control = segment.weights_reader(worker), segment.worker_control(worker)
+    out = np.empty(segment.weights_capacity, np.uint8)
+    while True:
+        assert reader.read_into(out) is not None, "nothing published"
+        control.beat()
+
+
+def supervised(mode: str) -> None:
+    """The modes of a process started by ``_core.Supervisor``."""
+    segment = _core.Segment.attach(int(os.environ[_core.ENV_SEGMENT_FD]), timeout_s=10)
+    worker = int(os.environ[_core.ENV_WORKER])
+    if mode == "idle":
+        control = segment.worker_control(worker)
+        control.pid = os.getpid()
+        control.state = "running"
+        lifeline = select.poll()
+        lifeline.register(int(os.environ[_core.ENV_LIFELINE_FD]), select.POLLIN)
+        while not segment.is_shutdown:
+            control.beat()
+            if lifeline.poll(50):  # EOF: the supervisor is done with this worker
+                break
+    elif mode == "supervised-weights-spin":
+        spin_reading_weights(segment, worker)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
 def main() -> None:
-    mode, fd = sys.argv[1], int(sys.argv[2])
+    mode = sys.argv[1]
+    if len(sys.argv) == 2:
+        supervised(mode)
+        return
+    fd = int(sys.argv[2])
     segment = _core.Segment.attach(fd, timeout_s=10)
     if mode == "produce":
         count, worker, generation = (int(a) for a in sys.argv[3:6])
@@ -64,12 +107,7 @@ def main() -> None:
             seen.add(version)
         print(f"versions {len(seen)}", flush=True)
     elif mode == "weights-spin":
-        worker = int(sys.argv[3])
-        reader, control = segment.weights_reader(worker), segment.worker_control(worker)
-        out = np.empty(segment.weights_capacity, np.uint8)
-        while True:
-            assert reader.read_into(out) is not None, "nothing published"
-            control.beat()
+        spin_reading_weights(segment, int(sys.argv[3]))
     elif mode == "wait":
         consumer = segment.consumer(0)
         print("waiting", flush=True)

@@ -8,6 +8,11 @@
 //!
 //! The mapping sits in an `Arc<Mapping>` that every handle and view holds, so the memory is
 //! unmapped only when the last user is gone (a numpy/torch view can outlive the collector).
+//!
+//! A handle acts on the segment as a whole (shutdown flag, unlinking the name) only in the
+//! process that made it: a copy inherited through `fork()` reads and writes the shared memory
+//! like any other, but its [`Segment::shutdown`], [`Segment::unlink_name`] and drop do nothing,
+//! so a forked child cannot stop its parent's workers or take its segment's name.
 
 use crate::commands::{CommandReceiver, CommandRecord, CommandSender};
 use crate::eventcount::EventCount;
@@ -205,6 +210,9 @@ pub struct Segment {
     /// `Some` for a named segment until it is unlinked.
     name: Mutex<Option<String>>,
     is_creator: bool,
+    /// The process that made this handle (by creating or attaching); see
+    /// [`in_home_process`](Self::in_home_process).
+    home: u32,
 }
 
 static NAME_COUNTER: StdAtomicU64 = StdAtomicU64::new(0);
@@ -270,6 +278,7 @@ impl Segment {
             creator_pid: u64::from(pid),
             name: Mutex::new(name),
             is_creator: true,
+            home: pid,
         };
         seg.initialise(start);
         Ok(seg)
@@ -391,6 +400,7 @@ impl Segment {
             creator_pid: decoded.creator_pid,
             name: Mutex::new(name),
             is_creator: false,
+            home: std::process::id(),
         })
     }
 
@@ -421,14 +431,24 @@ impl Segment {
         self.creator_pid
     }
 
+    /// True in the process that made this handle (created or attached the segment); false in
+    /// a process forked from it, where [`shutdown`](Self::shutdown),
+    /// [`unlink_name`](Self::unlink_name) and drop do nothing.
+    pub fn in_home_process(&self) -> bool {
+        std::process::id() == self.home
+    }
+
     /// Name of a named segment that has not been unlinked yet.
     pub fn name(&self) -> Option<String> {
         self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Removes the name of a named segment (call once every party attached). No-op for memfd
-    /// or when already unlinked.
+    /// Removes the name of a named segment (call once every party attached). No-op for memfd,
+    /// when already unlinked, and in a process forked from the one that made this handle.
     pub fn unlink_name(&self) -> Result<(), SegmentError> {
+        if !self.in_home_process() {
+            return Ok(());
+        }
         let mut guard = self.name.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(name) = guard.take() {
             match rustix::shm::unlink(name.as_str()) {
@@ -497,7 +517,13 @@ impl Segment {
     }
 
     /// Sets the shutdown flag and wakes every waiter (trainer, producers, command readers).
+    ///
+    /// Does nothing in a process forked from the one that made this handle: the workers are
+    /// the parent's, and only the parent stops them.
     pub fn shutdown(&self) {
+        if !self.in_home_process() {
+            return;
+        }
         // SYNC POINT: Release; waiters recheck the flag after the wake-ups below.
         self.shutdown_word().store(1, Ordering::Release);
         self.doorbell().notify_all();
@@ -660,8 +686,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        // A named segment must not outlive its creator; errors cannot be reported here. A
+        // creator's copy in a forked child leaves the name alone (`unlink_name` checks).
         if self.is_creator {
-            // A named segment must not outlive its creator; errors cannot be reported here.
             let _ = self.unlink_name();
         }
     }

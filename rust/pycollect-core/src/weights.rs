@@ -16,7 +16,8 @@
 //! The fences form a Dekker pair: either the writer's scan sees the pin, or the reader's
 //! recheck sees a newer `latest` and retries. Versions are part of `latest`, so a buffer
 //! reused for a newer version never passes the recheck (no ABA). A reader that dies while
-//! pinned only blocks one buffer until the supervisor calls [`WeightsWriter::clear_pin`].
+//! pinned only blocks one buffer until its pin is cleared ([`WeightsMem::clear_pin`]), which
+//! the supervisor does as soon as the dead reader's process has been reaped.
 
 use crate::shared::{Owner, SharedRef, SharedSlice};
 use crate::sync::{fence, AtomicU64, Ordering, Padded};
@@ -273,6 +274,24 @@ impl<B: WeightBuffers> WeightsMem<B> {
         // SYNC POINT: Acquire pairs with the writer's Release publish.
         self.latest.load(Ordering::Acquire) >> 8
     }
+
+    /// Drops reader `reader`'s pin, so the writer may reuse the buffer it held.
+    ///
+    /// Only for a reader that can no longer read: its process has ended and been reaped (the
+    /// supervisor's `on_exit` hook), and no new one reads as `reader` yet. Clearing the pin of
+    /// a live reader would let the writer overwrite the buffer under its copy. Safe to call
+    /// from any thread while the writer publishes: the writer either still sees the pin and
+    /// skips the buffer, or sees it cleared and may take it.
+    pub fn clear_pin(&self, reader: usize) -> Result<(), WeightsError> {
+        let readers = self.pins.len();
+        if reader >= readers {
+            return Err(WeightsError::NoSuchReader { reader, readers });
+        }
+        // SYNC POINT: Release, pairing with the writer's Acquire pin scan, though a dead
+        // reader has nothing left to order (its reads ended with its process).
+        self.pins.get(reader).store(NO_PIN, Ordering::Release);
+        Ok(())
+    }
 }
 
 /// A buffer reserved for writing by [`WeightsWriter::reserve`].
@@ -395,15 +414,9 @@ impl<B: WeightBuffers> WeightsWriter<B> {
         }
     }
 
-    /// Drops reader `r`'s pin (the supervisor does this for a dead worker).
+    /// Drops a dead reader's pin: [`WeightsMem::clear_pin`].
     pub fn clear_pin(&self, reader: usize) -> Result<(), WeightsError> {
-        let readers = self.mem.pins.len();
-        if reader >= readers {
-            return Err(WeightsError::NoSuchReader { reader, readers });
-        }
-        // SYNC POINT: Release, though a dead reader has nothing left to order.
-        self.mem.pins.get(reader).store(NO_PIN, Ordering::Release);
-        Ok(())
+        self.mem.clear_pin(reader)
     }
 }
 

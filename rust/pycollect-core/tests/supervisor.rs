@@ -197,6 +197,97 @@ fn exit_code_recorded_and_transient_stops_after_clean_exit() {
 }
 
 #[test]
+fn clean_exit_that_is_not_restarted_is_reported_as_stopped() {
+    let _w = watchdog("clean_exit_stopped", 20);
+    for restart in [Restart::Transient, Restart::Never] {
+        let sup = start_sh(config(1, restart), "exit 0");
+        let (e, seen) = expect_event(&sup, Duration::from_secs(5), |e| {
+            matches!(e, Event::Stopped { .. })
+        });
+        assert_eq!(
+            e,
+            Event::Stopped {
+                worker: 0,
+                generation: 1
+            },
+            "{restart:?}"
+        );
+        // Published right after the exit it follows, like Restarting and GaveUp.
+        assert!(
+            matches!(
+                seen.last(),
+                Some(Event::Exited {
+                    worker: 0,
+                    generation: 1,
+                    status: ExitStatus::Code(0),
+                    reason: ExitReason::Exit,
+                    ..
+                })
+            ),
+            "{restart:?}: {seen:?}"
+        );
+        // The stats already say so when the event arrives.
+        assert_eq!(sup.stats()[0].state, ChildState::Stopped, "{restart:?}");
+        let report = sup.shutdown(Duration::ZERO).unwrap();
+        assert_eq!(report.workers[0].ending, Ending::NotRunning, "{restart:?}");
+        let rest = sup.drain_events();
+        assert!(
+            !seen.iter().chain(&rest).any(|e| matches!(
+                e,
+                Event::Restarting { .. }
+                    | Event::GaveUp { .. }
+                    | Event::Started { generation: 2, .. }
+            )),
+            "{restart:?}: {seen:?} {rest:?}"
+        );
+    }
+}
+
+#[test]
+fn on_exit_runs_after_the_reap_and_before_the_exit_is_reported() {
+    let _w = watchdog("on_exit_order", 20);
+    let (tx, rx) = mpsc::channel::<(usize, u64, bool)>();
+    let sup = Supervisor::builder(config(2, Restart::Permanent))
+        .on_exit(move |worker, generation| {
+            // Reaped: the pid is no longer in /proc (the reap took it out, zombie included).
+            let pid: u32 = fs::read_to_string(temp_path(&format!("onexit-{worker}-{generation}")))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            let _ = tx.send((worker, generation, pid != 0 && proc_stat(pid).is_none()));
+        })
+        .start(|w, g| {
+            let path = temp_path(&format!("onexit-{w}-{g}"));
+            Ok(sh(&format!(
+                "echo $$ > '{}'; exec sleep 100",
+                path.display()
+            )))
+        })
+        .unwrap();
+    let pid = started_pid(&sup, 0, 1);
+    started_pid(&sup, 1, 1);
+    assert!(wait_until(Duration::from_secs(5), || {
+        fs::read_to_string(temp_path("onexit-0-1")).is_ok_and(|s| s.trim() == pid.to_string())
+    }));
+    sigkill(pid);
+    expect_event(&sup, Duration::from_secs(5), |e| {
+        matches!(e, Event::Exited { worker: 0, .. })
+    });
+    // By the time the exit is reported, the callback has run, once, for the reaped generation.
+    assert_eq!(rx.try_recv(), Ok((0, 1, true)));
+    assert!(rx.try_recv().is_err());
+    // A generation reaped during shutdown gets the callback too.
+    started_pid(&sup, 0, 2);
+    sup.shutdown(Duration::ZERO).unwrap();
+    let mut rest: Vec<(usize, u64)> = rx.try_iter().map(|(w, g, _)| (w, g)).collect();
+    rest.sort_unstable();
+    assert_eq!(rest, [(0, 2), (1, 1)]);
+    for (w, g) in [(0, 1), (0, 2), (1, 1)] {
+        let _ = fs::remove_file(temp_path(&format!("onexit-{w}-{g}")));
+    }
+}
+
+#[test]
 fn never_gives_up_at_once() {
     let _w = watchdog("never_gives_up_at_once", 20);
     let sup = start_sh(config(1, Restart::Never), "exit 3");
@@ -658,6 +749,25 @@ fn on_shutdown_panic_is_reraised_after_teardown() {
     }));
     assert!(res.is_err(), "the callback's panic was swallowed");
     // The workers were stopped anyway, and the report is kept.
+    assert!(proc_stat(pid).is_none(), "worker {pid} left behind");
+    let report = sup.shutdown(Duration::ZERO).unwrap();
+    assert!(matches!(report.workers[0].ending, Ending::Terminated(_)));
+}
+
+#[test]
+fn on_exit_panic_does_not_stop_supervision_and_is_reraised_at_shutdown() {
+    let _w = watchdog("on_exit_panic", 20);
+    let sup = Supervisor::builder(config(1, Restart::Permanent))
+        .on_exit(|_w, _g| panic!("exit hook failed"))
+        .start(|_w, _g| Ok(sh("exec sleep 100")))
+        .unwrap();
+    sigkill(started_pid(&sup, 0, 1));
+    // Supervision went on: the exit was reported and the worker restarted.
+    let pid = started_pid(&sup, 0, 2);
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sup.shutdown(Duration::ZERO)
+    }));
+    assert!(res.is_err(), "the hook's panic was swallowed");
     assert!(proc_stat(pid).is_none(), "worker {pid} left behind");
     let report = sup.shutdown(Duration::ZERO).unwrap();
     assert!(matches!(report.workers[0].ending, Ending::Terminated(_)));

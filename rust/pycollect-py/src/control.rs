@@ -8,6 +8,7 @@ use pycollect_core::{
     WaitPolicy, WorkerCtl, WorkerState,
 };
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
 
 use crate::blocking::{deadline, wait_for};
 use crate::errors::{config_error, py_err};
@@ -38,6 +39,18 @@ fn parse_state(name: &str) -> PyResult<WorkerState> {
             )))
         }
     })
+}
+
+/// `text` with each lone surrogate (which UTF-8 cannot encode) replaced by one U+FFFD.
+fn without_lone_surrogates(text: &Bound<'_, PyString>) -> PyResult<String> {
+    let encoded = text.call_method1("encode", ("utf-16-le", "surrogatepass"))?;
+    let bytes = encoded.cast::<PyBytes>()?.as_bytes();
+    let units = bytes
+        .chunks_exact(2)
+        .map(|pair| u16::from_le_bytes([pair[0], pair[1]]));
+    Ok(char::decode_utf16(units)
+        .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect())
 }
 
 /// A worker's control block: state, pid, generation, heartbeat and error text.
@@ -115,12 +128,18 @@ impl WorkerControl {
         self.inner.last_heartbeat().1
     }
 
-    /// Stores an error text such as a traceback (truncated to the area's size).
-    fn write_error(&self, text: &str) -> usize {
-        self.inner.write_error(text)
+    /// Stores an error text such as a traceback: its first `WORKER_ERROR_CAPACITY` bytes of
+    /// UTF-8 at most, cut before a character that would not fit whole; lone surrogates are
+    /// stored as U+FFFD. Returns the number of bytes stored.
+    fn write_error(&self, text: &Bound<'_, PyString>) -> PyResult<usize> {
+        Ok(match text.to_str() {
+            Ok(utf8) => self.inner.write_error(utf8),
+            Err(_) => self.inner.write_error(&without_lone_surrogates(text)?),
+        })
     }
 
-    /// The stored error text, if any.
+    /// The stored error text, if any (always valid UTF-8: bytes torn by a concurrent writer
+    /// come back as U+FFFD).
     fn read_error(&self) -> Option<String> {
         self.inner.read_error()
     }

@@ -100,11 +100,13 @@ impl WorkerExit {
 #[derive(Clone, Debug, PartialEq)]
 #[pyclass(frozen, get_all, eq, module = "pycollect._core")]
 pub struct WorkerEvent {
-    /// `"started"`, `"exited"`, `"spawn_failed"`, `"restarting"` or `"gave_up"`.
+    /// `"started"`, `"exited"`, `"spawn_failed"`, `"restarting"`, `"stopped"` (ended cleanly
+    /// and not restarted: down for good) or `"gave_up"`.
     kind: &'static str,
     /// Worker index.
     worker: usize,
-    /// The generation concerned (for `"restarting"`: the generation it will get).
+    /// The generation concerned (for `"restarting"`: the generation it will get; for
+    /// `"stopped"`: the generation that ended).
     generation: u64,
     /// Pid of the process (`"started"`, `"exited"`).
     pid: Option<u32>,
@@ -175,6 +177,7 @@ impl WorkerEvent {
                 after_s: Some(after.as_secs_f64()),
                 ..Self::new("restarting", worker, next_generation)
             },
+            Event::Stopped { worker, generation } => Self::new("stopped", worker, generation),
             Event::GaveUp {
                 worker,
                 generation,

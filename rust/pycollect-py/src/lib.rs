@@ -44,7 +44,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ENV_GENERATION", supervisor::ENV_GENERATION)?;
     m.add("ENV_SEGMENT_FD", supervisor::ENV_SEGMENT_FD)?;
     m.add("ENV_LIFELINE_FD", supervisor::ENV_LIFELINE_FD)?;
+    // Bytes of a worker's error text area (`WorkerControl.write_error` stores at most this).
+    m.add(
+        "WORKER_ERROR_CAPACITY",
+        pycollect_core::layout::ERROR_TEXT_CAP,
+    )?;
     m.add_function(wrap_pyfunction!(ring::wait_any, m)?)?;
     m.add_function(wrap_pyfunction!(segment::sweep_stale_segments, m)?)?;
+    m.add_function(wrap_pyfunction!(segment::segment_bytes, m)?)?;
     Ok(())
 }

@@ -136,6 +136,7 @@ impl Consumer {
             worker: self.worker,
             slot,
             released: AtomicBool::new(false),
+            home: std::process::id(),
         }
     }
 }
@@ -232,7 +233,8 @@ pub fn wait_any(
 }
 
 /// A popped slot. It goes back to its producer on `release()` or when this object and every
-/// view made from it have been garbage-collected.
+/// view made from it have been garbage-collected, in the process that popped it: a copy
+/// inherited through `fork()` gives nothing back (the parent still holds the slot).
 #[derive(Debug)]
 #[pyclass(frozen, module = "pycollect._core")]
 pub struct Lease {
@@ -241,6 +243,8 @@ pub struct Lease {
     worker: usize,
     slot: SlotRef,
     released: AtomicBool,
+    /// The process that popped the slot.
+    home: u32,
 }
 
 impl Lease {
@@ -248,6 +252,11 @@ impl Lease {
         // SYNC POINT: AcqRel swap: exactly one caller (release() or Drop, on any thread)
         // gives the slot back.
         if self.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if std::process::id() != self.home {
+            // A forked copy: the ring's tail is shared with the parent, which still reads the
+            // slot; moving it would hand the slot to the producer under the parent's views.
             return Ok(());
         }
         lock(&self.consumer).release(self.slot.seq).map_err(py_err)
@@ -313,7 +322,7 @@ impl Lease {
     }
 
     /// Gives the slot back now (idempotent). Views stay memory-safe but may later show the
-    /// producer's next rollout.
+    /// producer's next rollout. Does nothing in a process forked from the one that popped it.
     fn release(&self) -> PyResult<()> {
         self.give_back()
     }

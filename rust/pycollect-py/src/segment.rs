@@ -15,8 +15,10 @@ use crate::ring::{Consumer, Producer};
 use crate::view::SlotView;
 use crate::weights::{WeightsReader, WeightsWriter};
 
-/// `(name, dtype name, per-step shape)`, as Python passes and receives fields.
+/// `(name, dtype name, per-step shape)`, as Python receives fields.
 type FieldDef = (String, String, Vec<usize>);
+/// A field as Python passes it: the shape's dimensions are checked by [`size_arg`].
+type FieldArg<'py> = (String, String, Vec<Bound<'py, PyAny>>);
 
 /// A collector's shared-memory segment: rollout rings, control blocks, weights store.
 #[derive(Debug)]
@@ -89,16 +91,87 @@ impl Segment {
     }
 }
 
-fn parse_fields(fields: Vec<FieldDef>) -> PyResult<Vec<FieldSpec>> {
+/// A size passed from Python as a `usize`, or a ConfigError naming `what` and the value (a
+/// negative number, one past 64 bits, or no integer at all).
+fn size_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    value.extract::<usize>().map_err(|_| {
+        let shown = value
+            .repr()
+            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        config_error(format!(
+            "{what} must be an integer in 0..={}, got {shown}",
+            usize::MAX
+        ))
+    })
+}
+
+fn parse_fields(fields: Vec<FieldArg<'_>>) -> PyResult<Vec<FieldSpec>> {
     fields
         .into_iter()
         .map(|(name, dtype, shape)| {
             let dt = DType::from_name(&dtype).ok_or_else(|| {
                 config_error(format!("field '{name}': unsupported dtype '{dtype}'"))
             })?;
+            let what = format!("field '{name}': every shape dimension");
+            let shape = shape
+                .iter()
+                .map(|d| size_arg(&what, d))
+                .collect::<PyResult<Vec<usize>>>()?;
             Ok(FieldSpec::new(name, dt, &shape))
         })
         .collect()
+}
+
+/// The layout `Segment.create` and `segment_bytes` compute from the same arguments; only
+/// offsets are computed, nothing is allocated.
+#[allow(clippy::too_many_arguments)]
+fn layout_of(
+    fields: Vec<FieldArg<'_>>,
+    n_workers: &Bound<'_, PyAny>,
+    envs_per_worker: &Bound<'_, PyAny>,
+    steps: &Bound<'_, PyAny>,
+    slots_per_worker: &Bound<'_, PyAny>,
+    weights_capacity: &Bound<'_, PyAny>,
+    weights_buffers: &Bound<'_, PyAny>,
+) -> PyResult<Layout> {
+    let params = LayoutParams::new(
+        parse_fields(fields)?,
+        size_arg("n_workers", n_workers)?,
+        size_arg("envs_per_worker", envs_per_worker)?,
+        size_arg("steps", steps)?,
+        size_arg("slots_per_worker", slots_per_worker)?,
+    )
+    .with_weights(
+        size_arg("weights_capacity", weights_capacity)?,
+        size_arg("weights_buffers", weights_buffers)?,
+    );
+    Layout::new(params).map_err(py_err)
+}
+
+/// The size in bytes of the segment `Segment.create` would map for these arguments, computed
+/// from the layout alone: nothing is allocated, so it is the check to make before creating.
+#[pyfunction]
+#[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers))]
+#[allow(clippy::too_many_arguments)]
+pub fn segment_bytes(
+    fields: Vec<FieldArg<'_>>,
+    n_workers: &Bound<'_, PyAny>,
+    envs_per_worker: &Bound<'_, PyAny>,
+    steps: &Bound<'_, PyAny>,
+    slots_per_worker: &Bound<'_, PyAny>,
+    weights_capacity: &Bound<'_, PyAny>,
+    weights_buffers: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
+    let layout = layout_of(
+        fields,
+        n_workers,
+        envs_per_worker,
+        steps,
+        slots_per_worker,
+        weights_capacity,
+        weights_buffers,
+    )?;
+    Ok(layout.total_len())
 }
 
 fn attach_options(expected_layout_hash: Option<u64>, timeout_s: f64) -> PyResult<AttachOptions> {
@@ -110,19 +183,20 @@ fn attach_options(expected_layout_hash: Option<u64>, timeout_s: f64) -> PyResult
 
 #[pymethods]
 impl Segment {
-    /// Creates a segment sized for `fields` over `n_workers` x `envs_per_worker` envs.
+    /// Creates a segment sized for `fields` over `n_workers` x `envs_per_worker` envs
+    /// (`segment_bytes` of the same arguments says how big it will be).
     #[staticmethod]
     #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, backing))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
-        fields: Vec<FieldDef>,
-        n_workers: usize,
-        envs_per_worker: usize,
-        steps: usize,
-        slots_per_worker: usize,
-        weights_capacity: usize,
-        weights_buffers: usize,
+        fields: Vec<FieldArg<'_>>,
+        n_workers: &Bound<'_, PyAny>,
+        envs_per_worker: &Bound<'_, PyAny>,
+        steps: &Bound<'_, PyAny>,
+        slots_per_worker: &Bound<'_, PyAny>,
+        weights_capacity: &Bound<'_, PyAny>,
+        weights_buffers: &Bound<'_, PyAny>,
         backing: &str,
     ) -> PyResult<Self> {
         let backing = match backing {
@@ -135,15 +209,15 @@ impl Segment {
                 )))
             }
         };
-        let params = LayoutParams::new(
-            parse_fields(fields)?,
+        let layout = layout_of(
+            fields,
             n_workers,
             envs_per_worker,
             steps,
             slots_per_worker,
-        )
-        .with_weights(weights_capacity, weights_buffers);
-        let layout = Layout::new(params).map_err(py_err)?;
+            weights_capacity,
+            weights_buffers,
+        )?;
         // Creating pre-faults every page, which can take a while for big segments.
         let inner = py
             .detach(|| CoreSegment::create_with(layout, backing))
@@ -210,7 +284,8 @@ impl Segment {
         self.inner.name()
     }
 
-    /// Removes the name of a named segment (once every party has attached).
+    /// Removes the name of a named segment (once every party has attached). Does nothing in a
+    /// process forked from the one that made this handle.
     fn unlink_name(&self) -> PyResult<()> {
         self.inner.unlink_name().map_err(py_err)
     }
@@ -351,7 +426,8 @@ impl Segment {
         WeightsReader::new(&self.inner, worker)
     }
 
-    /// Sets the shutdown flag and wakes every waiter (idempotent).
+    /// Sets the shutdown flag and wakes every waiter (idempotent). Does nothing in a process
+    /// forked from the one that made this handle.
     fn shutdown(&self) {
         self.inner.shutdown();
     }

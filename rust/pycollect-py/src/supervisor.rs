@@ -4,7 +4,8 @@
 //! This binding ties the generic supervisor of `pycollect-core` to a segment: each launch
 //! starts a new generation in the worker's control block (keeping the previous generation's
 //! error text for the trainer), hands the segment to the child at a fixed descriptor, and the
-//! heartbeat is the beat counter of the control block.
+//! heartbeat is the beat counter of the control block. Once a generation has been reaped its
+//! weights pin is cleared, so a reader killed mid-read never keeps a buffer from the writer.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
@@ -187,13 +188,18 @@ impl Supervisor {
             (count > 0).then_some(count)
         };
         let stop_segment = Arc::clone(&segment);
+        let mut builder = CoreSupervisor::builder(config)
+            .heartbeat(heartbeat)
+            .on_shutdown(move || stop_segment.shutdown());
+        if let Ok(weights) = segment.weights() {
+            // Runs once the generation is reaped, before its restart: the worker's only
+            // process is gone and the next is not started yet, so the pin is a dead one.
+            builder = builder.on_exit(move |worker, _generation| {
+                let _ = weights.clear_pin(worker);
+            });
+        }
         let inner = py
-            .detach(move || {
-                CoreSupervisor::builder(config)
-                    .heartbeat(heartbeat)
-                    .on_shutdown(move || stop_segment.shutdown())
-                    .start(launcher)
-            })
+            .detach(move || builder.start(launcher))
             .map_err(|e| py_err_in("cannot start workers", e))?;
         Ok(Self {
             inner,

@@ -89,7 +89,7 @@ pub enum Event {
         /// The error, formatted.
         error: String,
     },
-    /// The worker will be started again after a backoff.
+    /// The worker will be started again after a backoff (sent right after the end it follows).
     Restarting {
         /// Worker index.
         worker: usize,
@@ -97,6 +97,15 @@ pub enum Event {
         next_generation: u64,
         /// Backoff delay before the spawn.
         after: Duration,
+    },
+    /// The worker ended cleanly and the restart policy does not restart clean ends
+    /// ([`Restart::Transient`](super::Restart::Transient), [`Restart::Never`](super::Restart::Never)):
+    /// it stays down for good. Sent right after the generation's [`Event::Exited`].
+    Stopped {
+        /// Worker index.
+        worker: usize,
+        /// The generation that ended.
+        generation: u64,
     },
     /// The restart policy gave up on the worker; it stays down.
     GaveUp {

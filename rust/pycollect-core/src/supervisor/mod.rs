@@ -18,6 +18,11 @@
 //!   sliding `restart_window`, exponential backoff), one_for_one. Generations start at 1 and
 //!   go up by one per restart (so they match `WorkerCtl::begin_generation` when the launcher
 //!   calls it once per launch).
+//! * Reaped generations: the caller's [`SupervisorBuilder::on_exit`] hook runs once per
+//!   reaped child, before its end is reported or acted on.
+//! * Forks: only the process that started the supervisor can stop or tear it down; in a
+//!   process forked from it (without exec) `shutdown` returns an empty report and drop does
+//!   nothing.
 //! * Teardown ([`Supervisor::shutdown`], also run on drop), on the supervisor thread:
 //!   `on_shutdown` callback → cancel pending restarts → close the lifelines → wait `grace` →
 //!   SIGTERM each process group → wait `term_timeout` → SIGKILL each process group → wait
@@ -73,7 +78,7 @@ use std::time::Duration;
 
 use rustix::event::{eventfd, EventfdFlags};
 use rustix::fs::{open, Mode, OFlags};
-use rustix::process::getpid;
+use rustix::process::{getpid, Pid};
 
 pub use error::SupervisorError;
 pub use events::{
@@ -84,7 +89,7 @@ pub use policy::{Decision, Restart, RestartPolicy, RestartTracker};
 pub use spawn::{WorkerLaunch, LIFELINE_FD_ENV, MAX_CHILD_FD, SUPERVISOR_PID_ENV};
 
 use events::EventQueue;
-use runner::{PanicPayload, Runner, Shared, ShutdownCallback};
+use runner::{ExitCallback, PanicPayload, Runner, Shared, ShutdownCallback};
 use spawn::SpawnContext;
 
 /// Says what to run for worker `worker`, generation `generation` (the first is 1).
@@ -197,6 +202,7 @@ pub struct SupervisorBuilder {
     config: SupervisorConfig,
     heartbeat: Option<HeartbeatSource>,
     on_shutdown: Option<ShutdownCallback>,
+    on_exit: Option<ExitCallback>,
 }
 
 impl std::fmt::Debug for SupervisorBuilder {
@@ -205,6 +211,7 @@ impl std::fmt::Debug for SupervisorBuilder {
             .field("config", &self.config)
             .field("heartbeat", &self.heartbeat.is_some())
             .field("on_shutdown", &self.on_shutdown.is_some())
+            .field("on_exit", &self.on_exit.is_some())
             .finish()
     }
 }
@@ -230,6 +237,23 @@ impl SupervisorBuilder {
         self
     }
 
+    /// Runs `f(worker, generation)` on the supervisor thread each time a generation of a worker
+    /// has ended and been reaped (its process group SIGKILLed first, so nothing of it is left
+    /// in the group): after a crash, a hang or a clean exit, before the [`Event::Exited`] that
+    /// reports it, before the restart policy decides and so before any backoff or restart, and
+    /// also for every child reaped during shutdown. While `f` runs, no process of that worker
+    /// exists, and none starts until `f` returns: the place to release what a dead process of
+    /// that worker held in shared memory (e.g. its weights pin). Not called for a spawn that
+    /// failed (nothing ran) nor for a child left unreaped after SIGKILL.
+    ///
+    /// Like the heartbeat reader it must be cheap and must not block (it delays supervision).
+    /// It should not panic; if it does, supervision goes on and the first panic is re-raised
+    /// in the caller of [`Supervisor::shutdown`].
+    pub fn on_exit(mut self, f: impl FnMut(usize, u64) + Send + 'static) -> Self {
+        self.on_exit = Some(Box::new(f));
+        self
+    }
+
     /// Starts the supervisor thread, which spawns every worker (in parallel) and then
     /// supervises them. Returns once all first generations are spawned; if any cannot be,
     /// the others are killed and reaped and the error names the worker.
@@ -241,6 +265,7 @@ impl SupervisorBuilder {
             config,
             heartbeat,
             on_shutdown,
+            on_exit,
         } = self;
         config.validate()?;
         let placeholder = open("/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
@@ -262,8 +287,9 @@ impl SupervisorBuilder {
             stats,
             wake,
         ));
+        let home = getpid();
         let ctx = SpawnContext {
-            parent: getpid(),
+            parent: home,
             lifeline_fd: config.lifeline_fd,
             placeholder,
         };
@@ -276,6 +302,7 @@ impl SupervisorBuilder {
             ctx,
             Arc::clone(&shared),
             on_shutdown,
+            on_exit,
         );
 
         let (started_tx, started_rx) = sync_channel(1);
@@ -288,6 +315,7 @@ impl SupervisorBuilder {
                 shared,
                 workers,
                 default_grace,
+                home,
                 handle: Mutex::new(Handle::Running(thread)),
             }),
             Ok(Err(e)) => {
@@ -311,10 +339,17 @@ enum Handle {
 
 /// Handle to a running supervisor thread and its workers. `Send + Sync`; every method takes
 /// `&self`. Dropping it shuts down with the configured grace period.
+///
+/// The thread, the workers and their teardown belong to the process that started the
+/// supervisor. A copy of the handle in a process forked from it (`fork()` without `exec`)
+/// stops nothing: there [`shutdown`](Self::shutdown) returns an empty report without
+/// touching the workers, and dropping it does nothing.
 pub struct Supervisor {
     shared: Arc<Shared>,
     workers: usize,
     default_grace: Duration,
+    /// The process that started the supervisor thread and owns the workers.
+    home: Pid,
     handle: Mutex<Handle>,
 }
 
@@ -334,7 +369,14 @@ impl Supervisor {
             config,
             heartbeat: None,
             on_shutdown: None,
+            on_exit: None,
         }
+    }
+
+    /// True in the process that started this supervisor; false in a process forked from it,
+    /// where the supervisor thread does not exist and the workers are not its children.
+    pub fn in_home_process(&self) -> bool {
+        getpid() == self.home
     }
 
     /// Number of workers.
@@ -372,6 +414,9 @@ impl Supervisor {
     /// report). The supervisor thread runs the `on_shutdown` callback, waits up to
     /// `grace` for workers to exit, SIGTERMs, SIGKILLs and reaps (see the module docs).
     /// Blocks for at most about `grace + term_timeout + kill_timeout`.
+    ///
+    /// In a process forked from the one that started the supervisor it does nothing and
+    /// returns an empty report (no workers): they are the parent's to stop.
     pub fn shutdown(&self, grace: Duration) -> Result<ShutdownReport, SupervisorError> {
         self.shutdown_inner(grace, true)
     }
@@ -381,6 +426,11 @@ impl Supervisor {
         grace: Duration,
         rethrow: bool,
     ) -> Result<ShutdownReport, SupervisorError> {
+        // Checked before anything else: in a forked child the lock may have been copied
+        // locked, the wake-up eventfd is the parent's own, and the thread is not there to join.
+        if !self.in_home_process() {
+            return Ok(ShutdownReport::default());
+        }
         // A panic elsewhere while holding this lock leaves `Handle` in one of its valid
         // states, so a poisoned lock is still usable.
         let mut handle = self.handle.lock().unwrap_or_else(|e| e.into_inner());
@@ -414,6 +464,16 @@ impl Supervisor {
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
+        if !self.in_home_process() {
+            // A forked copy: leave the parent's workers alone, and forget the thread handle
+            // rather than detach a thread that does not exist here. `get_mut` takes no lock,
+            // which may have been copied locked.
+            let handle = self.handle.get_mut().unwrap_or_else(|e| e.into_inner());
+            if let Handle::Running(thread) = std::mem::replace(handle, Handle::Panicked) {
+                std::mem::forget(thread);
+            }
+            return;
+        }
         // Re-raising a callback panic while already unwinding would abort the process.
         let rethrow = !std::thread::panicking();
         let _ = self.shutdown_inner(self.default_grace, rethrow);

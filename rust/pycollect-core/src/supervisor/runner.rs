@@ -173,12 +173,16 @@ pub(crate) struct Runner {
     shared: std::sync::Arc<Shared>,
     slots: Vec<Slot>,
     on_shutdown: Option<ShutdownCallback>,
-    /// A panic of `on_shutdown`, handed back to the caller once the workers are down.
+    on_exit: Option<ExitCallback>,
+    /// The first panic of `on_shutdown` or `on_exit`, handed back to the caller once the
+    /// workers are down.
     callback_panic: Option<PanicPayload>,
 }
 
 /// The caller's shutdown hook (see `SupervisorBuilder::on_shutdown`).
 pub(crate) type ShutdownCallback = Box<dyn FnOnce() + Send>;
+/// The caller's hook for a reaped generation (see `SupervisorBuilder::on_exit`).
+pub(crate) type ExitCallback = Box<dyn FnMut(usize, u64) + Send>;
 /// What `catch_unwind` returns for a panic.
 pub(crate) type PanicPayload = Box<dyn std::any::Any + Send>;
 
@@ -200,6 +204,7 @@ impl Runner {
         ctx: SpawnContext,
         shared: std::sync::Arc<Shared>,
         on_shutdown: Option<ShutdownCallback>,
+        on_exit: Option<ExitCallback>,
     ) -> Self {
         let now = Instant::now();
         let slots = (0..config.workers)
@@ -223,7 +228,21 @@ impl Runner {
             shared,
             slots,
             on_shutdown,
+            on_exit,
             callback_panic: None,
+        }
+    }
+
+    /// Runs the caller's `on_exit` hook for a generation that has just been reaped. A panic
+    /// in it must not stop supervision (the workers would die with this thread): it is kept
+    /// and re-raised in the caller of `shutdown`, like one of `on_shutdown`.
+    fn reaped(&mut self, worker: usize, generation: u64) {
+        let Some(callback) = self.on_exit.as_mut() else {
+            return;
+        };
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| callback(worker, generation)))
+        {
+            self.callback_panic.get_or_insert(payload);
         }
     }
 
@@ -423,13 +442,18 @@ impl Runner {
         };
         let abnormal = record.abnormal();
         slot.last_exit = Some(record);
+        let (worker, generation) = (slot.worker, slot.generation);
         let exited = Event::Exited {
-            worker: slot.worker,
-            generation: slot.generation,
+            worker,
+            generation,
             pid,
             status,
             reason,
         };
+        // Reaped, and its group killed: nothing of this generation runs any more, and the
+        // next one starts only after the policy below, on this thread. So the hook sees the
+        // end before anyone can be told of it, and before any restart.
+        self.reaped(worker, generation);
         self.apply_policy(i, abnormal, Instant::now(), Some(exited));
     }
 
@@ -450,7 +474,10 @@ impl Runner {
             }
             Decision::Stop => {
                 slot.state = ChildState::Stopped;
-                None
+                Some(Event::Stopped {
+                    worker: slot.worker,
+                    generation: slot.generation,
+                })
             }
             Decision::GiveUp => {
                 slot.state = ChildState::GaveUp;
@@ -508,7 +535,9 @@ impl Runner {
         // 0. The workers must be stopped whatever the callback does, so a panic is caught
         //    here and re-raised in the caller's thread after the teardown.
         if let Some(callback) = self.on_shutdown.take() {
-            self.callback_panic = panic::catch_unwind(AssertUnwindSafe(callback)).err();
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(callback)) {
+                self.callback_panic.get_or_insert(payload);
+            }
         }
         // 1.
         for slot in &mut self.slots {
@@ -553,7 +582,7 @@ impl Runner {
     }
 
     /// Reaps children as they end until none is left or `deadline` passes. No `Exited` events
-    /// here: during shutdown the report is the record.
+    /// here: during shutdown the report is the record; the `on_exit` hook still runs for each.
     fn reap_until(&mut self, deadline: Instant, phase: Phase, report: &mut [WorkerEnd]) {
         loop {
             let live: Vec<usize> = (0..self.slots.len())
@@ -572,6 +601,7 @@ impl Runner {
             let Ok(ready) = readable else {
                 return;
             };
+            let mut ended = Vec::new();
             for k in ready {
                 let slot = &mut self.slots[live[k]];
                 let Some(child) = slot.child.take() else {
@@ -581,6 +611,7 @@ impl Runner {
                 match child.try_reap() {
                     Reaped::Alive(child) => slot.child = Some(child),
                     Reaped::Done(status) => {
+                        ended.push((slot.worker, slot.generation));
                         report[live[k]].ending = phase.ending(status);
                         slot.last_exit = Some(ExitRecord {
                             generation: slot.generation,
@@ -594,6 +625,9 @@ impl Runner {
                         });
                     }
                 }
+            }
+            for (worker, generation) in ended {
+                self.reaped(worker, generation);
             }
             if Instant::now() >= deadline {
                 return;
