@@ -26,6 +26,7 @@ from pycollect.exceptions import (
     ConfigError,
     ConformanceError,
     EnvCreationError,
+    EnvOutputError,
     LayoutMismatchError,
     PluginError,
     PolicyError,
@@ -39,6 +40,7 @@ from pycollect.exceptions import (
     UnknownSchemeError,
     UnsupportedSpaceError,
     WorkerCrashedError,
+    WorkerStoppedError,
 )
 from pycollect.hookspecs import hookimpl
 
@@ -84,6 +86,7 @@ __all__ = [
     "DevicePolicy",
     "EnvBackend",
     "EnvCreationError",
+    "EnvOutputError",
     "EnvSpecs",
     "EpisodeRecord",
     "FieldSpec",
@@ -104,6 +107,7 @@ __all__ = [
     "UnsupportedSpaceError",
     "WeightSyncScheme",
     "WorkerCrashedError",
+    "WorkerStoppedError",
     "__version__",
     "env_seeds",
     "hookimpl",

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import math
 import warnings
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -14,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import TensorDictBase
 
-from pycollect import _engines
+from pycollect import _engines, _lifetime
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._batch.split import split_trajectories
 from pycollect._rollout.policy import Policy
@@ -32,15 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Collector", "CollectorStats"]
 
-_LIVE: weakref.WeakSet[Collector] = weakref.WeakSet()
 _D, _S = CollectorConfig, SupervisionConfig  # the defaults of every argument live there
-
-
-@atexit.register
-def _shutdown_live_collectors() -> None:
-    """Stop every collector's workers when the interpreter exits normally."""
-    for collector in list(_LIVE):
-        collector.shutdown()
 
 
 @dataclass(frozen=True)
@@ -185,6 +175,7 @@ class Collector:
         weight_sync: str | WeightSyncScheme | None = _D.weight_sync,
         weight_sync_timeout_s: float = _D.weight_sync_timeout_s,
         device_policy: str | DevicePolicy = _D.device_policy,
+        check_resources: bool = _D.check_resources,
         restart: RestartPolicy = _S.restart,
         max_restarts: int = _S.max_restarts,
         restart_window_s: float = _S.restart_window_s,
@@ -209,6 +200,7 @@ class Collector:
             weight_sync=weight_sync,
             weight_sync_timeout_s=weight_sync_timeout_s,
             device_policy=device_policy,
+            check_resources=check_resources,
             supervision=SupervisionConfig(
                 restart=restart,
                 max_restarts=max_restarts,
@@ -244,7 +236,7 @@ class Collector:
             torch.manual_seed(config.seed)
         self._engine: Engine = _engines.start(config, self.env_source, policy)
         self._closed = False
-        _LIVE.add(self)
+        _lifetime.track(self)  # shut down at interpreter exit and on SIGTERM; forgotten by a fork
 
     # -- what was decided at construction ----------------------------------------------------
 
@@ -423,10 +415,14 @@ class Collector:
         if self._closed:
             return
         self._closed = True
-        _LIVE.discard(self)
+        _lifetime.untrack(self)
         self._engine.close()
 
     close = shutdown
+
+    def _forget(self) -> None:
+        """In a forked child: this copy owns none of the workers; never act on them."""
+        self._closed = True
 
     def __enter__(self) -> Collector:
         return self

@@ -8,6 +8,7 @@ before any environment or worker exists. The Rust side receives explicit values 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_WEIGHT_SYNC",
+    "MAX_ENVS_PER_WORKER",
     "SLOTS_PER_WORKER",
     "WEIGHT_BUFFERS",
+    "WORKERS_PER_CPU",
     "CollectorConfig",
     "SupervisionConfig",
     "resolve_device",
@@ -39,6 +42,12 @@ WEIGHT_BUFFERS = 3
 
 DEFAULT_WEIGHT_SYNC = "shared_memory"
 """The weight-sync scheme of workers when ``weight_sync`` is not given."""
+
+WORKERS_PER_CPU = 8
+"""With ``check_resources``, at most this many workers per CPU (and at least 16 in all)."""
+
+MAX_ENVS_PER_WORKER = 65_536
+"""With ``check_resources``, at most this many environments per worker."""
 
 
 def _is_int(value: Any) -> bool:
@@ -160,6 +169,9 @@ class CollectorConfig:
             instance (``None``: :data:`DEFAULT_WEIGHT_SYNC`).
         weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
         device_policy: With workers: the device placement policy, a name or an instance.
+        check_resources: Refuse, before anything is allocated or started, memory this machine
+            does not have (the shared-memory segment, owned batches) and absurd counts of
+            workers or environments; ``False`` lets those who know better through.
         supervision: How workers are watched, restarted and stopped.
     """
 
@@ -179,6 +191,7 @@ class CollectorConfig:
     weight_sync: str | WeightSyncScheme | None = None
     weight_sync_timeout_s: float = 5.0
     device_policy: str | DevicePolicy = "cpu"
+    check_resources: bool = True
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
 
     def __post_init__(self) -> None:
@@ -192,8 +205,22 @@ class CollectorConfig:
         _non_negative_int("init_random_frames", self.init_random_frames)
         if self.seed is not None:
             _non_negative_int("seed", self.seed)
-        for name in ("sync", "zero_copy", "reset_at_each_iter", "split_trajs"):
+        for name in ("sync", "zero_copy", "reset_at_each_iter", "split_trajs", "check_resources"):
             _flag(name, getattr(self, name))
+        if self.check_resources:
+            cpus = os.cpu_count() or 1
+            limit = max(16, WORKERS_PER_CPU * cpus)
+            if self.num_workers > limit:
+                raise ConfigError(
+                    f"num_workers={self.num_workers} is far more than this machine's {cpus} CPUs can run "
+                    f"(at most {limit} are accepted: {WORKERS_PER_CPU} per CPU); pass check_resources=False "
+                    "if you mean it"
+                )
+            if self.envs_per_worker > MAX_ENVS_PER_WORKER:
+                raise ConfigError(
+                    f"envs_per_worker={self.envs_per_worker}: at most {MAX_ENVS_PER_WORKER} environments per "
+                    "worker are accepted; use more workers, or pass check_resources=False if you mean it"
+                )
         _positive_seconds("weight_sync_timeout_s", self.weight_sync_timeout_s)
         if not isinstance(self.supervision, SupervisionConfig):
             raise ConfigError(f"supervision must be a SupervisionConfig, got {self.supervision!r}")

@@ -13,8 +13,9 @@ bindings' ``errors.rs``::
     │   ├── UnknownSchemeError            no weight-sync scheme has that name
     │   ├── UnknownDevicePolicyError      no device placement policy has that name
     │   ├── UnsupportedSpaceError         a space that cannot be laid out in a batch
-    │   ├── PolicyError                   the policy does not fit the env
+    │   ├── PolicyError                   the policy does not fit the env (at start or mid-run)
     │   └── EnvCreationError              the env's constructor raised
+    ├── EnvOutputError                    an env returned what its spaces do not allow
     ├── PluginError                       a plugin failed to import or to register
     ├── CollectorClosedError (RuntimeError)
     ├── TransportError (RuntimeError)     the shared-memory transport failed
@@ -22,6 +23,7 @@ bindings' ``errors.rs``::
     │   └── BufferExportError (BufferError)
     ├── SupervisorError (RuntimeError)    worker processes could not be started or stopped
     ├── WorkerCrashedError (RuntimeError) a worker died and its restart policy gave up
+    │   └── WorkerStoppedError            a worker ended cleanly and is not restarted
     └── ConformanceError (AssertionError) a plugin broke its contract (pycollect.testing)
 """
 
@@ -33,6 +35,7 @@ __all__ = [
     "ConfigError",
     "ConformanceError",
     "EnvCreationError",
+    "EnvOutputError",
     "LayoutMismatchError",
     "PluginError",
     "PolicyError",
@@ -46,6 +49,7 @@ __all__ = [
     "UnknownSchemeError",
     "UnsupportedSpaceError",
     "WorkerCrashedError",
+    "WorkerStoppedError",
 ]
 
 
@@ -86,6 +90,16 @@ class PolicyError(ConfigError):
 
 class EnvCreationError(ConfigError):
     """Building an environment raised; the message names the env, its kwargs and the error."""
+
+
+class EnvOutputError(PyCollectError):
+    """An environment returned something its spaces do not allow.
+
+    An observation of another shape, a value of another kind (``None``, a float for an integer
+    field, a value too large for the field's dtype), a reward that is not a real number or does
+    not fit float32, or done flags that are not booleans: pycollect refuses to cast or broadcast
+    it silently. The message names the env, the field, what came and what the space says.
+    """
 
 
 class PluginError(PyCollectError):
@@ -145,6 +159,14 @@ class ConformanceError(PyCollectError, AssertionError):
     """A plugin broke the contract of its extension point (raised by :mod:`pycollect.testing`).
 
     It is an ``AssertionError``, so pytest reports it as a failed check.
+    """
+
+
+class WorkerStoppedError(WorkerCrashedError):
+    """A worker ended with status 0 and its restart policy (``transient``, ``never``) leaves it down.
+
+    In sync mode every batch needs every worker, so the collector cannot go on; in async mode
+    it goes on with the workers left (with a warning) until none is left.
     """
 
 

@@ -11,6 +11,7 @@ from tensordict import TensorDict
 from pycollect._batch.recycle import RecycledMemory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.base import Engine, RolloutPlan, plan_rollout
+from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
 from pycollect._rollout.runner import EnvRunner
 from pycollect._rollout.seeding import env_seeds
 from pycollect.config import CollectorConfig
@@ -44,11 +45,13 @@ class InProcessEngine(Engine):
     @classmethod
     def start(cls, config: CollectorConfig, env_source: EnvSource, policy: Any) -> InProcessEngine:
         """Build ``envs_per_worker`` environments and check the policy on the first one's specs."""
-        envs = []
+        envs = [env_source.make()]
         try:
-            for _ in range(config.envs_per_worker):
-                envs.append(env_source.make())
             plan = plan_rollout(config, env_source, envs[0], policy)
+            needed = BATCHES_HELD * batch_bytes(plan.fields, config.envs_per_worker, config.steps_per_batch)
+            check_fits("the in-process batches", needed, config)  # before the other envs are built
+            for _ in range(config.envs_per_worker - 1):
+                envs.append(env_source.make())
         except BaseException:
             for env in envs:
                 env.close()
@@ -59,6 +62,7 @@ class InProcessEngine(Engine):
             plan.actions,
             env_seeds(config.seed, config.envs_per_worker),
             max_frames_per_traj=config.max_frames_per_traj,
+            env_name=env_source.describe(),
         )
         return cls(plan, runner, config)
 

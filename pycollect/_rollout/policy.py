@@ -57,6 +57,8 @@ class PolicyRunner:
         self.device = device
         self._random = RandomActions(specs.action, num_envs, rng)
         self._obs_keys = [spec.key for spec in specs.observation]
+        self._action_shape = (num_envs, *specs.action.shape)
+        self._action_kinds = "biu" if specs.action.discrete else "f"
         self._obs_key_set = set(self._obs_keys)
         self.outputs: tuple[PolicyOutput, ...] = self._dry_run()
 
@@ -110,9 +112,15 @@ class PolicyRunner:
         return raw, {}
 
     def _action_array(self, action: Any) -> np.ndarray:
-        if isinstance(action, torch.Tensor):
-            action = action.detach().cpu().numpy()
-        return np.asarray(action).astype(self.specs.action.dtype, copy=False)
+        """The actions as an array of the action field's dtype, checked on every call.
+
+        A policy that starts returning floats for a discrete space (or another shape) mid-run
+        is refused rather than cast (``0.9`` would become action 0).
+        """
+        array = np.asarray(action.detach().cpu().numpy() if isinstance(action, torch.Tensor) else action)
+        if array.shape != self._action_shape or array.dtype.kind not in self._action_kinds:
+            _check_action(action, self.specs.action, self.num_envs, self.policy)  # raises, naming both
+        return array.astype(self.specs.action.dtype, copy=False)
 
     def _dry_run(self) -> tuple[PolicyOutput, ...]:
         """Call the policy on example observations and check what it returns."""
@@ -149,18 +157,20 @@ class PolicyRunner:
 
 
 def _check_action(action: Any, spec: FieldSpec, num_envs: int, policy: Policy) -> None:
+    """Raise :class:`PolicyError` if ``action`` does not fit the action field (shape, kind of dtype)."""
     if isinstance(action, torch.Tensor):
-        shape, is_float, dtype = tuple(action.shape), action.dtype.is_floating_point, str(action.dtype)
+        shape, dtype = tuple(action.shape), str(action.dtype)
+        kind = "f" if action.dtype.is_floating_point else "c" if action.dtype.is_complex else "i"
     else:
         array = np.asarray(action)
-        shape, is_float, dtype = array.shape, np.issubdtype(array.dtype, np.floating), str(array.dtype)
+        shape, dtype, kind = array.shape, str(array.dtype), array.dtype.kind
     expected = (num_envs, *spec.shape)
     where = f"policy {_describe(policy)} returned actions of shape {shape} and dtype {dtype}"
     if shape != expected:
         raise PolicyError(f"{where}, but the action space {spec.space} needs shape {expected} for {num_envs} envs")
-    if spec.discrete and is_float:
+    if spec.discrete and kind not in "biu":
         raise PolicyError(f"{where}, but the action space {spec.space} is discrete: return integer actions")
-    if not spec.discrete and not is_float:
+    if not spec.discrete and kind != "f":
         raise PolicyError(f"{where}, but the action space {spec.space} is continuous: return floating-point actions")
 
 

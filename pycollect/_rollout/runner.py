@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from pycollect._rollout.actions import ActionSource
+from pycollect._rollout.checks import OutputChecks
 from pycollect._rollout.keys import (
     ACTION,
     NEXT_DONE,
@@ -24,7 +25,7 @@ from pycollect._rollout.keys import (
     Key,
 )
 from pycollect.envs.backend import GymLikeEnv
-from pycollect.envs.specs import EnvSpecs, read_leaf
+from pycollect.envs.specs import EnvSpecs
 
 __all__ = ["EnvRunner"]
 
@@ -45,6 +46,12 @@ class EnvRunner:
         traj_id_start: Trajectory id of the first environment's first trajectory.
         traj_id_stride: Distance between consecutive trajectory ids this runner hands out, so
             that runners in different processes never hand out the same id.
+        env_name: The env's name, for error messages.
+        worker: The worker this runner steps in (``None``: the trainer), for error messages.
+
+    Raises:
+        EnvOutputError: (from :meth:`reset` and :meth:`rollout`) an environment returned
+            something its spaces do not allow (see :mod:`pycollect._rollout.checks`).
     """
 
     def __init__(
@@ -57,6 +64,8 @@ class EnvRunner:
         max_frames_per_traj: int | None = None,
         traj_id_start: int = 0,
         traj_id_stride: int = 1,
+        env_name: str = "env",
+        worker: int | None = None,
     ) -> None:
         self.envs = list(envs)
         self.specs = specs
@@ -71,6 +80,9 @@ class EnvRunner:
         self._traj_ids = np.zeros(num_envs, np.int64)
         self._steps = [0] * num_envs
         self._has_reset = False
+        self._checks = OutputChecks(specs.observation, env_name, worker)
+        # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
+        self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
 
     @property
     def num_envs(self) -> int:
@@ -120,11 +132,15 @@ class EnvRunner:
             self.reset()
         envs, obs, num_envs = self.envs, self._obs, len(self.envs)
         steps = next(iter(out.values())).shape[1]
-        obs_out = [(out[key], out[(*NEXT_OBS_PREFIX, *key)], obs[key], path) for key, path in self._paths]
+        obs_out = [
+            (out[key], out[(*NEXT_OBS_PREFIX, *key)], obs[key], path, *expected)
+            for (key, path), expected in zip(self._paths, self._expected, strict=True)
+        ]
+        checks, ndarray = self._checks, np.ndarray
         # Each observation is copied twice, the least TorchRL's layout allows: from the env
         # into ("next", obs)[t], and from there into obs[t + 1] (or, at the last step, into
         # the runner's current observation, which starts the next rollout).
-        for obs_array, _, current, _ in obs_out:
+        for obs_array, _, current, *_ in obs_out:
             obs_array[:, 0] = current
         actions_out, reward_out, traj_out = out[ACTION], out[REWARD], out[TRAJ_IDS]
         if POLICY_VERSION in out:
@@ -161,22 +177,33 @@ class EnvRunner:
             env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
             for i in env_range:
-                next_raw[i], step_rewards[i], step_terminated[i], trunc, _ = env_steps[i](env_actions[i])
+                next_raw[i], reward, term, trunc, _ = env_steps[i](env_actions[i])
+                if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
+                    reward, term, trunc = checks.step(reward, term, trunc, i, t + 1)  # else: fits as it is
+                step_rewards[i], step_terminated[i] = reward, term
                 step_counts[i] += 1
                 step_truncated[i] = trunc or (limit is not None and step_counts[i] >= limit)
-                if step_terminated[i] or step_truncated[i]:
+                if term or step_truncated[i]:
                     finished.append(i)
             last = t + 1 == steps
-            for obs_array, next_array, current, path in obs_out:
+            for obs_array, next_array, current, path, field, dtype, shape in obs_out:
                 for i in env_range:  # one env at a time: no temporary batch array
-                    next_array[i, t] = read_leaf(next_raw[i], path) if path else next_raw[i]
+                    value = checks.leaf(next_raw[i], path, field, i, t + 1) if path else next_raw[i]
+                    if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
+                        value = checks.observation(field, value, i, t + 1)
+                    next_array[i, t] = value
                 (current if last else obs_array[:, t + 1])[...] = next_array[:, t]
             for i in finished:
                 reset_obs, _ = envs[i].reset()
-                for obs_array, _, current, path in obs_out:
-                    (current if last else obs_array[:, t + 1])[i] = read_leaf(reset_obs, path)
+                for obs_array, _, current, path, field, dtype, shape in obs_out:
+                    value = checks.leaf(reset_obs, path, field, i, t + 1) if path else reset_obs
+                    if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
+                        value = checks.observation(field, value, i, t + 1)
+                    (current if last else obs_array[:, t + 1])[i] = value
                 self._start_trajectory(i)
-        reward_out[..., 0] = np.asarray(rewards, dtype=np.float32).T
+        reward_array = np.asarray(rewards, dtype=np.float64)
+        checks.reward_range(reward_array, steps)
+        reward_out[..., 0] = reward_array.T
         term_out[..., 0] = np.asarray(terminated, dtype=bool).T
         trunc_out[..., 0] = np.asarray(truncated, dtype=bool).T
         np.logical_or(term_out, trunc_out, out=done_out)
@@ -187,8 +214,8 @@ class EnvRunner:
             env.close()
 
     def _store_obs(self, i: int, raw: Any) -> None:
-        for key, path in self._paths:
-            self._obs[key][i] = read_leaf(raw, path)
+        for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):
+            self._obs[key][i] = self._checks.observation(field, self._checks.leaf(raw, path, field, i, 0), i, 0)
 
     def _start_trajectory(self, i: int) -> None:
         self._traj_ids[i] = self._next_traj_id

@@ -130,6 +130,9 @@ def resolve_env(env: str | Callable[..., Any], env_kwargs: Mapping[str, Any] | N
         env_kwargs = {}
     if not isinstance(env_kwargs, Mapping):
         raise ConfigError(f"env_kwargs must be a mapping, got {type(env_kwargs).__name__}: {env_kwargs!r}")
+    for key in env_kwargs:
+        if not isinstance(key, str):
+            raise ConfigError(f"env_kwargs keys must be strings (keyword arguments), got {key!r}")
     target: Any
     if isinstance(env, str):
         prefix, sep, rest = env.partition(":")

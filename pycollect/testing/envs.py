@@ -11,6 +11,9 @@ gymnasium ``Env``:
 * :class:`TupleObsEnv`: an observation space pycollect refuses (Tuple).
 * :class:`RaisingEnv`: raises ``ZeroDivisionError`` at a given step (a crashing simulator).
 * :class:`HangingEnv`: never returns from a given step (a stuck simulator).
+* :class:`ExitingEnv`: ends its worker process with status 0 at a given step (a library that
+  calls ``exit``).
+* :class:`OrphanChildEnv`: starts a child process that only ``close()`` stops.
 * :class:`ChildProcessEnv`: steps through a child process of its own (a simulator server).
 """
 
@@ -28,8 +31,10 @@ __all__ = [
     "ChildProcessEnv",
     "CountingEnv",
     "DictObsEnv",
+    "ExitingEnv",
     "HangingEnv",
     "MultiBinaryActionEnv",
+    "OrphanChildEnv",
     "RaisingEnv",
     "TupleObsEnv",
     "make_counting",
@@ -205,3 +210,49 @@ class ChildProcessEnv(CountingEnv):
         """Stop the child process."""
         self._conn.send(None)
         self._server.join(timeout=10)
+
+
+class ExitingEnv(CountingEnv):
+    """Ends the process it runs in with status 0 after ``exit_at`` steps (over all episodes).
+
+    Args:
+        exit_at: How many steps to take first.
+        only_worker: Exit only in this worker (by index); ``None``: in every process.
+    """
+
+    def __init__(self, exit_at: int = 20, only_worker: int | None = None) -> None:
+        super().__init__(length=1000)
+        self.exit_at = exit_at
+        self.armed = only_worker is None or os.environ.get("PYCOLLECT_WORKER") == str(only_worker)
+        self._taken = 0
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, Info]:
+        """Advance one step, or end the process cleanly (as ``os._exit(0)`` does)."""
+        self._taken += 1
+        if self.armed and self._taken > self.exit_at:
+            os._exit(0)
+        return super().step(action)
+
+
+class OrphanChildEnv(CountingEnv):
+    """Starts a child process (``sleep``) that nothing but :meth:`close` stops.
+
+    Unlike :class:`ChildProcessEnv`'s server, the child does not notice when its parent dies,
+    so it shows whether the environment was closed in an orderly way. Its pid is
+    :attr:`child_pid`, also appended to the file named by ``pid_file``, if given.
+    """
+
+    def __init__(self, pid_file: str | None = None) -> None:
+        import subprocess
+
+        super().__init__(length=1000)
+        self._child = subprocess.Popen(["sleep", "600"])
+        self.child_pid = self._child.pid
+        if pid_file is not None:
+            with open(pid_file, "a") as file:
+                file.write(f"{self.child_pid}\n")
+
+    def close(self) -> None:
+        """Stop the child process."""
+        self._child.kill()
+        self._child.wait(timeout=10)

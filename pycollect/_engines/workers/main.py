@@ -30,10 +30,35 @@ _ATTACH_TIMEOUT_S = 10.0  # the trainer marks the segment ready before it starts
 _CLAIM_SLICE_S = 0.25  # how long one wait for a free slot lasts before the next heartbeat
 
 
-def format_error(exc: BaseException) -> str:
-    """``"Type: message"`` on the first line, then the full traceback (what the trainer shows)."""
-    summary = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".removeprefix("builtins.")
-    return summary + "\n\n" + "".join(traceback.format_exception(exc))
+_MESSAGE_HEAD = 1024  # characters of a long exception message that are kept
+
+
+def format_error(exc: BaseException, capacity: int) -> str:
+    """``"Type: message"`` first, then the traceback (what the trainer shows), in ``capacity`` bytes.
+
+    The text goes into a fixed area of the worker's control block. A long message keeps its
+    head; a traceback that still does not fit keeps its tail, the frames nearest the error;
+    each cut says how much it dropped.
+    """
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
+    summary = f"{name}: {_shorten(str(exc))}"
+    lines = traceback.format_exception(exc)
+    lines[-1] = _shorten(lines[-1].rstrip("\n")) + "\n"  # the traceback ends with the message again
+    trace = "".join(lines)
+    text = f"{summary}\n\n{trace}"
+    if len(text.encode()) <= capacity:
+        return text
+    encoded = trace.encode()
+    marker = f"[... {len(encoded)} bytes of the traceback, of which only the end is kept ...]\n"
+    budget = max(capacity - len(f"{summary}\n\n{marker}".encode()), 0)
+    tail = encoded[len(encoded) - budget :].decode(errors="ignore")  # a cut character is dropped
+    return f"{summary}\n\n{marker}{tail}"
+
+
+def _shorten(text: str) -> str:
+    if len(text) <= _MESSAGE_HEAD:
+        return text
+    return f"{text[:_MESSAGE_HEAD]} [... {len(text) - _MESSAGE_HEAD} characters truncated]"
 
 
 def _watch_lifeline(fd: int) -> None:
@@ -61,7 +86,9 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
     from pycollect._rollout.seeding import action_rng, env_seeds
     from pycollect.exceptions import LayoutMismatchError
 
-    spec = read_spec(int(os.environ[contract.ENV_SPEC_FD]))
+    spec_fd = int(os.environ[contract.ENV_SPEC_FD])
+    spec = read_spec(spec_fd)
+    os.close(spec_fd)  # read once; nothing this worker runs may inherit it
     if segment.layout_hash != spec.layout_hash:
         raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
     placement = spec.placements[worker]
@@ -97,6 +124,8 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             max_frames_per_traj=spec.max_frames_per_traj,
             traj_id_start=worker + w * ((generation - 1) << 32),
             traj_id_stride=w,
+            env_name=spec.env_source.describe(),
+            worker=worker,
         )
         slots = [
             {key: np.asarray(segment.slot_view(field_name(key), slot, worker, writable=True)) for key in spec.fields}
@@ -148,8 +177,11 @@ def run() -> int:
     generation = int(os.environ[contract.ENV_GENERATION])
     lifeline = os.environ.get(contract.ENV_LIFELINE_FD)
     if lifeline is not None:
+        os.set_inheritable(int(lifeline), False)  # a process an env starts must not hold it
         _watch_lifeline(int(lifeline))
-    segment = _core.Segment.attach(int(os.environ[contract.ENV_SEGMENT_FD]), timeout_s=_ATTACH_TIMEOUT_S)
+    segment_fd = int(os.environ[contract.ENV_SEGMENT_FD])
+    segment = _core.Segment.attach(segment_fd, timeout_s=_ATTACH_TIMEOUT_S)
+    os.close(segment_fd)  # the segment keeps its own close-on-exec duplicate
     control = segment.worker_control(worker)
     control.pid = os.getpid()
     control.state = "starting"
@@ -159,7 +191,7 @@ def run() -> int:
     except BaseException as exc:
         if segment.is_shutdown and isinstance(exc, KeyboardInterrupt | SystemExit):
             return 0
-        control.write_error(format_error(exc))
+        control.write_error(format_error(exc, _core.WORKER_ERROR_CAPACITY))
         control.state = "failed"
         print(f"pycollect worker {worker} (generation {generation}) failed:", file=sys.stderr)
         traceback.print_exception(exc, file=sys.stderr)

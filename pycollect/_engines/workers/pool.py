@@ -18,6 +18,7 @@ are views of the slots, valid until the next batch.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +32,7 @@ from pycollect import _core, plugins
 from pycollect._batch.recycle import RecycledMemory
 from pycollect._batch.tensordict import allocate
 from pycollect._engines.base import Engine, RolloutPlan, Supervision, plan_rollout
+from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
 from pycollect._engines.workers import contract
 from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
@@ -38,7 +40,7 @@ from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED
 from pycollect.config import SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices.placement import DevicePolicy, Placement, available_devices
 from pycollect.envs.source import EnvSource
-from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError
+from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
 from pycollect.weights.layout import WeightsLayout
 from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
@@ -66,6 +68,7 @@ class WorkerPool(Engine):
         plan: What every rollout holds.
         placements: Where each worker runs.
         weights: The policy's weights layout and scheme (``None``: nothing to publish).
+        segment_layout: The arguments of ``Segment.create`` (fields, sizes), checked to fit.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class WorkerPool(Engine):
         plan: RolloutPlan,
         placements: Sequence[Placement],
         weights: _Weights | None,
+        segment_layout: dict[str, Any],
     ) -> None:
         self.plan = plan
         self.config = config
@@ -95,16 +99,7 @@ class WorkerPool(Engine):
         self._spec_fd = -1
 
         _core.sweep_stale_segments()  # named fallbacks left by crashed trainers (memfd leaves none)
-        self.segment = _core.Segment.create(
-            [(self._names[f.key], f.dtype.name, f.shape) for f in self._fields],
-            n_workers=config.num_workers,
-            envs_per_worker=config.envs_per_worker,
-            steps=config.steps_per_batch,
-            slots_per_worker=SLOTS_PER_WORKER,
-            weights_capacity=_store_bytes(weights),
-            weights_buffers=WEIGHT_BUFFERS,
-            backing="auto",
-        )
+        self.segment = _core.Segment.create(**segment_layout, backing="auto")
         if self.segment.name is not None:
             # A named fallback segment: workers get its descriptor, never its name, so the
             # name can go at once and nothing is left in /dev/shm even if we crash.
@@ -168,6 +163,13 @@ class WorkerPool(Engine):
             ) from exc
         if isinstance(policy, torch.nn.Module):
             weights = _Weights(WeightsLayout.from_module(policy), scheme)
+        segment_layout = _segment_layout(config, plan, weights)
+        owned = 0 if config.zero_copy else BATCHES_HELD * batch_bytes(plan.fields, config.rows, config.steps_per_batch)
+        check_fits(
+            f"the shared memory of {config.num_workers} worker(s) (rollout slots, weights) and the trainer's batches",
+            _core.segment_bytes(**segment_layout) + owned,
+            config,
+        )
         spec = WorkerSpec(
             env_source=env_source,
             policy=policy_blob,
@@ -184,7 +186,7 @@ class WorkerPool(Engine):
             weights=None,  # the scheme's receiver, made once the segment exists
             layout_hash=0,  # filled in once the segment exists
         )
-        return cls(config, spec, plan, placements, weights)
+        return cls(config, spec, plan, placements, weights, segment_layout)
 
     # -- batches ---------------------------------------------------------------------------
 
@@ -209,23 +211,36 @@ class WorkerPool(Engine):
                 lease.release()
         return batch
 
-    def _poll(self) -> None:
+    def _poll(self) -> SupervisionLog:
         assert self._log is not None
         self._log.poll()
+        if not self.sync:
+            for worker in self._log.newly_stopped():
+                left = sum(not self._log.stopped(w) for w in range(self.num_workers))
+                warnings.warn(
+                    f"{self._log.describe_stop(worker)}; collecting from {left} of {self.num_workers} workers",
+                    PyCollectWarning,
+                    stacklevel=5,
+                )
+        return self._log
 
     def _pop(self, worker: int) -> Any:
         consumer = self.consumers[worker]
         while True:
-            self._poll()
+            log = self._poll()
             lease = consumer.pop(timeout_s=_POLL_S)
             if lease is not None:
                 return lease
+            if log.stopped(worker) and not consumer.available():  # what it committed was delivered
+                raise log.stopped_error(worker, "and a sync batch needs a rollout of every worker")
             if self.segment.is_shutdown:
                 raise CollectorClosedError("the collector is shutting down")
 
     def _pop_any(self) -> Any:
         while True:
-            self._poll()
+            log = self._poll()
+            if all(log.stopped(w) and not self.consumers[w].available() for w in range(self.num_workers)):
+                raise log.stopped_error(self.num_workers - 1, "and no worker is left")
             which = _core.wait_any(self.consumers, timeout_s=_POLL_S, start=self._next_worker)
             if which is not None:
                 lease = self.consumers[which].try_pop()
@@ -359,6 +374,19 @@ def place_workers(policy: DevicePolicy, config: CollectorConfig) -> list[Placeme
             "sync batch holds every worker's rollout; pass storing_device= to choose one"
         )
     return placements
+
+
+def _segment_layout(config: CollectorConfig, plan: RolloutPlan, weights: _Weights | None) -> dict[str, Any]:
+    """The arguments of ``Segment.create`` (and ``segment_bytes``) for this collector."""
+    return {
+        "fields": [(field_name(f.key), f.dtype.name, f.shape) for f in plan.fields],
+        "n_workers": config.num_workers,
+        "envs_per_worker": config.envs_per_worker,
+        "steps": config.steps_per_batch,
+        "slots_per_worker": SLOTS_PER_WORKER,
+        "weights_capacity": _store_bytes(weights),
+        "weights_buffers": WEIGHT_BUFFERS,
+    }
 
 
 def _store_bytes(weights: _Weights | None) -> int:

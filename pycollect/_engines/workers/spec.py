@@ -9,6 +9,7 @@ the weight-sync scheme's receiver, each worker's placement): a worker never look
 
 from __future__ import annotations
 
+import fcntl
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -73,13 +74,22 @@ class WorkerSpec:
         return None if self.policy is None else cloudpickle.loads(self.policy)
 
 
+_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+
+
 def write_spec(spec: WorkerSpec) -> int:
-    """Pickle ``spec`` into a new anonymous memory file and return its descriptor."""
-    fd = os.memfd_create("pycollect-spec", os.MFD_CLOEXEC)
+    """Pickle ``spec`` into a new anonymous memory file, seal it, and return its descriptor.
+
+    Workers unpickle what the file holds, and every worker inherits it: sealed against writes,
+    growing and shrinking (and against removing the seals), no worker, and nothing a worker
+    runs, can change what another worker's next generation executes.
+    """
+    fd = os.memfd_create("pycollect-spec", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     view = memoryview(cloudpickle.dumps(spec))
     while view:
         written = os.write(fd, view)
         view = view[written:]
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
     return fd
 
 

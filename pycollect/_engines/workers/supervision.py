@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pycollect.exceptions import WorkerCrashedError
+from pycollect.exceptions import WorkerCrashedError, WorkerStoppedError
 
 if TYPE_CHECKING:
     from pycollect import _core
@@ -32,8 +32,11 @@ class SupervisionLog:
         self.supervisor = supervisor
         self.restart = restart
         self._events: list[_core.WorkerEvent] = []
+        self.num_workers = num_workers
         self._dead_generation = [0] * num_workers  # the newest generation seen to end, per worker
         self._fatal: WorkerCrashedError | None = None  # a worker given up on: every batch fails
+        self._stopped: dict[int, _core.WorkerEvent] = {}  # ended cleanly, not restarted: worker -> event
+        self._unreported: list[int] = []  # stopped workers not yet returned by newly_stopped()
 
     @property
     def events(self) -> tuple[_core.WorkerEvent, ...]:
@@ -59,6 +62,36 @@ class SupervisionLog:
                 self._dead_generation[event.worker] = max(self._dead_generation[event.worker], event.generation)
             elif event.kind == "gave_up" and self._fatal is None:
                 self._fatal = self._crash_error(event)
+            elif event.kind == "stopped":
+                self._stopped[event.worker] = event
+                self._unreported.append(event.worker)
+
+    def stopped(self, worker: int) -> bool:
+        """Whether ``worker`` ended cleanly and its restart policy leaves it down."""
+        return worker in self._stopped
+
+    def newly_stopped(self) -> list[int]:
+        """Workers that stopped since the last call."""
+        found, self._unreported = self._unreported, []
+        return found
+
+    def stopped_error(self, worker: int, why: str) -> WorkerStoppedError:
+        """The error for a collector that cannot go on because ``worker`` stopped (``why``)."""
+        return WorkerStoppedError(
+            f"{self.describe_stop(worker)}, {why}",
+            worker=worker,
+            generation=self._stopped[worker].generation,
+            error=None,
+        )
+
+    def describe_stop(self, worker: int) -> str:
+        """``worker 1 (generation 1) exited with status 0; restart policy 'transient' ...``."""
+        generation = self._stopped[worker].generation
+        how = describe_exit(self.supervisor.stats()[worker].last_exit)
+        return (
+            f"worker {worker} (generation {generation}) {how}; restart policy '{self.restart}' does not "
+            "restart a worker that ends cleanly"
+        )
 
     def ended(self, worker: int, generation: int) -> bool:
         """Whether ``generation`` of ``worker`` is known to have ended."""
