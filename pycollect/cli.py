@@ -174,6 +174,10 @@ def _run(args: argparse.Namespace) -> int:
                     started = time.perf_counter()
         except KeyboardInterrupt:
             interrupted = True
+        except PyCollectError as exc:  # a worker given up on, an env returning what it may not
+            bar.close()
+            print(f"pycollect: error: {exc}", file=sys.stderr)
+            return 1
         if not first_frames:
             setup_s, started = time.perf_counter() - started, time.perf_counter()
         elapsed = time.perf_counter() - started

@@ -111,3 +111,11 @@ def test_pytest_plugin_import_does_not_pull_in_torch() -> None:
     code = "import sys, pycollect.testing.pytest_plugin; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.timeout(180)
+def test_an_error_while_collecting_is_reported_with_status_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "callable:pycollect.testing.envs:RaisingEnv", "--workers", "1", "--no-progress"])
+    assert code == 1
+    error = capsys.readouterr().err
+    assert error.startswith("pycollect: error: worker 0") and "ZeroDivisionError: boom at step 7" in error
