@@ -132,6 +132,17 @@ class Collector:
         device_policy: With workers: which devices each worker uses. The name of a registered
             device placement policy (``"cpu"``, the default) or a
             :class:`~pycollect.devices.DevicePolicy` instance.
+        exploration_type: How a probabilistic policy (TorchRL's ``ProbabilisticActor``) acts,
+            applied around every policy call, in-process and in every worker: TorchRL's
+            ``ExplorationType.RANDOM`` (the default, as in TorchRL's collectors: it samples),
+            ``DETERMINISTIC``, ``MODE``, ``MEAN`` or ``MEDIAN``, or the member's name.
+            ``init_random_frames`` still means uniform random actions from the action space.
+        weights_from: The module whose weights ``update_policy_weights_()`` sends to the
+            workers when the policy is not itself that module, e.g. a function over a network
+            (``policy=lambda td: net(td["observation"]).argmax(-1), weights_from=net``). The
+            function and the module are pickled together, so in each worker the function uses
+            the module the new weights are loaded into. Default: the policy, if it is an
+            ``nn.Module``.
         restart: With workers: ``"permanent"`` (restart after any end), ``"transient"``
             (only after a crash or hang) or ``"never"``.
         max_restarts: Restarts allowed per worker within ``restart_window_s``; past that the
@@ -175,6 +186,8 @@ class Collector:
         weight_sync: str | WeightSyncScheme | None = _D.weight_sync,
         weight_sync_timeout_s: float = _D.weight_sync_timeout_s,
         device_policy: str | DevicePolicy = _D.device_policy,
+        exploration_type: Any = _D.exploration_type,
+        weights_from: torch.nn.Module | None = None,
         check_resources: bool = _D.check_resources,
         restart: RestartPolicy = _S.restart,
         max_restarts: int = _S.max_restarts,
@@ -200,6 +213,7 @@ class Collector:
             weight_sync=weight_sync,
             weight_sync_timeout_s=weight_sync_timeout_s,
             device_policy=device_policy,
+            exploration_type=exploration_type,
             check_resources=check_resources,
             supervision=SupervisionConfig(
                 restart=restart,
@@ -228,13 +242,15 @@ class Collector:
             )
         self.env_source: EnvSource = resolve_env(env, env_kwargs)
         self.policy = policy
+        self.weights_module = _weights_module(policy, weights_from)
+        self._warned_no_weights = False
         self.policy_version = 0
         self.episodes = EpisodeRecord()
         self._frames = 0
         self._batches = 0
         if config.seed is not None and policy is not None:
             torch.manual_seed(config.seed)
-        self._engine: Engine = _engines.start(config, self.env_source, policy)
+        self._engine: Engine = _engines.start(config, self.env_source, policy, self.weights_module)
         self._closed = False
         _lifetime.track(self)  # shut down at interpreter exit and on SIGTERM; forgotten by a fork
 
@@ -338,6 +354,10 @@ class Collector:
         the collector calls the very policy object it was given, so weights trained in place
         are already live. Either way :attr:`policy_version` goes up by one.
 
+        The weights are those of the policy if it is an ``nn.Module``, else of ``weights_from``.
+        With workers and neither, nothing can be sent: the first call warns (naming the policy
+        and what to pass instead) and workers keep the weights they started with.
+
         Args:
             policy_or_weights: Where to take the weights from; ``None``: the policy as it is.
             worker_ids: Which workers to update; all of them always receive the published
@@ -356,12 +376,29 @@ class Collector:
         if policy_or_weights is not None:
             self._load_weights(policy_or_weights)
         self.policy_version += 1
-        self._engine.publish_weights(self.policy, self.policy_version)
+        if self.num_workers and self.weights_module is None and self.policy is not None:
+            self._warn_no_weights()
+        self._engine.publish_weights(self.weights_module, self.policy_version)
+
+    def _warn_no_weights(self) -> None:
+        if self._warned_no_weights:
+            return
+        self._warned_no_weights = True
+        warnings.warn(
+            f"update_policy_weights_(): policy {_describe(self.policy)} is not an nn.Module, so its weights "
+            "cannot be sent and the workers keep the ones they started with; pass the module that holds "
+            "them: Collector(..., policy=..., weights_from=net)",
+            PyCollectWarning,
+            stacklevel=3,
+        )
 
     def _load_weights(self, source: torch.nn.Module | TensorDictBase | Mapping[str, Any]) -> None:
-        target = self.policy
-        if not isinstance(target, torch.nn.Module):
-            raise PolicyError(f"cannot load weights into policy {type(target).__name__}: it is not an nn.Module")
+        target = self.weights_module
+        if target is None:
+            raise PolicyError(
+                f"cannot load weights into policy {_describe(self.policy)}: it is not an nn.Module; "
+                "pass the module that holds its weights as weights_from="
+            )
         if isinstance(source, torch.nn.Module):
             if source is not target:
                 target.load_state_dict(source.state_dict())
@@ -385,8 +422,8 @@ class Collector:
             "policy_version": self.policy_version,
             **self._engine.state(),
         }
-        if isinstance(self.policy, torch.nn.Module):
-            state["policy_state_dict"] = self.policy.state_dict()
+        if self.weights_module is not None:
+            state["policy_state_dict"] = self.weights_module.state_dict()
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -400,7 +437,7 @@ class Collector:
         self._frames, self._batches, self.policy_version = frames, batches, version
         if "policy_state_dict" in state_dict:
             self._load_weights(state_dict["policy_state_dict"])
-            self._engine.publish_weights(self.policy, self.policy_version)
+            self._engine.publish_weights(self.weights_module, self.policy_version)
         self._engine.load_state(state_dict)
 
     # -- lifetime --------------------------------------------------------------------------
@@ -450,3 +487,18 @@ class Collector:
     def _check_open(self) -> None:
         if self._closed:
             raise CollectorClosedError("this Collector has been shut down")
+
+
+def _describe(policy: Any) -> str:
+    return getattr(policy, "__qualname__", None) or type(policy).__name__
+
+
+def _weights_module(policy: Any, weights_from: Any) -> torch.nn.Module | None:
+    """The module whose weights move: ``weights_from``, else the policy if it is a module."""
+    if weights_from is not None:
+        if not isinstance(weights_from, torch.nn.Module):
+            raise PolicyError(f"weights_from must be an nn.Module, got {type(weights_from).__name__}")
+        if policy is None:
+            raise PolicyError("weights_from needs a policy: with policy=None actions are random")
+        return weights_from
+    return policy if isinstance(policy, torch.nn.Module) else None

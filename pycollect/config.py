@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_WEIGHT_SYNC",
+    "EXPLORATION_TYPES",
     "MAX_ENVS_PER_WORKER",
     "SLOTS_PER_WORKER",
     "WEIGHT_BUFFERS",
@@ -33,6 +34,9 @@ __all__ = [
 
 RestartPolicy = Literal["permanent", "transient", "never"]
 _RESTART_POLICIES = ("permanent", "transient", "never")
+
+EXPLORATION_TYPES = ("random", "deterministic", "mode", "mean", "median")
+"""The names of tensordict's ``InteractionType`` (TorchRL's ``ExplorationType``) members."""
 
 SLOTS_PER_WORKER = 2
 """Rollout slots in each worker's ring: a worker runs at most one rollout ahead of the trainer."""
@@ -169,6 +173,10 @@ class CollectorConfig:
             instance (``None``: :data:`DEFAULT_WEIGHT_SYNC`).
         weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
         device_policy: With workers: the device placement policy, a name or an instance.
+        exploration_type: How a probabilistic policy (a TorchRL ``ProbabilisticActor``) acts:
+            TorchRL's ``ExplorationType`` (``RANDOM``, the default as in TorchRL's collectors:
+            it samples; ``DETERMINISTIC``, ``MODE``, ``MEAN``, ``MEDIAN``) or its name;
+            normalised to the lowercase name. Applied around every policy call.
         check_resources: Refuse, before anything is allocated or started, memory this machine
             does not have (the shared-memory segment, owned batches) and absurd counts of
             workers or environments; ``False`` lets those who know better through.
@@ -191,6 +199,7 @@ class CollectorConfig:
     weight_sync: str | WeightSyncScheme | None = None
     weight_sync_timeout_s: float = 5.0
     device_policy: str | DevicePolicy = "cpu"
+    exploration_type: Any = "random"
     check_resources: bool = True
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
 
@@ -222,6 +231,13 @@ class CollectorConfig:
                     "worker are accepted; use more workers, or pass check_resources=False if you mean it"
                 )
         _positive_seconds("weight_sync_timeout_s", self.weight_sync_timeout_s)
+        exploration = getattr(self.exploration_type, "value", self.exploration_type)  # the enum's name
+        if not isinstance(exploration, str) or exploration.lower() not in EXPLORATION_TYPES:
+            raise ConfigError(
+                f"exploration_type={self.exploration_type!r}: expected an ExplorationType or one of "
+                f"{', '.join(EXPLORATION_TYPES)}"
+            )
+        object.__setattr__(self, "exploration_type", exploration.lower())
         if not isinstance(self.supervision, SupervisionConfig):
             raise ConfigError(f"supervision must be a SupervisionConfig, got {self.supervision!r}")
         if self.zero_copy and not self.num_workers:

@@ -18,12 +18,15 @@ if TYPE_CHECKING:
 __all__ = ["start"]
 
 
-def start(config: CollectorConfig, env_source: EnvSource, policy: Any) -> Engine:
-    """Build the engine ``config`` asks for; nothing is left running if this raises."""
+def start(config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
+    """Build the engine ``config`` asks for; nothing is left running if this raises.
+
+    ``weights_module`` is the module whose weights move to workers (``None``: none).
+    """
     if config.num_workers:
         from pycollect._engines.workers.pool import WorkerPool
 
-        return WorkerPool.start(config, env_source, policy)
+        return WorkerPool.start(config, env_source, policy, weights_module)
     from pycollect._engines.inprocess import InProcessEngine
 
     return InProcessEngine.start(config, env_source, policy)

@@ -64,9 +64,8 @@ def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv
 
     specs = env_source.specs(env)
     device = config.policy_device(policy)
-    actions = action_source(
-        policy, specs, config.envs_per_worker, device, action_rng(config.seed, config.envs_per_worker)
-    )
+    rng = action_rng(config.seed, config.envs_per_worker)
+    actions = action_source(policy, specs, config.envs_per_worker, device, rng, config.exploration_type)
     return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs))
 
 
@@ -91,8 +90,8 @@ class Engine(abc.ABC):
         """
 
     @abc.abstractmethod
-    def publish_weights(self, policy: Any, version: int) -> None:
-        """Make the policy's current weights, stamped ``version``, reach wherever it runs."""
+    def publish_weights(self, weights: Any, version: int) -> None:
+        """Make the current weights of ``weights`` (a module), stamped ``version``, reach wherever the policy runs."""
 
     def supervision(self) -> Supervision:
         """Per-worker stats and recent supervision events (none for an engine without workers)."""

@@ -75,7 +75,7 @@ class InProcessEngine(Engine):
         self._batches += 1
         return to_tensordict(arrays, self.storing_device)
 
-    def publish_weights(self, policy: Any, version: int) -> None:
+    def publish_weights(self, weights: Any, version: int) -> None:
         """Nothing to do: the environments step with the very policy object in use."""
 
     def state(self) -> dict[str, Any]:

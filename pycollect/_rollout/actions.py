@@ -81,7 +81,12 @@ class RandomActions:
 
 
 def action_source(
-    policy: Any, specs: EnvSpecs, num_envs: int, device: torch.device | None, rng: np.random.Generator
+    policy: Any,
+    specs: EnvSpecs,
+    num_envs: int,
+    device: torch.device | None,
+    rng: np.random.Generator,
+    exploration: str = "random",
 ) -> ActionSource:
     """Random actions for ``policy=None``, else a :class:`~pycollect._rollout.policy.PolicyRunner`.
 
@@ -97,4 +102,4 @@ def action_source(
 
     from pycollect._rollout.policy import PolicyRunner
 
-    return PolicyRunner(policy, specs, num_envs, device or torch.device("cpu"), rng)
+    return PolicyRunner(policy, specs, num_envs, device or torch.device("cpu"), rng, exploration)

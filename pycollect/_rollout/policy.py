@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 
 from pycollect._rollout.actions import PolicyOutput, RandomActions
 from pycollect._rollout.keys import Key
@@ -35,6 +35,8 @@ class PolicyRunner:
         num_envs: How many environments are stepped together (the batch size of each call).
         device: Where observations go before the policy sees them.
         rng: Random generator for the random actions of ``init_random_frames``.
+        exploration: The name of the ``InteractionType`` every call runs under (``"random"``:
+            a probabilistic policy samples, as in TorchRL's collectors).
 
     Raises:
         PolicyError: The policy fails on an example observation, or its output does not fit
@@ -48,6 +50,7 @@ class PolicyRunner:
         num_envs: int,
         device: torch.device,
         rng: np.random.Generator,
+        exploration: str = "random",
     ) -> None:
         if not callable(policy):
             raise PolicyError(f"policy must be callable, an nn.Module or None, got {policy!r}")
@@ -56,6 +59,7 @@ class PolicyRunner:
         self.num_envs = num_envs
         self.device = device
         self._random = RandomActions(specs.action, num_envs, rng)
+        self._exploration = InteractionType(exploration)
         self._obs_keys = [spec.key for spec in specs.observation]
         self._action_shape = (num_envs, *specs.action.shape)
         self._action_kinds = "biu" if specs.action.discrete else "f"
@@ -86,13 +90,14 @@ class PolicyRunner:
     def _call(self, observation: Mapping[Key, np.ndarray]) -> Any:
         tensors = {key: torch.from_numpy(np.asarray(observation[key])).to(self.device) for key in self._obs_keys}
         policy = self.policy
-        if isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase):
-            return policy(*tensors.values())
-        td = TensorDict(batch_size=[self.num_envs], device=self.device)
-        for key, tensor in tensors.items():
-            td.set(key, tensor)
-        assert policy is not None
-        return policy(td)
+        with set_interaction_type(self._exploration):
+            if isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase):
+                return policy(*tensors.values())
+            td = TensorDict(batch_size=[self.num_envs], device=self.device)
+            for key, tensor in tensors.items():
+                td.set(key, tensor)
+            assert policy is not None
+            return policy(td)
 
     def _split(self, raw: Any) -> tuple[Any, dict[Key, torch.Tensor]]:
         if isinstance(raw, TensorDictBase | Mapping):

@@ -104,7 +104,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
         for _ in range(k):
             envs.append(spec.env_source.make())
         specs = spec.env_source.specs(envs[0])
-        policy = spec.load_policy()
+        policy, weights = spec.load_policy()  # ``weights`` is the module the scheme updates
         device = None
         if policy is not None:  # torch is only imported for a real policy
             import torch
@@ -113,9 +113,10 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             if spec.seed is not None:
                 torch.manual_seed(spec.seed + stream)
             device = torch.device(placement.policy_device)
-            if isinstance(policy, torch.nn.Module) and device.type != "cpu":
-                policy = policy.to(device)
-        actions = action_source(policy, specs, k, device, action_rng(spec.seed, k, stream))
+            if weights is not None and device.type != "cpu":
+                weights.to(device)  # in place: a function policy sees its module moved too
+        rng = action_rng(spec.seed, k, stream)
+        actions = action_source(policy, specs, k, device, rng, spec.exploration_type)
         runner = EnvRunner(
             envs,
             specs,
@@ -151,7 +152,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             # New weights are applied between rollouts only, never mid-rollout, and as late as
             # possible: right before the rollout that will use them.
             if receiver is not None:
-                received = receiver.receive(policy)
+                received = receiver.receive(weights)
                 if received is not None:
                     policy_version = received
             if spec.reset_at_each_iter and rollouts > 0:

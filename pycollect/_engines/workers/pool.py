@@ -137,8 +137,17 @@ class WorkerPool(Engine):
             raise
 
     @classmethod
-    def start(cls, config: CollectorConfig, env_source: EnvSource, policy: Any) -> WorkerPool:
+    def start(
+        cls, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: torch.nn.Module | None
+    ) -> WorkerPool:
         """Check everything (plugins, env, policy, placements, pickling), then start the workers.
+
+        Args:
+            config: The collector's settings.
+            env_source: What builds the environments.
+            policy: The policy (``None``: random actions).
+            weights_module: The module whose weights ``publish_weights`` sends (the policy
+                itself, or the module a function policy closes over); ``None``: no weights move.
 
         Raises:
             ConfigError: Anything that would fail in a worker, named, before any worker starts.
@@ -156,13 +165,15 @@ class WorkerPool(Engine):
             probe.close()
         _picklable(env_source, f"env {env_source.describe()!r}")
         try:
-            policy_blob = None if policy is None else cloudpickle.dumps(policy)
+            # Pickled as one pair: in the worker the function and the module it closes over
+            # stay one object, so weights loaded into the module reach the function.
+            policy_blob = None if policy is None else cloudpickle.dumps((policy, weights_module))
         except Exception as exc:
             raise PolicyError(
                 f"policy {type(policy).__name__} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
             ) from exc
-        if isinstance(policy, torch.nn.Module):
-            weights = _Weights(WeightsLayout.from_module(policy), scheme)
+        if weights_module is not None:
+            weights = _Weights(WeightsLayout.from_module(weights_module), scheme)
         segment_layout = _segment_layout(config, plan, weights)
         owned = 0 if config.zero_copy else BATCHES_HELD * batch_bytes(plan.fields, config.rows, config.steps_per_batch)
         check_fits(
@@ -173,6 +184,7 @@ class WorkerPool(Engine):
         spec = WorkerSpec(
             env_source=env_source,
             policy=policy_blob,
+            exploration_type=config.exploration_type,
             num_workers=config.num_workers,
             envs_per_worker=config.envs_per_worker,
             steps=config.steps_per_batch,
@@ -305,16 +317,16 @@ class WorkerPool(Engine):
             self._log.take_events()
         return Supervision(tuple(self.supervisor.stats()), self._log.events)
 
-    def publish_weights(self, policy: Any, version: int) -> None:
-        """Send the policy's state dict through the scheme; workers load it between rollouts.
+    def publish_weights(self, weights: torch.nn.Module | None, version: int) -> None:
+        """Send the weights module's state dict through the scheme; workers load it between rollouts.
 
         Raises:
             PolicyError: The state dict no longer has the layout the workers were started with.
             TransportError: The scheme could not publish within ``weight_sync_timeout_s``.
         """
-        if self._sender is None or self._layout is None:
-            return  # the policy is not a module: there are no weights to move
-        state = policy.state_dict()
+        if self._sender is None or self._layout is None or weights is None:
+            return  # no weights module: the collector has warned that nothing moves
+        state = weights.state_dict()
         self._layout.check(state)
         self._sender.send(state, version, timeout_s=self.config.weight_sync_timeout_s)
 

@@ -39,7 +39,9 @@ class WorkerSpec:
 
     Attributes:
         env_source: Which backend builds the environments, from what.
-        policy: The pickled policy (``None``: random actions).
+        policy: The pickled pair ``(policy, weights module)`` (``None``: random actions);
+            pickled together, so a function policy and the module it closes over stay one object.
+        exploration_type: The ``InteractionType`` name every policy call runs under.
         num_workers: Workers in the collector (the stride of trajectory ids).
         envs_per_worker: Environments each worker steps (K).
         steps: Steps per rollout (T).
@@ -56,6 +58,7 @@ class WorkerSpec:
 
     env_source: EnvSource
     policy: bytes | None
+    exploration_type: str
     num_workers: int
     envs_per_worker: int
     steps: int
@@ -69,9 +72,12 @@ class WorkerSpec:
     weights: WeightReceiver | None
     layout_hash: int
 
-    def load_policy(self) -> Any:
-        """Unpickle the policy (``None`` for random actions)."""
-        return None if self.policy is None else cloudpickle.loads(self.policy)
+    def load_policy(self) -> tuple[Any, Any]:
+        """Unpickle ``(policy, weights module)``; ``(None, None)`` for random actions."""
+        if self.policy is None:
+            return None, None
+        policy, weights = cloudpickle.loads(self.policy)
+        return policy, weights
 
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
