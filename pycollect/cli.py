@@ -166,8 +166,8 @@ def _run(args: argparse.Namespace) -> int:
         # batch (which waits for worker processes to start) are reported as start-up.
         first_frames = 0
         try:
-            for batch in collector:
-                bar.update(batch.numel())
+            for _ in collector:
+                bar.update(collector.frames - bar.n)
                 if not first_frames:
                     first_frames = collector.frames
                     setup_s = time.perf_counter() - started

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -14,7 +14,7 @@ from tensordict import TensorDictBase
 
 from pycollect import _engines, _lifetime
 from pycollect._batch.episodes import EpisodeRecord
-from pycollect._batch.split import split_trajectories
+from pycollect._batch.split import mark_rollout_ends, split_trajectories, stack_workers
 from pycollect._rollout.policy import Policy
 from pycollect.config import CollectorConfig, RestartPolicy, SupervisionConfig
 from pycollect.envs.source import EnvSource, resolve_env
@@ -143,6 +143,19 @@ class Collector:
             function and the module are pickled together, so in each worker the function uses
             the module the new weights are loaded into. Default: the policy, if it is an
             ``nn.Module``.
+        info_keys: Entries of the env's step ``info`` dict to keep in the batch, each at
+            ``("next", name)`` with the shape and dtype it has on the first step (a step whose
+            info lacks it stores zeros); TorchRL's ``GymEnv`` info-dict reader does the same.
+        replay_buffer: A TorchRL replay buffer (anything with ``extend``): every batch extends
+            it (as it comes, after ``postproc``) and iteration yields ``None``, as TorchRL's
+            collectors do; ``next_batch()`` extends it too and returns the batch.
+        postproc: Called on every batch before it is yielded or stored (e.g. TorchRL's
+            ``MultiStep``, or ``lambda td: td.reshape(-1)`` for a one-dimensional buffer).
+        set_truncated: Mark the last step of every rollout truncated and done where the
+            episode goes on (its trajectory continues in the next batch), as TorchRL does.
+        cat_results: With workers in sync mode: ``0`` (the default) gives
+            ``[num_workers * envs_per_worker, T]`` batches; ``"stack"`` gives
+            ``[num_workers, envs_per_worker, T]``, as TorchRL's ``MultiSyncCollector``.
         restart: With workers: ``"permanent"`` (restart after any end), ``"transient"``
             (only after a crash or hang) or ``"never"``.
         max_restarts: Restarts allowed per worker within ``restart_window_s``; past that the
@@ -188,6 +201,11 @@ class Collector:
         device_policy: str | DevicePolicy = _D.device_policy,
         exploration_type: Any = _D.exploration_type,
         weights_from: torch.nn.Module | None = None,
+        info_keys: Sequence[str] = _D.info_keys,
+        replay_buffer: Any = None,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        set_truncated: bool = _D.set_truncated,
+        cat_results: Any = _D.cat_results,
         check_resources: bool = _D.check_resources,
         restart: RestartPolicy = _S.restart,
         max_restarts: int = _S.max_restarts,
@@ -214,6 +232,9 @@ class Collector:
             weight_sync_timeout_s=weight_sync_timeout_s,
             device_policy=device_policy,
             exploration_type=exploration_type,
+            info_keys=tuple(info_keys) if not isinstance(info_keys, str) else info_keys,  # type: ignore[arg-type]
+            set_truncated=set_truncated,
+            cat_results=cat_results,
             check_resources=check_resources,
             supervision=SupervisionConfig(
                 restart=restart,
@@ -233,6 +254,15 @@ class Collector:
                 PyCollectWarning,
                 stacklevel=2,
             )
+        if config.total_frames > 0 and config.total_frames % config.batch_frames:
+            batches = math.ceil(config.total_frames / config.batch_frames)
+            warnings.warn(
+                f"total_frames ({config.total_frames}) is not exactly divisible by frames_per_batch "
+                f"({config.batch_frames}): the collector delivers {batches} batches, "
+                f"{batches * config.batch_frames} frames ({batches * config.batch_frames - config.total_frames} more)",
+                PyCollectWarning,
+                stacklevel=2,
+            )
         if not config.num_workers and weight_sync is not None:
             warnings.warn(
                 f"weight_sync={weight_sync!r} has no effect in-process (num_workers=0): the collector "
@@ -243,6 +273,14 @@ class Collector:
         self.env_source: EnvSource = resolve_env(env, env_kwargs)
         self.policy = policy
         self.weights_module = _weights_module(policy, weights_from)
+        if replay_buffer is not None and not callable(getattr(replay_buffer, "extend", None)):
+            raise ConfigError(
+                f"replay_buffer must have an extend() method (a TorchRL ReplayBuffer), got {replay_buffer!r}"
+            )
+        if postproc is not None and not callable(postproc):
+            raise ConfigError(f"postproc must be callable (e.g. TorchRL's MultiStep), got {postproc!r}")
+        self.replay_buffer = replay_buffer
+        self.postproc = postproc
         self._warned_no_weights = False
         self.policy_version = 0
         self.episodes = EpisodeRecord()
@@ -293,10 +331,14 @@ class Collector:
 
     # -- iteration -------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        """Yield batches until ``total_frames`` is reached (forever if it is -1)."""
+    def __iter__(self) -> Iterator[TensorDictBase | None]:
+        """Yield batches until ``total_frames`` is reached (forever if it is -1).
+
+        With a ``replay_buffer`` each batch extends it and ``None`` is yielded, as TorchRL does.
+        """
         while self.total_frames < 0 or self._frames < self.total_frames:
-            yield self.next_batch()
+            batch = self.next_batch()
+            yield None if self.replay_buffer is not None else batch
 
     def __len__(self) -> int:
         """The number of batches, when ``total_frames`` is set."""
@@ -305,15 +347,31 @@ class Collector:
         return math.ceil(self.total_frames / self.frames_per_batch)
 
     def next_batch(self) -> TensorDictBase:
-        """Collect and return one batch, regardless of ``total_frames``."""
+        """Collect and return one batch, regardless of ``total_frames``.
+
+        In order: episodes are counted (from the true episode ends), ``set_truncated`` marks
+        rollout ends, ``cat_results="stack"`` reshapes, ``split_trajs`` splits, ``postproc``
+        runs, and a ``replay_buffer`` is extended with the result, which is also returned.
+        """
         self._check_open()
+        config = self.config
         batch: TensorDictBase = self._engine.next_batch(
             random_actions=self.random_phase, policy_version=self.policy_version
         )
         self._frames += batch.numel()
         self._batches += 1
         self.episodes.update(batch)
-        return split_trajectories(batch) if self.config.split_trajs else batch
+        if config.set_truncated:
+            mark_rollout_ends(batch)
+        if config.cat_results == "stack":
+            batch = stack_workers(batch, config.num_workers)
+        if config.split_trajs:
+            batch = split_trajectories(batch)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        if self.replay_buffer is not None:
+            self.replay_buffer.extend(batch)
+        return batch
 
     @property
     def random_phase(self) -> bool:

@@ -177,6 +177,13 @@ class CollectorConfig:
             TorchRL's ``ExplorationType`` (``RANDOM``, the default as in TorchRL's collectors:
             it samples; ``DETERMINISTIC``, ``MODE``, ``MEAN``, ``MEDIAN``) or its name;
             normalised to the lowercase name. Applied around every policy call.
+        info_keys: Entries of the env's step ``info`` dict to keep in the batch, each at
+            ``("next", name)`` with the shape and dtype it has on the first step.
+        set_truncated: Mark the last step of every rollout truncated (and done) where the
+            episode goes on, as TorchRL's ``set_truncated`` does (for bootstrapping values).
+        cat_results: How a sync batch of workers is shaped: ``0`` (the default) concatenates
+            their rollouts, ``[num_workers * envs_per_worker, T]``; ``"stack"`` stacks them,
+            ``[num_workers, envs_per_worker, T]``, as TorchRL's ``MultiSyncCollector`` does.
         check_resources: Refuse, before anything is allocated or started, memory this machine
             does not have (the shared-memory segment, owned batches) and absurd counts of
             workers or environments; ``False`` lets those who know better through.
@@ -200,6 +207,9 @@ class CollectorConfig:
     weight_sync_timeout_s: float = 5.0
     device_policy: str | DevicePolicy = "cpu"
     exploration_type: Any = "random"
+    info_keys: tuple[str, ...] = ()
+    set_truncated: bool = False
+    cat_results: Any = 0
     check_resources: bool = True
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
 
@@ -214,7 +224,7 @@ class CollectorConfig:
         _non_negative_int("init_random_frames", self.init_random_frames)
         if self.seed is not None:
             _non_negative_int("seed", self.seed)
-        for name in ("sync", "zero_copy", "reset_at_each_iter", "split_trajs", "check_resources"):
+        for name in ("sync", "zero_copy", "reset_at_each_iter", "split_trajs", "set_truncated", "check_resources"):
             _flag(name, getattr(self, name))
         if self.check_resources:
             cpus = os.cpu_count() or 1
@@ -238,6 +248,16 @@ class CollectorConfig:
                 f"{', '.join(EXPLORATION_TYPES)}"
             )
         object.__setattr__(self, "exploration_type", exploration.lower())
+        if isinstance(self.info_keys, str) or not all(isinstance(k, str) and k for k in self.info_keys):
+            raise ConfigError(f"info_keys must be a sequence of non-empty strings, got {self.info_keys!r}")
+        object.__setattr__(self, "info_keys", tuple(self.info_keys))
+        if self.cat_results not in (0, "stack") or isinstance(self.cat_results, bool):
+            raise ConfigError(f"cat_results must be 0 (concatenate) or 'stack', got {self.cat_results!r}")
+        if self.cat_results == "stack" and not (self.num_workers and self.sync):
+            raise ConfigError(
+                "cat_results='stack' stacks the rollouts of a sync batch of workers; it needs num_workers >= 1 "
+                "and sync=True"
+            )
         if not isinstance(self.supervision, SupervisionConfig):
             raise ConfigError(f"supervision must be a SupervisionConfig, got {self.supervision!r}")
         if self.zero_copy and not self.num_workers:

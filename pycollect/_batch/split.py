@@ -1,13 +1,13 @@
-"""Cutting a batch into one row per trajectory, as TorchRL's ``split_trajs`` does."""
+"""Reshaping batches as TorchRL's collectors can: one row per trajectory, stacked workers, marked rollout ends."""
 
 from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
 
-from pycollect._rollout.keys import MASK, TRAJ_IDS
+from pycollect._rollout.keys import MASK, NEXT_DONE, NEXT_TERMINATED, NEXT_TRUNCATED, TRAJ_IDS
 
-__all__ = ["split_trajectories"]
+__all__ = ["mark_rollout_ends", "split_trajectories", "stack_workers"]
 
 
 def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
@@ -42,3 +42,19 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     out.set(MASK, mask.to(out.device) if out.device is not None else mask)
     out.names = [None, "time"]
     return out
+
+
+def mark_rollout_ends(batch: TensorDictBase) -> None:
+    """``set_truncated``: the last step of every row is truncated (and done) unless it terminated."""
+    last = (..., -1, slice(None))
+    terminated = batch.get(NEXT_TERMINATED)[last]
+    batch.get(NEXT_TRUNCATED)[last] |= ~terminated
+    batch.get(NEXT_DONE)[last] = True
+
+
+def stack_workers(batch: TensorDictBase, num_workers: int) -> TensorDictBase:
+    """``cat_results="stack"``: ``[W * K, T]`` as ``[W, K, T]`` (a view), as TorchRL stacks workers."""
+    rows, steps = batch.batch_size
+    stacked = batch.reshape(num_workers, rows // num_workers, steps)
+    stacked.names = [None, None, "time"]
+    return stacked

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pycollect.exceptions import ConfigError
+
 if TYPE_CHECKING:
     from tensordict import TensorDict
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from pycollect.config import CollectorConfig
     from pycollect.envs.backend import GymLikeEnv
     from pycollect.envs.source import EnvSource
-    from pycollect.envs.specs import EnvSpecs
+    from pycollect.envs.specs import EnvSpecs, FieldSpec
 
 __all__ = ["Engine", "RolloutPlan", "Supervision", "plan_rollout"]
 
@@ -44,11 +46,13 @@ class RolloutPlan:
         actions: The action source, checked against the action space (a policy was called
             once on an example observation).
         fields: Every array of a rollout, policy outputs included.
+        info: The entries of the env's step ``info`` kept (``info_keys``), as fields.
     """
 
     specs: EnvSpecs
     actions: ActionSource
     fields: tuple[BatchField, ...]
+    info: tuple[FieldSpec, ...] = ()
 
 
 def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv, policy: Any) -> RolloutPlan:
@@ -66,7 +70,41 @@ def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv
     device = config.policy_device(policy)
     rng = action_rng(config.seed, config.envs_per_worker)
     actions = action_source(policy, specs, config.envs_per_worker, device, rng, config.exploration_type)
-    return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs))
+    info = _info_fields(config, env_source, env, specs)
+    return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried, info), info)
+
+
+def _info_fields(
+    config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv, specs: EnvSpecs
+) -> tuple[FieldSpec, ...]:
+    """The fields of the ``info_keys`` entries, read off one step of ``env`` (reset afterwards by the runner).
+
+    Raises:
+        ConfigError: The first step's info lacks a key, or its value is not numeric.
+    """
+    if not config.info_keys:
+        return ()
+    import numpy as np
+
+    from pycollect.envs.specs import FieldSpec
+
+    env.reset(seed=config.seed)
+    action = specs.action.sample(np.random.default_rng(config.seed), 1)[0]
+    info = env.step(action)[4]
+    fields = []
+    for name in config.info_keys:
+        if not isinstance(info, Mapping) or name not in info:
+            have = ", ".join(sorted(map(str, info))) if isinstance(info, Mapping) else "no info dict"
+            raise ConfigError(f"info_keys: {env_source.describe()!r}'s step info has no {name!r} (it has: {have})")
+        value = np.asarray(info[name])
+        if value.dtype.kind not in "biuf":
+            raise ConfigError(f"info_keys: info[{name!r}] is {value.dtype}, which cannot be stored in a batch")
+        shape = tuple(value.shape)
+        bounds = np.full(shape, np.inf)
+        fields.append(
+            FieldSpec(("next", name), shape, value.dtype, -bounds, bounds, value.dtype.kind in "biu", f"info[{name!r}]")
+        )
+    return tuple(fields)
 
 
 class Engine(abc.ABC):

@@ -63,6 +63,7 @@ class InProcessEngine(Engine):
             env_seeds(config.seed, config.envs_per_worker),
             max_frames_per_traj=config.max_frames_per_traj,
             env_name=env_source.describe(),
+            info=plan.info,
         )
         return cls(plan, runner, config)
 

@@ -38,7 +38,13 @@ class ActionSource(Protocol):
     outputs: tuple[PolicyOutput, ...]
     """Extra outputs :meth:`act` returns besides the action."""
 
-    def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, Mapping[Key, Any]]:
+    carried: tuple[PolicyOutput, ...]
+    """Inputs the stepping loop carries from one step to the next (a recurrent policy's state,
+    read at ``key`` and written at ``("next", *key)``, and ``is_init``); empty for most policies."""
+
+    def act(
+        self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, Mapping[Key, Any]]:
         """Actions ``[num_envs, *action_shape]`` and extra outputs for one observation batch."""
 
     def random_action(self) -> np.ndarray:
@@ -55,6 +61,7 @@ class RandomActions:
     """
 
     outputs: tuple[PolicyOutput, ...] = ()
+    carried: tuple[PolicyOutput, ...] = ()
 
     _CHUNK = 256  # steps sampled per call: one numpy call per step would cost more than a CartPole step
 
@@ -75,7 +82,9 @@ class RandomActions:
         actions: np.ndarray = self._chunk[self._next - 1]
         return actions
 
-    def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, Mapping[Key, Any]]:
+    def act(
+        self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, Mapping[Key, Any]]:
         """Random actions: the observation is not looked at."""
         return self.random_action(), {}
 

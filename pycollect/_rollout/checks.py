@@ -39,10 +39,14 @@ class OutputChecks:
         observation: The observation fields, in the runner's order.
         env: The env's name for messages (``"gymnasium:CartPole-v1"``).
         worker: The worker index, or ``None`` in-process.
+        info: The fields kept from the env's step ``info`` (``info_keys``), in order.
     """
 
-    def __init__(self, observation: tuple[FieldSpec, ...], env: str, worker: int | None) -> None:
+    def __init__(
+        self, observation: tuple[FieldSpec, ...], env: str, worker: int | None, info: tuple[FieldSpec, ...] = ()
+    ) -> None:
         self.fields = observation
+        self.info_fields = info
         self.env = env
         self.worker = worker
 
@@ -71,37 +75,39 @@ class OutputChecks:
         Called only for values the loop's fast test did not let through.
         """
         spec = self.fields[field]
-        name = "/".join(spec.key)
         says = f"its observation space {spec.space} says shape {spec.shape} and dtype {spec.dtype}"
+        return self._fitting(spec, f"observation {'/'.join(spec.key)!r}", says, value, env_index, step)
+
+    def info(self, field: int, value: Any, env_index: int, step: int) -> Any:
+        """A value for the kept info entry ``field``, checked like an observation."""
+        spec = self.info_fields[field]
+        says = f"its first step's info had shape {spec.shape} and dtype {spec.dtype}"
+        return self._fitting(spec, f"info[{spec.key[-1]!r}]", says, value, env_index, step)
+
+    def _fitting(self, spec: FieldSpec, what: str, says: str, value: Any, env_index: int, step: int) -> Any:
+        where = f"{self._where(env_index, step)} returned {what}"
         array = np.asarray(value) if value is not None else None
-        if array is None or array.dtype == object or array.shape != spec.shape:
-            raise EnvOutputError(
-                f"{self._where(env_index, step)} returned observation {name!r} {_describe(value)}; {says}"
-            )
-        if array.dtype.kind not in "biuf":
-            raise EnvOutputError(
-                f"{self._where(env_index, step)} returned observation {name!r} {_describe(value)}; {says}"
-            )
+        if array is None or array.dtype == object or array.shape != spec.shape or array.dtype.kind not in "biuf":
+            raise EnvOutputError(f"{where} {_describe(value)}; {says}")
         if spec.dtype.kind in "biu":
             if array.dtype.kind == "f" and not np.array_equal(array, np.round(array)):
                 raise EnvOutputError(
-                    f"{self._where(env_index, step)} returned observation {name!r} with non-integer values "
-                    f"{_range(array)} for a {spec.dtype} field; {says}"
+                    f"{where} with non-integer values {_range(array)} for a {spec.dtype} field; {says}"
                 )
             info = np.iinfo(spec.dtype) if spec.dtype.kind != "b" else None
             low, high = (0, 1) if info is None else (info.min, info.max)
             if array.size and (array.min() < low or array.max() > high):
                 raise EnvOutputError(
-                    f"{self._where(env_index, step)} returned observation {name!r} {_describe(value)} with values "
-                    f"{_range(array)}, which do not fit a {spec.dtype} field; {says}"
+                    f"{where} {_describe(value)} with values {_range(array)}, which do not fit a {spec.dtype} "
+                    f"field; {says}"
                 )
         elif array.dtype.kind == "f" and array.dtype.itemsize > spec.dtype.itemsize:
             limit = float(np.finfo(spec.dtype).max)
             finite = np.isfinite(array)
             if array.size and np.any(np.abs(array[finite]) > limit):
                 raise EnvOutputError(
-                    f"{self._where(env_index, step)} returned observation {name!r} with values up to "
-                    f"{float(np.abs(array[finite]).max()):g}, which does not fit {spec.dtype}; {says}"
+                    f"{where} with values up to {float(np.abs(array[finite]).max()):g}, which does not fit "
+                    f"{spec.dtype}; {says}"
                 )
         return array
 

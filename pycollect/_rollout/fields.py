@@ -16,7 +16,9 @@ from pycollect._rollout.actions import PolicyOutput
 from pycollect._rollout.keys import (
     ACTION,
     DONE,
+    IS_INIT,
     NEXT_DONE,
+    NEXT_IS_INIT,
     NEXT_OBS_PREFIX,
     NEXT_TERMINATED,
     NEXT_TRUNCATED,
@@ -27,7 +29,8 @@ from pycollect._rollout.keys import (
     TRUNCATED,
     Key,
 )
-from pycollect.envs.specs import EnvSpecs
+from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect.exceptions import ConfigError
 
 __all__ = ["NEVER_WRITTEN", "BatchField", "batch_fields"]
 
@@ -43,12 +46,24 @@ class BatchField:
     dtype: np.dtype[Any]
 
 
-def batch_fields(specs: EnvSpecs, outputs: tuple[PolicyOutput, ...] = ()) -> tuple[BatchField, ...]:
+def batch_fields(
+    specs: EnvSpecs,
+    outputs: tuple[PolicyOutput, ...] = (),
+    carried: tuple[PolicyOutput, ...] = (),
+    info: tuple[FieldSpec, ...] = (),
+) -> tuple[BatchField, ...]:
     """Every field of a rollout, in a fixed order.
 
     Args:
         specs: The environment's observation and action fields.
-        outputs: Extra policy outputs to keep (e.g. a log-probability).
+        outputs: Extra policy outputs to keep (e.g. a log-probability, a next recurrent state).
+        carried: Inputs the loop carries between steps (``is_init``, a recurrent state): each is
+            stored at its key, as the policy saw it, and ``is_init`` also as ``("next",
+            "is_init")`` (always False: environments reset themselves).
+        info: Entries of the env's step ``info`` to keep, at ``("next", name)``.
+
+    Raises:
+        ConfigError: An info entry's key is already a field of the batch.
     """
     fields = [BatchField(spec.key, spec.shape, spec.dtype) for spec in specs.observation]
     fields += [BatchField((*NEXT_OBS_PREFIX, *spec.key), spec.shape, spec.dtype) for spec in specs.observation]
@@ -58,13 +73,24 @@ def batch_fields(specs: EnvSpecs, outputs: tuple[PolicyOutput, ...] = ()) -> tup
         fields.append(BatchField(key, _FLAG, np.dtype(np.bool_)))
     fields.append(BatchField(TRAJ_IDS, (), np.dtype(np.int64)))
     fields.append(BatchField(POLICY_VERSION, (), np.dtype(np.int64)))
+    for input_ in carried:
+        fields.append(BatchField(input_.key, input_.shape, input_.dtype))
+    if any(input_.key == IS_INIT for input_ in carried):
+        fields.append(BatchField(NEXT_IS_INIT, _FLAG, np.dtype(np.bool_)))
     taken = {field.key for field in fields}
     for output in outputs:
         if output.key in taken:
             continue  # e.g. a policy that echoes "done": the environment's value wins
         fields.append(BatchField(output.key, output.shape, output.dtype))
+        taken.add(output.key)
+    for entry in info:
+        if entry.key in taken:
+            raise ConfigError(
+                f"info_keys: {entry.key[-1]!r} would be stored at {'/'.join(entry.key)}, a key the batch has"
+            )
+        fields.append(BatchField(entry.key, entry.shape, entry.dtype))
     return tuple(fields)
 
 
-NEVER_WRITTEN = (DONE, TERMINATED, TRUNCATED)
-"""Root flags a rollout never writes: always False, because environments reset themselves."""
+NEVER_WRITTEN = (DONE, TERMINATED, TRUNCATED, NEXT_IS_INIT)
+"""Flags a rollout never writes: always False, because environments reset themselves."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 __all__ = [
     "ACTION",
     "DONE",
+    "IS_INIT",
     "MASK",
     "NEXT_DONE",
+    "NEXT_IS_INIT",
     "NEXT_OBS_PREFIX",
     "NEXT_TERMINATED",
     "NEXT_TRUNCATED",
@@ -35,3 +37,5 @@ NEXT_TRUNCATED: Key = ("next", "truncated")
 TRAJ_IDS: Key = ("collector", "traj_ids")
 MASK: Key = ("collector", "mask")
 POLICY_VERSION: Key = ("policy_version",)  # TorchRL's key when it tracks policy versions
+IS_INIT: Key = ("is_init",)  # TorchRL's InitTracker: True on the first step of an episode
+NEXT_IS_INIT: Key = ("next", "is_init")

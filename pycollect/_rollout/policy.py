@@ -4,6 +4,11 @@ A policy may be ``None`` (uniform random actions), a tensordict ``TensorDictModu
 ``torch.nn.Module`` (called with one tensor per observation leaf) or any callable (called with
 the observation ``TensorDict``). Whatever it returns is normalised to an action array plus
 "extras": every other output, such as a log-probability, which is kept in the batch.
+
+Recurrent policies follow TorchRL's conventions (``LSTMModule``, ``GRUModule``): a policy that
+takes a TensorDict and writes ``("next", name)`` keys (its next recurrent state) gets ``name``
+back on the next call (zeros where an episode starts), and ``is_init`` (True on the first step
+of an episode) on every call; the stepping loop carries them (:attr:`PolicyRunner.carried`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 
 from pycollect._rollout.actions import PolicyOutput, RandomActions
-from pycollect._rollout.keys import Key
+from pycollect._rollout.keys import IS_INIT, Key
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 from pycollect.exceptions import PolicyError
 
@@ -63,39 +68,48 @@ class PolicyRunner:
         self._obs_keys = [spec.key for spec in specs.observation]
         self._action_shape = (num_envs, *specs.action.shape)
         self._action_kinds = "biu" if specs.action.discrete else "f"
-        self._obs_key_set = set(self._obs_keys)
+        self._takes_tensordict = not (
+            isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase)
+        )
+        self._inputs: set[Key] = set(self._obs_keys) | {IS_INIT}
+        self.carried: tuple[PolicyOutput, ...] = ()
         self.outputs: tuple[PolicyOutput, ...] = self._dry_run()
 
     def random_action(self) -> np.ndarray:
         """Uniform random actions for every env, shape ``[num_envs, *action_shape]``."""
         return self._random.random_action()
 
-    def act(self, observation: Mapping[Key, np.ndarray]) -> tuple[np.ndarray, dict[Key, torch.Tensor]]:
+    def act(
+        self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, dict[Key, torch.Tensor]]:
         """Call the policy once for all envs.
 
         Args:
             observation: One ``[num_envs, *shape]`` array per observation leaf key.
+            carried: The carried inputs (:attr:`carried`: recurrent state, ``is_init``).
 
         Returns:
             The actions as a numpy array in the action field's dtype, and the extra outputs
             as CPU tensors with a leading ``num_envs`` dimension.
         """
         with torch.no_grad():
-            raw = self._call(observation)
+            raw = self._call(observation, carried)
         action, extras = self._split(raw)
         return self._action_array(action), {key: value.detach().cpu() for key, value in extras.items()}
 
     # -- internals -------------------------------------------------------------------------
 
-    def _call(self, observation: Mapping[Key, np.ndarray]) -> Any:
+    def _call(self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None) -> Any:
         tensors = {key: torch.from_numpy(np.asarray(observation[key])).to(self.device) for key in self._obs_keys}
         policy = self.policy
         with set_interaction_type(self._exploration):
-            if isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase):
+            if not self._takes_tensordict:
                 return policy(*tensors.values())
             td = TensorDict(batch_size=[self.num_envs], device=self.device)
             for key, tensor in tensors.items():
                 td.set(key, tensor)
+            for key, array in (carried or {}).items():
+                td.set(key, torch.from_numpy(array).to(self.device))
             assert policy is not None
             return policy(td)
 
@@ -107,7 +121,7 @@ class PolicyRunner:
                     f"policy output has no 'action' key; its keys are {sorted('/'.join(k) for k in leaves)}"
                 )
             action = leaves.pop(("action",))
-            extras = {key: value for key, value in leaves.items() if key not in self._obs_key_set}
+            extras = {key: value for key, value in leaves.items() if key not in self._inputs}
             return action, extras
         if isinstance(raw, tuple):
             raise PolicyError(
@@ -128,16 +142,39 @@ class PolicyRunner:
         return array.astype(self.specs.action.dtype, copy=False)
 
     def _dry_run(self) -> tuple[PolicyOutput, ...]:
-        """Call the policy on example observations and check what it returns."""
+        """Call the policy on example observations, check what it returns, find its recurrent state.
+
+        A TensorDict policy is called with ``is_init`` (True) as well; if it writes
+        ``("next", name)`` keys, it is called once more with those states fed back as ``name``
+        (zeros), as every later call will be.
+        """
         example = {spec.key: np.stack([spec.example()] * self.num_envs) for spec in self.specs.observation}
+        starting = {IS_INIT: np.ones((self.num_envs, 1), np.bool_)} if self._takes_tensordict else {}
+        outputs = self._outputs(self._try(example, starting))
+        state = tuple(
+            PolicyOutput(o.key[1:], o.shape, o.dtype)
+            for o in outputs
+            if self._takes_tensordict and o.key[0] == "next" and len(o.key) > 1 and o.key[1:] not in self._inputs
+        )
+        needs_is_init = "is_init" in getattr(self.policy, "in_keys", ())
+        if state or needs_is_init:
+            self.carried = (PolicyOutput(IS_INIT, (1,), np.dtype(np.bool_)), *state)
+            self._inputs |= {output.key for output in state}
+            zeros = {output.key: np.zeros((self.num_envs, *output.shape), output.dtype) for output in state}
+            outputs = self._outputs(self._try(example, {**starting, **zeros}))
+        return outputs
+
+    def _try(self, example: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray]) -> Any:
         try:
             with torch.no_grad():
-                raw = self._call(example)
+                return self._call(example, carried)
         except Exception as exc:
             raise PolicyError(
                 f"policy {_describe(self.policy)} failed on an example observation batch "
-                f"({_shapes(example)}): {type(exc).__name__}: {exc}"
+                f"({_shapes({**example, **carried})}): {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _outputs(self, raw: Any) -> tuple[PolicyOutput, ...]:
         action, extras = self._split(raw)
         _check_action(action, self.specs.action, self.num_envs, self.policy)
         outputs = []

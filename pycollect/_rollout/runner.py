@@ -15,6 +15,7 @@ from pycollect._rollout.actions import ActionSource
 from pycollect._rollout.checks import OutputChecks
 from pycollect._rollout.keys import (
     ACTION,
+    IS_INIT,
     NEXT_DONE,
     NEXT_OBS_PREFIX,
     NEXT_TERMINATED,
@@ -25,7 +26,7 @@ from pycollect._rollout.keys import (
     Key,
 )
 from pycollect.envs.backend import GymLikeEnv
-from pycollect.envs.specs import EnvSpecs
+from pycollect.envs.specs import EnvSpecs, FieldSpec
 
 __all__ = ["EnvRunner"]
 
@@ -48,6 +49,8 @@ class EnvRunner:
             that runners in different processes never hand out the same id.
         env_name: The env's name, for error messages.
         worker: The worker this runner steps in (``None``: the trainer), for error messages.
+        info: Entries of the env's step ``info`` to keep (``info_keys``), stored at their keys
+            (``("next", name)``); a step whose info lacks one stores zeros.
 
     Raises:
         EnvOutputError: (from :meth:`reset` and :meth:`rollout`) an environment returned
@@ -66,6 +69,7 @@ class EnvRunner:
         traj_id_stride: int = 1,
         env_name: str = "env",
         worker: int | None = None,
+        info: tuple[FieldSpec, ...] = (),
     ) -> None:
         self.envs = list(envs)
         self.specs = specs
@@ -80,7 +84,10 @@ class EnvRunner:
         self._traj_ids = np.zeros(num_envs, np.int64)
         self._steps = [0] * num_envs
         self._has_reset = False
-        self._checks = OutputChecks(specs.observation, env_name, worker)
+        self._checks = OutputChecks(specs.observation, env_name, worker, info)
+        self._info = [(entry.key, entry.key[-1], np.zeros(entry.shape, entry.dtype)) for entry in info]
+        # What the policy gets back on the next step: is_init, a recurrent state (zeros at a start).
+        self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
         # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
         self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
 
@@ -109,6 +116,8 @@ class EnvRunner:
             self._store_obs(i, obs)
             self._start_trajectory(i)
         self._has_reset = True
+        for key, array in self._carried.items():
+            array[...] = key == IS_INIT  # every env starts an episode: is_init True, states zero
 
     def rollout(
         self,
@@ -148,6 +157,12 @@ class EnvRunner:
         term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
         extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
         obs_views = [(key, out[key]) for key, _ in self._paths]
+        carried = self._carried
+        carried_out = [(key, out[key], array) for key, array in carried.items()]
+        # A recurrent state comes back from ("next", key) to key; is_init is set by episode ends.
+        state_in = [(array, (*NEXT_OBS_PREFIX, *key)) for key, array in carried.items() if key != IS_INIT]
+        is_init = carried.get(IS_INIT)
+        info_out = [(n, out[key], name, default) for n, (key, name, default) in enumerate(self._info)]
         if random_actions:  # no policy call, so no extra outputs: zero them (slots are reused)
             for _, array in extras_out:
                 array[...] = 0
@@ -164,20 +179,30 @@ class EnvRunner:
             if on_step is not None:
                 on_step()
             extras: Mapping[Key, Any] = {}
+            for _, array, current in carried_out:
+                array[:, t] = current
             if random_actions:
                 actions = self.policy.random_action()
             else:
-                actions, extras = self.policy.act({key: array[:, t] for key, array in obs_views})
+                actions, extras = self.policy.act({key: array[:, t] for key, array in obs_views}, carried)
             actions_out[:, t] = actions
             if extras:
                 for key, array in extras_out:
                     array[:, t] = extras[key].numpy()
+            for state, next_key in state_in:
+                if extras:
+                    state[...] = extras[next_key].numpy()
+                else:
+                    state[...] = 0  # random actions: no policy call, so the state stays a start
             traj_out[:, t] = self._traj_ids
             finished = []
             env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
             for i in env_range:
-                next_raw[i], reward, term, trunc, _ = env_steps[i](env_actions[i])
+                next_raw[i], reward, term, trunc, info = env_steps[i](env_actions[i])
+                for n, array, name, default in info_out:
+                    value = info.get(name, default) if isinstance(info, Mapping) else default
+                    array[i, t] = checks.info(n, value, i, t + 1)
                 if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
                     reward, term, trunc = checks.step(reward, term, trunc, i, t + 1)  # else: fits as it is
                 step_rewards[i], step_terminated[i] = reward, term
@@ -185,6 +210,8 @@ class EnvRunner:
                 step_truncated[i] = trunc or (limit is not None and step_counts[i] >= limit)
                 if term or step_truncated[i]:
                     finished.append(i)
+            if is_init is not None:
+                is_init[...] = False
             last = t + 1 == steps
             for obs_array, next_array, current, path, field, dtype, shape in obs_out:
                 for i in env_range:  # one env at a time: no temporary batch array
@@ -201,6 +228,8 @@ class EnvRunner:
                         value = checks.observation(field, value, i, t + 1)
                     (current if last else obs_array[:, t + 1])[i] = value
                 self._start_trajectory(i)
+                for key, array in carried.items():
+                    array[i] = key == IS_INIT
         reward_array = np.asarray(rewards, dtype=np.float64)
         checks.reward_range(reward_array, steps)
         reward_out[..., 0] = reward_array.T

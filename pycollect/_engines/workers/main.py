@@ -127,6 +127,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             traj_id_stride=w,
             env_name=spec.env_source.describe(),
             worker=worker,
+            info=spec.info,
         )
         slots = [
             {key: np.asarray(segment.slot_view(field_name(key), slot, worker, writable=True)) for key in spec.fields}

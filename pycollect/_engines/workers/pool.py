@@ -193,6 +193,7 @@ class WorkerPool(Engine):
             init_random_frames=config.init_random_frames,
             reset_at_each_iter=config.reset_at_each_iter,
             fields=tuple(field.key for field in plan.fields),
+            info=plan.info,
             placements=tuple(placements),
             weights_layout=weights.layout if weights is not None else None,
             weights=None,  # the scheme's receiver, made once the segment exists

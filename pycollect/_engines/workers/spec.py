@@ -19,6 +19,7 @@ import cloudpickle
 from pycollect._rollout.keys import Key
 from pycollect.devices.placement import Placement
 from pycollect.envs.source import EnvSource
+from pycollect.envs.specs import FieldSpec
 from pycollect.exceptions import TransportError
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class WorkerSpec:
         init_random_frames: Frames (over all workers) collected with random actions first.
         reset_at_each_iter: Reset every environment at the start of every rollout.
         fields: The batch keys written into each slot.
+        info: The entries of the env's step info kept (``info_keys``), as fields.
         placements: Where each worker runs (one per worker).
         weights_layout: How the policy's state dict is laid out (``None``: no weights move).
         weights: The weight-sync scheme's worker half (``None``: no weights move).
@@ -67,6 +69,7 @@ class WorkerSpec:
     init_random_frames: int
     reset_at_each_iter: bool
     fields: tuple[Key, ...]
+    info: tuple[FieldSpec, ...]
     placements: tuple[Placement, ...]
     weights_layout: WeightsLayout | None
     weights: WeightReceiver | None
