@@ -60,6 +60,7 @@ from pycollect.weights.scheme import WeightSyncScheme
 
 __all__ = [
     "DISABLE_VARIABLE",
+    "DISTRIBUTION",
     "ENTRY_POINT_GROUP",
     "LOAD_VARIABLE",
     "Kind",
@@ -78,6 +79,12 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
+DISTRIBUTION = "pycollect-rl"
+"""The distribution pycollect is installed as (``pip install pycollect-rl``), which provides the built-in plugins.
+
+It is pyproject.toml's ``[project] name`` (tests/test_release.py checks the two agree); the import
+name stays ``pycollect`` (``pycollect`` on PyPI is an unrelated project).
+"""
 DISABLE_VARIABLE = "PYCOLLECT_DISABLE_PLUGINS"
 LOAD_VARIABLE = "PYCOLLECT_LOAD_PLUGINS"
 
@@ -174,7 +181,7 @@ class _Registry:
         added: list[str] = []
         try:
             for module in DEFAULT_PLUGINS:
-                self.add(importlib.import_module(module), PluginInfo(module, "pycollect", _version(), True))
+                self.add(importlib.import_module(module), PluginInfo(module, DISTRIBUTION, _version(), True))
                 added.append(module)
             for entry_point, info in self._entry_points():
                 try:
