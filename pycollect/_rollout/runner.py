@@ -200,9 +200,10 @@ class EnvRunner:
             step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
             for i in env_range:
                 next_raw[i], reward, term, trunc, info = env_steps[i](env_actions[i])
-                for n, array, name, default in info_out:
-                    value = info.get(name, default) if isinstance(info, Mapping) else default
-                    array[i, t] = checks.info(n, value, i, t + 1)
+                if info_out:
+                    for n, array, name, default in info_out:
+                        value = info.get(name, default) if isinstance(info, Mapping) else default
+                        array[i, t] = checks.info(n, value, i, t + 1)
                 if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
                     reward, term, trunc = checks.step(reward, term, trunc, i, t + 1)  # else: fits as it is
                 step_rewards[i], step_terminated[i] = reward, term
