@@ -3,8 +3,10 @@
 What it does: a TorchRL ``QValueActor`` (an MLP giving one Q-value per action, greedy over
 them) followed by an ``EGreedyModule`` (a uniform random action with probability epsilon)
 is the policy of a ``pycollect.Collector`` with one worker process and 4 environments. The
-first frames are random (``init_random_frames``). Every batch is flattened into a TorchRL
-``ReplayBuffer``; after each batch, a few ``DQNLoss`` gradient steps on sampled minibatches
+first frames are random (``init_random_frames``). The collector itself extends a TorchRL
+``ReplayBuffer`` with every batch (``replay_buffer=``, after ``postproc=`` flattens the
+``[envs, time]`` batch into frames), so iterating yields ``None``, as TorchRL's collectors do;
+after each batch, a few ``DQNLoss`` gradient steps on sampled minibatches
 (one-step TD targets from a delayed copy of the Q-network), a ``HardUpdate`` of the target
 network every few hundred steps, epsilon annealed linearly, and
 ``collector.update_policy_weights_()`` sends the Q-network's weights and epsilon (a buffer
@@ -23,11 +25,11 @@ How to run it::
     python examples/dqn_cartpole.py --help
 
 Measured (2026-12-01, the 2-core development machine shared with other work;
-``python examples/dqn_cartpole.py``, seed 1, two runs): after 51,200 frames (35-52 s) the mean
-return of the last 100 training episodes (epsilon 0.05) was 240.7 and 239.9 (it peaks around
-270 near 45k frames), and the greedy evaluation returned 149.6 and 184.1 (8 episodes). Random
-play gets ~22. The runs differ slightly because when a weight update reaches the worker
-(this batch or the next) depends on timing.
+``python examples/dqn_cartpole.py``, seed 1, three runs): after 51,200 frames (32-52 s) the
+mean return of the last 100 training episodes (epsilon 0.05) was 240.7, 239.9 and 240.7 (it
+peaks around 270 near 45k frames), and the greedy evaluation returned 149.6, 184.1 and 149.6
+(8 episodes). Random play gets ~22. The runs differ slightly because when a weight update
+reaches the worker (this batch or the next) depends on timing.
 """
 
 from __future__ import annotations
@@ -139,14 +141,15 @@ def main(args: Args) -> dict[str, float | int]:
         num_workers=args.num_workers,
         init_random_frames=args.init_random_frames,
         seed=args.seed,
+        postproc=lambda td: td.reshape(-1),  # [envs, time] -> [frames], applied in this process
+        replay_buffer=buffer,  # every batch extends it; iteration yields None
     )
     start = time.perf_counter()
     frames = 0
     mean_return = float("nan")
     with collector:
-        for i, batch in enumerate(collector):
-            frames += batch.numel()
-            buffer.extend(batch.reshape(-1))
+        for i, _ in enumerate(collector):  # None: the batch is already in the buffer
+            frames += args.frames_per_batch
             if frames >= args.init_random_frames:
                 for _ in range(args.updates_per_batch):
                     loss = loss_module(buffer.sample())["loss"]
