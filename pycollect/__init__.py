@@ -16,6 +16,7 @@ Extension points, each a subpackage with its interface, extended through pluggy 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from pycollect._core import __version__
@@ -74,6 +75,11 @@ _LAZY = {
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+
+# pycollect logs (what happens to workers: ``pycollect.workers``) and leaves handlers to the
+# application, as libraries should: without this one, Python's last-resort handler would print
+# warnings on the stderr of an application that configured no logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "BufferExportError",

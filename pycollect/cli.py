@@ -2,21 +2,38 @@
 
 ``pycollect run`` collects experience from an environment with a random policy and reports
 how fast it went; it is the quickest way to see pycollect work on a machine.
+
+What the command says besides its summary goes to stderr, one line each: ``pycollect: error:
+...`` (bad input: status 2; an error while collecting: status 1), ``pycollect: warning: ...``
+(the library's warnings and the ``pycollect`` loggers' records, such as a worker restart), and
+with ``-v`` ``pycollect: info: ...`` and ``pycollect: debug: ...`` (every worker start and exit). Messages of the
+library name its arguments (``num_workers``); the command names its flags (``--workers``)
+instead, through :data:`FLAGS`.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
+import logging
+import math
+import os
+import re
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
-__all__ = ["build_parser", "main"]
+from pycollect.exceptions import PyCollectError, PyCollectWarning, WorkerCrashedError
+
+__all__ = ["FLAGS", "build_parser", "flag_names", "main"]
 
 DEFAULT_ENV = "CartPole-v1"
+DEFAULT_FRAMES = 100_000
+"""Frames ``pycollect run`` collects without ``--frames``: at least this many, in whole batches."""
 DISABLE_VARIABLE, LOAD_VARIABLE = "PYCOLLECT_DISABLE_PLUGINS", "PYCOLLECT_LOAD_PLUGINS"  # see pycollect.plugins
 
 _DESCRIPTION = """\
@@ -27,10 +44,115 @@ Start with:
   pycollect run                          collect 100,000 frames of CartPole-v1, show the speed
   pycollect run Pendulum-v1 --frames 50000
   pycollect run --workers 2              step the environments in 2 worker processes
+  pycollect run --workers 2 -v           ... and say when each worker starts and ends
   pycollect run --help                   every option of 'run'
   pycollect plugins                      the env backends, weight-sync schemes and device
                                          policies installed, and which plugin provides each
 """
+
+
+FLAGS = {
+    "num_workers": "--workers",
+    "frames_per_batch": "--frames-per-batch",
+    "envs_per_worker": "--envs-per-worker",
+    "total_frames": "--frames",
+    "max_frames_per_traj": "--max-frames-per-traj",
+    "seed": "--seed",
+    "env_kwargs": "--env-kwarg",
+}
+"""The Collector arguments that ``pycollect run`` sets, and the flag that sets each."""
+
+_NAMES = re.compile(r"\b(" + "|".join(FLAGS) + r")\b(?!-)")
+
+
+def flag_names(text: str) -> str:
+    """``text`` (a message of the library) with the Collector's argument names as the command's flags.
+
+    The library's checks name the argument first (``"num_workers must be ..."``) and quote
+    values as ``name=value``; both become flags (``"--workers must be ..."``,
+    ``"--workers=3"``). A name that is also an ordinary word (``seed``) is only translated
+    there, at the start or before ``=``; the others wherever they stand.
+    """
+
+    def swap(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if "_" in name or match.start() == 0 or text.startswith("=", match.end()):
+            return FLAGS[name]
+        return name
+
+    return _NAMES.sub(swap, text)
+
+
+def _say(level: str, text: str, stream: TextIO | None = None) -> None:
+    """Print ``pycollect: LEVEL: text`` on stderr, clearing and redrawing a progress bar around it."""
+    from tqdm import tqdm
+
+    stream = sys.stderr if stream is None else stream
+    with tqdm.external_write_mode(file=stream):
+        print(f"pycollect: {level}: {text}", file=stream, flush=True)
+
+
+class _StderrHandler(logging.Handler):
+    """The ``pycollect`` loggers' records as ``pycollect: LEVEL: message`` lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "worker_event", None)
+        if event is not None and event.kind == "gave_up":
+            return  # the collector raises WorkerCrashedError right after, which the command prints
+        try:
+            text = record.getMessage()
+            if record.exc_info:
+                text += "\n" + logging.Formatter().formatException(record.exc_info)
+            _say(record.levelname.lower(), text)
+        except Exception:
+            self.handleError(record)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    text = flag_names(str(message))
+    if not issubclass(category, PyCollectWarning):
+        text = f"{category.__name__}: {text}"  # another library's: say what kind
+    _say("warning", text, file)
+
+
+@contextlib.contextmanager
+def _diagnostics(verbose: bool) -> Iterator[None]:
+    """Warnings and the ``pycollect`` loggers' records as one line each on stderr, while the command runs."""
+    logger = logging.getLogger("pycollect")
+    handler = _StderrHandler()
+    level = logger.level
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _process_started() -> float:
+    """The ``time.perf_counter()`` reading at which this process started (Linux), else now.
+
+    The command's start-up then counts the interpreter's own start and every import, not just
+    what follows them.
+    """
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": field 3 on
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - age if 0 <= age < 60 else now  # an implausible age: a clock we cannot compare
 
 
 def _env_kwarg(text: str) -> tuple[str, Any]:
@@ -61,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
             "Collect frames from ENV with a uniform random policy, with a progress bar, then "
             "print frames, frames/s, finished episodes and their mean return."
         ),
+        epilog=(
+            "Errors, warnings (a worker restarted, a batch size rounded up) and with -v more "
+            "are printed on stderr, one line each: 'pycollect: error: ...', 'pycollect: "
+            "warning: ...'. Status: 0 done, 1 an error while collecting, 2 bad input, "
+            "130 interrupted."
+        ),
     )
     run.add_argument(
         "env",
@@ -83,16 +211,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--async",
         dest="async_",
         action="store_true",
-        help="with --workers: each batch is the next rollout of any worker (default: one of every worker)",
+        help="with --workers N: each batch is the next rollout of any worker (default: one of every worker)",
     )
     run.add_argument(
         "--envs-per-worker", type=int, default=8, metavar="K", help="environments stepped together (default 8)"
     )
     run.add_argument(
-        "--frames", type=int, default=100_000, metavar="N", help="total frames to collect (default 100000)"
+        "--frames",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"frames to collect, in whole batches (default {DEFAULT_FRAMES}, rounded up; -1: until Ctrl-C)",
     )
     run.add_argument(
-        "--frames-per-batch", type=int, default=1024, metavar="N", help="frames in each batch (default 1024)"
+        "--frames-per-batch",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="frames in each batch, rounded up to a whole step of every env (default 1024)",
     )
     run.add_argument(
         "--max-frames-per-traj", type=int, default=None, metavar="N", help="truncate episodes after N steps"
@@ -108,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also say when each worker starts and ends ('pycollect: debug:' and 'info:' lines)",
+    )
 
     plugins = commands.add_parser(
         "plugins",
@@ -128,59 +270,79 @@ def _version() -> str:
     return __version__
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, started: float) -> int:
+    """``pycollect run``; ``started`` is when the command started, as ``time.perf_counter()``."""
     from tqdm import tqdm
 
-    from pycollect import Collector, PyCollectError
+    from pycollect.config import CollectorConfig
 
-    started = time.perf_counter()
-    try:
-        collector = Collector(
-            args.env,
-            frames_per_batch=args.frames_per_batch,
-            total_frames=args.frames,
-            envs_per_worker=args.envs_per_worker,
-            num_workers=args.workers,
-            sync=not args.async_,
-            max_frames_per_traj=args.max_frames_per_traj,
-            seed=args.seed,
-            env_kwargs=dict(args.env_kwarg),
-        )
-    except PyCollectError as exc:
-        print(f"pycollect: error: {exc}", file=sys.stderr)
+    if args.async_ and args.workers == 0:
+        _say("error", "--async needs --workers N with N >= 1 (in-process collection has no async mode)")
         return 2
+    settings: dict[str, Any] = {
+        "frames_per_batch": args.frames_per_batch,
+        "total_frames": DEFAULT_FRAMES if args.frames is None else args.frames,
+        "envs_per_worker": args.envs_per_worker,
+        "num_workers": args.workers,
+        "sync": not args.async_,
+        "max_frames_per_traj": args.max_frames_per_traj,
+        "seed": args.seed,
+    }
+    try:
+        config = CollectorConfig(**settings)  # the Collector's own checks, before seconds of importing torch
+    except PyCollectError as exc:
+        _say("error", flag_names(str(exc)))
+        return 2
+    if args.frames is None:  # the default is the command's choice: whole batches, nothing to warn about
+        settings["total_frames"] = math.ceil(DEFAULT_FRAMES / config.batch_frames) * config.batch_frames
     interrupted = False
     setup_s = 0.0
-    with (
-        collector,
-        tqdm(
-            total=args.frames,
-            unit="frames",
-            unit_scale=True,
-            disable=args.no_progress,
-            file=sys.stderr,
-            dynamic_ncols=True,
-        ) as bar,
-    ):
-        # Steady-state speed is timed from the first batch on; construction and the first
-        # batch (which waits for worker processes to start) are reported as start-up.
-        first_frames = 0
+    # Until the first batch the bar says what the time goes on: importing torch (seconds),
+    # building envs and starting workers.
+    with tqdm(
+        desc="importing torch",
+        bar_format="{desc}...",
+        unit="frames",
+        unit_scale=True,
+        disable=args.no_progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
+        from pycollect import Collector  # imports torch and tensordict
+
+        bar.set_description_str(f"starting {args.workers} worker(s)" if args.workers else "building envs")
         try:
-            for _ in collector:
-                bar.update(collector.frames - bar.n)
-                if not first_frames:
-                    first_frames = collector.frames
-                    setup_s = time.perf_counter() - started
-                    started = time.perf_counter()
-        except KeyboardInterrupt:
-            interrupted = True
-        except PyCollectError as exc:  # a worker given up on, an env returning what it may not
+            collector = Collector(args.env, **settings, env_kwargs=dict(args.env_kwarg))
+        except PyCollectError as exc:
+            bar.leave = False
             bar.close()
-            print(f"pycollect: error: {exc}", file=sys.stderr)
-            return 1
-        if not first_frames:
-            setup_s, started = time.perf_counter() - started, time.perf_counter()
-        elapsed = time.perf_counter() - started
+            _say("error", flag_names(str(exc)))
+            return 2
+        with collector:
+            # Whole batches of whole steps: what the collector really delivers.
+            total = len(collector) * collector.frames_per_batch if collector.total_frames > 0 else None
+            bar.bar_format = None
+            bar.set_description_str("", refresh=False)
+            bar.reset(total=total)  # and redraw: a bar from here on
+            # Steady-state speed is timed from the first batch on; everything before it (the
+            # imports, the envs, the worker processes) is reported as start-up.
+            first_frames = 0
+            try:
+                for _ in collector:
+                    bar.update(collector.frames - bar.n)
+                    if not first_frames:
+                        first_frames = collector.frames
+                        setup_s = time.perf_counter() - started
+                        started = time.perf_counter()
+            except KeyboardInterrupt:
+                interrupted = True
+            except PyCollectError as exc:  # a worker given up on, an env returning what it may not
+                bar.close()
+                _say("error", _one_line(exc))
+                return 1
+            if not first_frames:
+                setup_s, started = time.perf_counter() - started, time.perf_counter()
+            elapsed = time.perf_counter() - started
     timed_frames = collector.frames - first_frames
     summary = {
         "env": collector.env_source.describe(),
@@ -198,6 +360,15 @@ def _run(args: argparse.Namespace) -> int:
     }
     _print_summary(summary, as_json=args.json)
     return 130 if interrupted else 0
+
+
+def _one_line(exc: PyCollectError) -> str:
+    """An error while collecting, on one line: a crashed worker's traceback is on stderr already."""
+    if isinstance(exc, WorkerCrashedError):
+        from pycollect._engines.workers.supervision import crash_summary
+
+        return crash_summary(exc)
+    return str(exc)
 
 
 def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
@@ -227,12 +398,12 @@ _KIND_KEYS = {"env_backend": "env_backends", "scheme": "schemes", "device_policy
 
 
 def _plugins(args: argparse.Namespace) -> int:
-    from pycollect import PyCollectError, plugins
+    from pycollect import plugins
 
     try:
         found, skipped = plugins.registrations(), plugins.skipped()
     except PyCollectError as exc:
-        print(f"pycollect: error: {exc}", file=sys.stderr)
+        _say("error", str(exc))
         return 2
     if args.json:
         listing: dict[str, Any] = {key: [] for key in _KIND_KEYS.values()}
@@ -265,15 +436,21 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``pycollect`` command; return its exit status."""
+    """Run the ``pycollect`` command; return its exit status.
+
+    Run as the command (``argv`` None), its start-up is timed from the start of the process;
+    called with ``argv``, from this call.
+    """
+    started = _process_started() if argv is None else time.perf_counter()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    if args.command == "run":
-        return _run(args)
-    if args.command == "plugins":
-        return _plugins(args)
+    with _diagnostics(getattr(args, "verbose", False)):
+        if args.command == "run":
+            return _run(args, started)
+        if args.command == "plugins":
+            return _plugins(args)
     parser.error(f"unknown command {args.command!r}")
     return 2

@@ -158,5 +158,5 @@ def test_a_raising_gymnasium_constructor_in_the_cli_is_one_line_and_exit_2(capsy
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert error.startswith(
-        "pycollect: error: building env 'gymnasium:CartPole-v1' with env_kwargs={'no_such_kwarg': 1} raised TypeError"
+        "pycollect: error: building env 'gymnasium:CartPole-v1' with --env-kwarg={'no_such_kwarg': 1} raised TypeError"
     )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
+from pycollect import cli
 from pycollect.cli import main
 
 
@@ -25,6 +28,7 @@ def test_run_defaults_to_cartpole_and_prints_a_summary() -> None:
     for label in ("frames ", "frames/s", "episodes", "mean return"):
         assert label in result.stdout
     assert "frames" in result.stderr  # the progress bar
+    assert "importing torch" in result.stderr  # what the first seconds are spent on
 
 
 def test_run_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,13 +64,121 @@ def test_run_counts_episodes_and_mean_return(capsys: pytest.CaptureFixture[str])
     ("args", "message"),
     [
         (["run", "NoSuchEnv-v0"], "unknown gymnasium env id 'NoSuchEnv-v0'"),
-        (["run", "--frames-per-batch", "0"], "frames_per_batch must be a positive integer, got 0"),
-        (["run", "--workers", "-1"], "num_workers must be a non-negative integer, got -1"),
+        (["run", "--frames-per-batch", "0"], "--frames-per-batch must be a positive integer, got 0"),
+        (["run", "--workers", "-1"], "--workers must be a non-negative integer, got -1"),
+        (["run", "--envs-per-worker", "0"], "--envs-per-worker must be a positive integer, got 0"),
+        (["run", "--frames", "0"], "--frames must be a positive integer or -1 (endless), got 0"),
+        (["run", "--max-frames-per-traj", "0"], "--max-frames-per-traj must be a positive integer, got 0"),
+        (["run", "--seed", "-1"], "--seed must be a non-negative integer, got -1"),
+        (["run", "--env-kwarg", "no_such_kwarg=1"], "with --env-kwarg={'no_such_kwarg': 1} raised TypeError"),
+        (["run", "--async"], "--async needs --workers"),
+        (["run", "--async", "--workers", "0"], "--async needs --workers"),
     ],
 )
-def test_bad_input_exits_2_with_a_message(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_exits_2_with_one_line_naming_the_flag(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([*args, "--no-progress"]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("pycollect: error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert message in err
+    assert not any(re.search(rf"(?<![-\w]){name}\b", err) for name in cli.FLAGS), err  # the user's names
+
+
+def test_bad_numbers_are_refused_before_torch_is_imported() -> None:
+    code = "import sys; from pycollect.cli import main; print(main(['run', '--workers', '-1']), 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "2 False", out.stderr
+    assert out.stderr == "pycollect: error: --workers must be a non-negative integer, got -1\n"
+
+
+def test_every_translated_name_is_a_collector_argument_and_every_flag_an_option() -> None:
+    import inspect
+
+    from pycollect import Collector
+
+    options = {option for action in _run_parser()._actions for option in action.option_strings}
+    for name, flag in cli.FLAGS.items():
+        assert name in inspect.signature(Collector).parameters, name
+        assert flag in options, flag
+
+
+def test_flag_names_translate_any_message_of_the_collector() -> None:
+    text = "total_frames=1000 is not a multiple of frames_per_batch=304 (num_workers=2, seed=3); seed ok"
+    assert cli.flag_names(text) == (
+        "--frames=1000 is not a multiple of --frames-per-batch=304 (--workers=2, --seed=3); seed ok"
+    )
+    assert cli.flag_names("seed must be a non-negative integer") == "--seed must be a non-negative integer"
+    assert cli.flag_names("a fresh seed for max_num_workers") == "a fresh seed for max_num_workers"
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices["run"]
+
+
+def test_the_progress_bar_counts_to_the_frames_collected(capsys: pytest.CaptureFixture[str]) -> None:
+    # 300 frames over 8 envs is rounded up to 304 a batch, and 500 frames take 2 batches: 608.
+    assert main(["run", "--frames", "500", "--frames-per-batch", "300", "--seed", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "608/608" in err and "/500" not in err, err
+
+
+def test_warnings_are_one_line_each_in_the_cli_format(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--frames", "500", "--frames-per-batch", "300", "--no-progress", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        "pycollect: warning: --frames-per-batch=300 is not a multiple of the 8 environments stepped per batch "
+        "(--envs-per-worker=8); each batch holds 304 frames\n"
+        "pycollect: warning: --frames (500) is not exactly divisible by --frames-per-batch (304): the collector "
+        "delivers 2 batches, 608 frames (108 more)\n"
+    )
+
+
+@pytest.mark.timeout(180)
+def test_the_command_prints_warnings_as_pycollect_warning_lines() -> None:
+    result = _run("run", "--frames", "500", "--frames-per-batch", "300", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("pycollect: warning: --frames-per-batch=300 is not a multiple"), result.stderr
+    assert "PyCollectWarning" not in result.stderr and "cli.py" not in result.stderr, result.stderr
+
+
+@pytest.mark.timeout(180)
+def test_start_up_time_includes_importing_torch() -> None:
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pycollect", "run", "--frames", "1000", "--json", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    # -X importtime: "import time: self [us] | cumulative | package", nested packages indented
+    cumulative = {
+        line.split("|")[2].strip(): int(line.split("|")[1])
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2 and "cumulative" not in line
+    }
+    torch_s = cumulative["torch"] / 1e6
+    setup_s = json.loads(result.stdout)["setup_seconds"]
+    assert setup_s >= torch_s - 0.001, (setup_s, torch_s)
+
+
+@pytest.mark.timeout(180)
+def test_a_restart_is_a_warning_line_and_verbose_shows_starts(capfd: pytest.CaptureFixture[str]) -> None:
+    env = "callable:pycollect.testing.envs:RaisingEnv"
+    args = ["run", env, "--workers", "1", "--env-kwarg", "only_generation=1", "--frames", "2000", "--no-progress"]
+    assert main(args) == 0
+    err = capfd.readouterr().err
+    assert "pycollect worker 0 (generation 1): failed:\nTraceback (most recent call last):" in err, err
+    assert "ZeroDivisionError: boom at step 7" in err
+    assert "pycollect: warning: worker 0 (generation 1) exited with status 1\n" in err, err
+    assert "pycollect: warning: restarting worker 0 as generation 2 in " in err, err
+    assert "debug:" not in err and "info:" not in err
+    assert main([*args, "-v"]) == 0
+    err = capfd.readouterr().err
+    assert "pycollect: debug: worker 0 (generation 2) started, pid " in err, err
 
 
 def test_help_explains_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,7 +189,8 @@ def test_help_explains_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert "pycollect run" in out and "TensorDict" in out
     with pytest.raises(SystemExit):
         main(["run", "--help"])
-    assert "--envs-per-worker" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--envs-per-worker" in out and "--verbose" in out and "pycollect: warning:" in out
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,5 +230,9 @@ def test_pytest_plugin_import_does_not_pull_in_torch() -> None:
 def test_an_error_while_collecting_is_reported_with_status_1(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", "callable:pycollect.testing.envs:RaisingEnv", "--workers", "1", "--no-progress"])
     assert code == 1
-    error = capsys.readouterr().err
-    assert error.startswith("pycollect: error: worker 0") and "ZeroDivisionError: boom at step 7" in error
+    lines = capsys.readouterr().err.splitlines()
+    errors = [line for line in lines if line.startswith("pycollect: error:")]
+    assert errors == [lines[-1]], lines  # once, last, on one line (the worker printed its traceback)
+    assert errors[0].startswith("pycollect: error: worker 0 (generation 4) exited with status 1;"), errors
+    assert errors[0].endswith("gave up after 3 restart(s): ZeroDivisionError: boom at step 7"), errors
+    assert sum(line.startswith("pycollect: warning: restarting worker 0") for line in lines) == 3, lines

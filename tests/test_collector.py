@@ -101,7 +101,10 @@ def test_gymnasium_time_limit_shows_as_truncated() -> None:
 def test_total_frames_len_and_iteration() -> None:
     with pytest.warns(
         PyCollectWarning,
-        match=r"total_frames \(100\) is not exactly divisible by frames_per_batch \(30\): the collector delivers 4 batches, 120 frames \(20 more\)",
+        match=(
+            r"total_frames \(100\) is not exactly divisible by frames_per_batch \(30\): "
+            r"the collector delivers 4 batches, 120 frames \(20 more\)"
+        ),
     ):
         c = Collector("CartPole-v1", frames_per_batch=30, total_frames=100, envs_per_worker=3)
     with c:

@@ -14,6 +14,7 @@ With a random policy nothing here imports torch.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -169,6 +170,18 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             env.close()
 
 
+def _stderr_logger(worker: int, generation: int) -> logging.Logger:
+    """This worker's logger, ``pycollect.worker``; ``pycollect`` records (WARNING and up) go to stderr.
+
+    A worker's stderr is the trainer's, so each record says which worker wrote it. The handler
+    is the worker process's own: the trainer's logging is the application's to configure.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"pycollect worker {worker} (generation {generation}): %(message)s"))
+    logging.getLogger("pycollect").addHandler(handler)
+    return logging.getLogger("pycollect.worker")
+
+
 def run() -> int:
     """Run one worker; returns the process exit status."""
     if contract.ENV_SYS_PATH in os.environ:
@@ -177,6 +190,7 @@ def run() -> int:
 
     worker = int(os.environ[contract.ENV_WORKER])
     generation = int(os.environ[contract.ENV_GENERATION])
+    log = _stderr_logger(worker, generation)
     lifeline = os.environ.get(contract.ENV_LIFELINE_FD)
     if lifeline is not None:
         os.set_inheritable(int(lifeline), False)  # a process an env starts must not hold it
@@ -195,8 +209,7 @@ def run() -> int:
             return 0
         control.write_error(format_error(exc, _core.WORKER_ERROR_CAPACITY))
         control.state = "failed"
-        print(f"pycollect worker {worker} (generation {generation}) failed:", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
+        log.error("failed:", exc_info=exc)
         return 1
     control.state = "exiting"
     return 0

@@ -2,11 +2,24 @@
 
 The supervisor (a Rust thread) reports every start, exit, failed spawn, scheduled restart and
 give-up as a typed :class:`~pycollect._core.WorkerEvent`. The pool takes them in between its
-waits for rollouts; :class:`SupervisionLog` keeps what it needs from them.
+waits for rollouts; :class:`SupervisionLog` keeps what it needs from them and logs each one to
+the ``pycollect.workers`` logger (:data:`logger`), with the event as the record's
+``worker_event`` attribute:
+
+========================================  ========
+event                                     level
+========================================  ========
+started                                   DEBUG
+exited with status 0                      INFO
+exited otherwise (status, signal, hang)   WARNING
+spawn_failed, restarting, stopped         WARNING
+gave_up (with the worker's error)         ERROR
+========================================  ========
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from pycollect.exceptions import WorkerCrashedError, WorkerStoppedError
@@ -14,9 +27,12 @@ from pycollect.exceptions import WorkerCrashedError, WorkerStoppedError
 if TYPE_CHECKING:
     from pycollect import _core
 
-__all__ = ["SupervisionLog", "describe_exit"]
+__all__ = ["SupervisionLog", "crash_summary", "describe_exit", "logger"]
 
 _KEEP_EVENTS = 100
+
+logger = logging.getLogger("pycollect.workers")
+"""Where the trainer logs what happens to its workers (a child of the ``pycollect`` logger)."""
 
 
 class SupervisionLog:
@@ -60,11 +76,35 @@ class SupervisionLog:
             del self._events[:-_KEEP_EVENTS]
             if event.kind == "exited":
                 self._dead_generation[event.worker] = max(self._dead_generation[event.worker], event.generation)
-            elif event.kind == "gave_up" and self._fatal is None:
-                self._fatal = self._crash_error(event)
+            elif event.kind == "gave_up":
+                error = self._crash_error(event)
+                if self._fatal is None:
+                    self._fatal = error
+                self._log(event, logging.ERROR, crash_summary(error))
+                continue  # logged with what the worker raised
             elif event.kind == "stopped":
                 self._stopped[event.worker] = event
                 self._unreported.append(event.worker)
+            self._log(event, *self._describe(event))
+
+    def _describe(self, event: _core.WorkerEvent) -> tuple[int, str]:
+        """The level and message that log ``event`` (all kinds but gave_up)."""
+        name = f"worker {event.worker} (generation {event.generation})"
+        if event.kind == "started":
+            return logging.DEBUG, f"{name} started, pid {event.pid}"
+        if event.kind == "exited":
+            clean = event.exit is not None and event.exit.reason == "exit" and event.exit.code == 0
+            return logging.INFO if clean else logging.WARNING, f"{name} {describe_exit(event.exit)}"
+        if event.kind == "spawn_failed":
+            return logging.WARNING, f"{name} could not be started: {event.error}"
+        if event.kind == "restarting":
+            after = f"{event.after_s:.2f} s" if event.after_s is not None else "a moment"
+            return logging.WARNING, f"restarting worker {event.worker} as generation {event.generation} in {after}"
+        return logging.WARNING, self.describe_stop(event.worker)  # stopped
+
+    @staticmethod
+    def _log(event: _core.WorkerEvent, level: int, message: str) -> None:
+        logger.log(level, "%s", message, extra={"worker_event": event})
 
     def stopped(self, worker: int) -> bool:
         """Whether ``worker`` ended cleanly and its restart policy leaves it down."""
@@ -106,6 +146,14 @@ class SupervisionLog:
         if text:
             message += f"\n\nThe worker raised {text}"
         return WorkerCrashedError(message, worker=worker, generation=event.generation, error=text)
+
+
+def crash_summary(error: WorkerCrashedError) -> str:
+    """A crash on one line: how the worker ended and gave up, then the first line of what it raised."""
+    text = str(error).strip()
+    summary = text.splitlines()[0] if text else "a worker crashed"
+    raised = (error.error or "").strip()
+    return f"{summary}: {raised.splitlines()[0]}" if raised else summary
 
 
 def describe_exit(last_exit: _core.WorkerExit | None) -> str:
