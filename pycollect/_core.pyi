@@ -280,12 +280,27 @@ class CommandReceiver:
 class WeightsWriter:
     @property
     def capacity(self) -> int: ...
+    @property
+    def buffers(self) -> int:
+        """Number of buffers in the store."""
     def publish(self, data: Buffer, timeout_s: float) -> int:
         """Copy ``data`` into a free buffer (GIL released) and publish; returns the version.
 
         Waits up to ``timeout_s`` for a buffer no reader holds (TransportError after that).
         A worker that dies while reading holds no buffer once its supervisor has reaped it.
         """
+    def reserve(self, nbytes: int, timeout_s: float) -> SlotView:
+        """Reserve a free buffer and return a writable view of its first ``nbytes`` bytes.
+
+        Fill it, then :meth:`commit` (or :meth:`abandon`); do not write it afterwards. Waits
+        up to ``timeout_s`` for a buffer no reader pins (TransportError after that).
+        """
+    def commit(self) -> int:
+        """Publish the reserved buffer; returns the new version."""
+    def abandon(self) -> None:
+        """Give the reserved buffer back unpublished (no-op without one)."""
+    def populate(self) -> None:
+        """Write zeros over every buffer, so later publishes do not page-fault; before any publish."""
     @property
     def latest_version(self) -> int: ...
 
@@ -293,8 +308,19 @@ class WeightsWriter:
 class WeightsReader:
     @property
     def latest_version(self) -> int: ...
+    @property
+    def pinned_version(self) -> int | None:
+        """The version this reader holds pinned, or None."""
     def read_into(self, out: Buffer) -> tuple[int, int] | None:
         """Copy the latest weights into the writable buffer ``out``; (version, nbytes) or None."""
+    def pin_latest(self) -> tuple[int, SlotView] | None:
+        """Pin the latest weights: (version, read-only view of their bytes), or None if none yet.
+
+        The buffer is not reused while pinned; the pin lasts until :meth:`unpin` or the next
+        ``pin_latest`` (this reader's only pin moves).
+        """
+    def unpin(self) -> None:
+        """Release the pin (no-op without one)."""
 
 WorkerEventKind: TypeAlias = Literal["started", "exited", "spawn_failed", "restarting", "stopped", "gave_up"]
 WorkerState: TypeAlias = Literal["running", "backingoff", "stopped", "gaveup", "shutdown"]

@@ -129,6 +129,11 @@ class Collector:
             ``"no_sync"``, or one a plugin adds) or a
             :class:`~pycollect.weights.WeightSyncScheme` instance.
         weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
+        apply_weights: With workers: when a worker applies new weights. ``"between_rollouts"``
+            (the default): before a rollout, so each rollout is collected with one version;
+            ``"between_steps"``: before any step (never during a policy call), so a rollout
+            may mix versions; either way every frame carries the ``policy_version`` it was
+            collected with.
         device_policy: With workers: which devices each worker uses. The name of a registered
             device placement policy (``"cpu"``, the default) or a
             :class:`~pycollect.devices.DevicePolicy` instance.
@@ -198,6 +203,7 @@ class Collector:
         storing_device: torch.device | str | None = _D.storing_device,
         weight_sync: str | WeightSyncScheme | None = _D.weight_sync,
         weight_sync_timeout_s: float = _D.weight_sync_timeout_s,
+        apply_weights: str = _D.apply_weights,
         device_policy: str | DevicePolicy = _D.device_policy,
         exploration_type: Any = _D.exploration_type,
         weights_from: torch.nn.Module | None = None,
@@ -230,6 +236,7 @@ class Collector:
             storing_device=storing_device,
             weight_sync=weight_sync,
             weight_sync_timeout_s=weight_sync_timeout_s,
+            apply_weights=apply_weights,
             device_policy=device_policy,
             exploration_type=exploration_type,
             info_keys=tuple(info_keys) if not isinstance(info_keys, str) else info_keys,  # type: ignore[arg-type]

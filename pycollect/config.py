@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from pycollect.weights import WeightSyncScheme
 
 __all__ = [
+    "APPLY_WEIGHTS",
     "DEFAULT_WEIGHT_SYNC",
     "EXPLORATION_TYPES",
     "MAX_ENVS_PER_WORKER",
+    "MAX_WEIGHT_BUFFERS",
     "SLOTS_PER_WORKER",
     "WEIGHT_BUFFERS",
     "WORKERS_PER_CPU",
@@ -42,7 +44,13 @@ SLOTS_PER_WORKER = 2
 """Rollout slots in each worker's ring: a worker runs at most one rollout ahead of the trainer."""
 
 WEIGHT_BUFFERS = 3
-"""Buffers of the shared-memory weights store: the latest, one being written, one being read."""
+"""Fewest buffers of the shared-memory weights store: the latest, one being written, one being read."""
+
+APPLY_WEIGHTS = ("between_rollouts", "between_steps")
+"""When a worker may apply new weights (``apply_weights``)."""
+
+MAX_WEIGHT_BUFFERS = 255
+"""Most buffers of the weights store (a buffer's index is 8 bits of its ``latest`` word)."""
 
 DEFAULT_WEIGHT_SYNC = "shared_memory"
 """The weight-sync scheme of workers when ``weight_sync`` is not given."""
@@ -172,6 +180,10 @@ class CollectorConfig:
         weight_sync: With workers: the weight-sync scheme, a registered name, a class or an
             instance (``None``: :data:`DEFAULT_WEIGHT_SYNC`).
         weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
+        apply_weights: With workers: when a worker applies new weights, ``"between_rollouts"``
+            (the default: a rollout is collected with one version) or ``"between_steps"``
+            (before any step, never during a policy call: fresher weights, mixed versions
+            within a rollout, each frame still stamped with its own).
         device_policy: With workers: the device placement policy, a name or an instance.
         exploration_type: How a probabilistic policy (a TorchRL ``ProbabilisticActor``) acts:
             TorchRL's ``ExplorationType`` (``RANDOM``, the default as in TorchRL's collectors:
@@ -205,6 +217,7 @@ class CollectorConfig:
     storing_device: torch.device | str | None = None
     weight_sync: str | WeightSyncScheme | None = None
     weight_sync_timeout_s: float = 5.0
+    apply_weights: str = "between_rollouts"
     device_policy: str | DevicePolicy = "cpu"
     exploration_type: Any = "random"
     info_keys: tuple[str, ...] = ()
@@ -241,6 +254,9 @@ class CollectorConfig:
                     "worker are accepted; use more workers, or pass check_resources=False if you mean it"
                 )
         _positive_seconds("weight_sync_timeout_s", self.weight_sync_timeout_s)
+        if self.apply_weights not in APPLY_WEIGHTS:
+            choices = ", ".join(map(repr, APPLY_WEIGHTS))
+            raise ConfigError(f"apply_weights must be one of {choices}, got {self.apply_weights!r}")
         exploration = getattr(self.exploration_type, "value", self.exploration_type)  # the enum's name
         if not isinstance(exploration, str) or exploration.lower() not in EXPLORATION_TYPES:
             raise ConfigError(

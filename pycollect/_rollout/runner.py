@@ -123,9 +123,9 @@ class EnvRunner:
         self,
         out: Mapping[Key, np.ndarray],
         random_actions: bool = False,
-        on_step: Callable[[], None] | None = None,
+        on_step: Callable[[], int | None] | None = None,
         policy_version: int = 0,
-    ) -> None:
+    ) -> int:
         """Step every environment ``T`` times, writing into ``out``.
 
         Args:
@@ -133,9 +133,12 @@ class EnvRunner:
                 :func:`pycollect._batch.batch_fields`); ``T`` is read from them. In a worker
                 process they are views of a shared-memory slot.
             random_actions: Sample actions uniformly instead of calling the policy.
-            on_step: Called once per step (a worker's heartbeat).
-            policy_version: The version of the policy weights this rollout is collected with;
-                weights never change within a rollout, so every step records the same one.
+            on_step: Called before every step (a worker's heartbeat); if it returns a version,
+                new weights were applied and the frames from this step on record it.
+            policy_version: The version of the policy weights the rollout starts with.
+
+        Returns:
+            The version of the weights in use at the end of the rollout.
         """
         if not self._has_reset:
             self.reset()
@@ -176,8 +179,10 @@ class EnvRunner:
         next_raw: list[Any] = [None] * num_envs
         env_steps, env_range = [env.step for env in envs], range(num_envs)
         for t in range(steps):
-            if on_step is not None:
-                on_step()
+            if on_step is not None and (applied := on_step()) is not None:
+                policy_version = applied
+                if POLICY_VERSION in out:
+                    out[POLICY_VERSION][:, t:] = applied
             extras: Mapping[Key, Any] = {}
             for _, array, current in carried_out:
                 array[:, t] = current
@@ -237,6 +242,7 @@ class EnvRunner:
         term_out[..., 0] = np.asarray(terminated, dtype=bool).T
         trunc_out[..., 0] = np.asarray(truncated, dtype=bool).T
         np.logical_or(term_out, trunc_out, out=done_out)
+        return policy_version
 
     def close(self) -> None:
         """Close every environment."""

@@ -1,12 +1,16 @@
 """Policy weights as one flat byte buffer, the form a shared-memory weights store carries.
 
-The trainer packs a module's ``state_dict`` (parameters and buffers) into bytes at fixed
-offsets; each worker unpacks the bytes into its own copy of the module. Both sides derive the
-same :class:`WeightsLayout` from the module, so only the bytes travel.
+The weights of a module are its parameters and its buffers, named as in its ``state_dict``
+(``"0.weight"``), the set ``TensorDict.from_module`` collects: non-persistent buffers
+included, a tied parameter once. The trainer packs them into bytes at fixed offsets; each
+worker either copies the bytes into its own copy of the module (:meth:`WeightsLayout.unpack`)
+or makes the module's parameters views of them (:meth:`WeightsLayout.share`). Both sides
+derive the same :class:`WeightsLayout` from the module, so only the bytes travel.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -15,29 +19,46 @@ import torch
 
 from pycollect.exceptions import PolicyError
 
-__all__ = ["WeightEntry", "WeightsLayout"]
+__all__ = ["WeightEntry", "WeightsLayout", "module_weights"]
 
 _ALIGN = 64
 _HEADER = 64  # bytes before the first tensor: the policy version (int64), then padding
 
 
+def module_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights a scheme carries: every parameter, then every buffer, by state-dict name."""
+    weights: dict[str, torch.Tensor] = dict(module.named_parameters())
+    weights.update(module.named_buffers())
+    return weights
+
+
 @dataclass(frozen=True)
 class WeightEntry:
-    """Where one tensor of the state dict lives in the flat buffer."""
+    """Where one tensor of the weights lives in the flat buffer.
+
+    Attributes:
+        name: Its state-dict name.
+        shape: Its shape.
+        dtype: Its dtype.
+        offset: Its first byte in the flat buffer (64-byte aligned).
+        nbytes: Its size in bytes.
+        parameter: Whether it is a parameter (else a buffer, which a forward may write).
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: torch.dtype
     offset: int
     nbytes: int
+    parameter: bool = True
 
 
 @dataclass(frozen=True)
 class WeightsLayout:
-    """The offsets of every tensor of a module's state dict in a flat buffer.
+    """The offsets of every tensor of a module's weights in a flat buffer.
 
     Attributes:
-        entries: One entry per state-dict tensor, in state-dict order.
+        entries: One entry per tensor, parameters first, in module order.
         nbytes: The size of a packed buffer, header included.
     """
 
@@ -45,32 +66,39 @@ class WeightsLayout:
     nbytes: int
 
     @staticmethod
-    def from_state_dict(state: Mapping[str, torch.Tensor]) -> WeightsLayout:
-        """Lay out a state dict (parameters and buffers), every tensor 64-byte aligned."""
+    def from_state_dict(state: Mapping[str, torch.Tensor], parameters: frozenset[str] | None = None) -> WeightsLayout:
+        """Lay out named tensors, every one 64-byte aligned.
+
+        Args:
+            state: The tensors, by name.
+            parameters: Which names are parameters (``None``: all of them).
+        """
         entries, offset = [], _HEADER
         for name, tensor in state.items():
             nbytes = tensor.numel() * tensor.element_size()
-            entries.append(WeightEntry(name, tuple(tensor.shape), tensor.dtype, offset, nbytes))
+            is_parameter = parameters is None or name in parameters
+            entries.append(WeightEntry(name, tuple(tensor.shape), tensor.dtype, offset, nbytes, is_parameter))
             offset += -(-nbytes // _ALIGN) * _ALIGN
         return WeightsLayout(tuple(entries), offset)
 
     @staticmethod
     def from_module(module: torch.nn.Module) -> WeightsLayout:
-        """Lay out ``module.state_dict()``."""
-        return WeightsLayout.from_state_dict(module.state_dict())
+        """Lay out :func:`module_weights` of ``module``."""
+        parameters = frozenset(name for name, _ in module.named_parameters())
+        return WeightsLayout.from_state_dict(module_weights(module), parameters)
 
     def check(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Refuse a state dict that does not have exactly this layout's keys, shapes and dtypes.
+        """Refuse weights that do not have exactly this layout's names, shapes and dtypes.
 
         Raises:
-            PolicyError: Naming the first key that is missing, extra, or of another shape or dtype.
+            PolicyError: Naming the first name that is missing, extra, or of another shape or dtype.
         """
         if len(state) != len(self.entries) or any(entry.name not in state for entry in self.entries):
             missing = [entry.name for entry in self.entries if entry.name not in state]
             known = {entry.name for entry in self.entries}
             extra = [name for name in state if name not in known]
-            what = f"lacks {missing[0]!r}" if missing else f"has the unexpected key {extra[0]!r}"
-            raise PolicyError(f"the weights do not match the policy the workers run: the state dict {what}")
+            what = f"lack {missing[0]!r}" if missing else f"have the unexpected entry {extra[0]!r}"
+            raise PolicyError(f"the weights do not match the policy the workers run: they {what}")
         for entry in self.entries:
             tensor = state[entry.name]
             if tuple(tensor.shape) != entry.shape or tensor.dtype != entry.dtype:
@@ -82,28 +110,78 @@ class WeightsLayout:
     def pack(self, state: Mapping[str, torch.Tensor], out: np.ndarray, version: int) -> memoryview:
         """Copy ``state`` and its ``version`` into ``out`` (uint8, at least :attr:`nbytes`).
 
+        Each tensor is copied once, straight from wherever it lives (a CUDA tensor included)
+        to its place in ``out``.
+
         Returns:
             The used bytes of ``out``.
         """
         out[:8].view(np.int64)[0] = version
-        flat = torch.from_numpy(out)
-        for entry in self.entries:
-            if entry.nbytes:
-                source = state[entry.name].detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-                flat[entry.offset : entry.offset + entry.nbytes].copy_(source)
+        targets = self._tensors(torch.from_numpy(out))
+        with torch.no_grad():
+            for entry, target in zip(self.entries, targets, strict=True):
+                if target is not None:
+                    target.copy_(state[entry.name].detach())
         return out[: self.nbytes].data
 
     def unpack(self, data: np.ndarray, module: torch.nn.Module) -> int:
-        """Copy weights from the flat bytes ``data`` into ``module``'s tensors, in place.
+        """Copy the weights in the flat bytes ``data`` into ``module``'s own tensors, in place.
 
         Returns:
             The policy version they were packed with.
         """
-        state = module.state_dict()
-        flat = torch.from_numpy(data)
+        weights = module_weights(module)
         with torch.no_grad():
-            for entry in self.entries:
-                if entry.nbytes:
-                    raw = flat[entry.offset : entry.offset + entry.nbytes]
-                    state[entry.name].copy_(raw.view(entry.dtype).reshape(entry.shape))
-        return int(data[:8].view(np.int64)[0])
+            for entry, source in zip(self.entries, self._tensors(_readonly_tensor(data)), strict=True):
+                if source is not None:
+                    weights[entry.name].copy_(source)
+        return _version(data)
+
+    def share(self, data: np.ndarray, module: torch.nn.Module) -> int:
+        """Make ``module``'s parameters views of the flat bytes ``data``; copy its buffers.
+
+        No parameter bytes are copied: each parameter keeps its identity and points at its
+        place in ``data``, which must stay valid (pinned) for as long as the module is used.
+        Buffers are copied into the module's own, because a forward pass may write them
+        (batch-norm statistics) and ``data`` is shared with other readers. Every parameter
+        must be on the CPU.
+
+        Returns:
+            The policy version they were packed with.
+        """
+        weights = module_weights(module)
+        sources = self._tensors(_readonly_tensor(data))
+        # Nothing is changed until every view exists: a failure leaves the module as it was.
+        with torch.no_grad():
+            for entry, source in zip(self.entries, sources, strict=True):
+                if source is None:
+                    continue
+                if entry.parameter:
+                    weights[entry.name].data = source
+                else:
+                    weights[entry.name].copy_(source)
+        return _version(data)
+
+    def _tensors(self, flat: torch.Tensor) -> list[torch.Tensor | None]:
+        """Every entry's tensor as a view of ``flat`` (uint8); ``None`` for an empty one."""
+        return [
+            flat[entry.offset : entry.offset + entry.nbytes].view(entry.dtype).view(entry.shape)
+            if entry.nbytes
+            else None
+            for entry in self.entries
+        ]
+
+
+def _readonly_tensor(data: np.ndarray) -> torch.Tensor:
+    """``data`` as a uint8 tensor even when it is read-only (a pinned view of shared memory).
+
+    Torch has no read-only tensors and warns about them; the tensors made from it are only
+    read (and parameters made of them are never written by a forward pass).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(data)
+
+
+def _version(data: np.ndarray) -> int:
+    return int(data[:8].view(np.int64)[0])

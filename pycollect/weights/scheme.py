@@ -126,6 +126,15 @@ class WeightSyncScheme(abc.ABC):
         """
         return 0
 
+    def store_buffers(self, num_workers: int) -> int:
+        """How many buffers the weights store has (at least 3, at most 255).
+
+        A writer needs a buffer that is neither the latest nor pinned by a reader, so a
+        scheme whose workers each hold a pin for long wants ``num_workers + 2``. The default
+        is 3, enough for readers that pin only while they copy.
+        """
+        return 3
+
     @abc.abstractmethod
     def sender(self, context: SenderContext) -> WeightSender:
         """Build the trainer's half; called once, before any worker starts."""

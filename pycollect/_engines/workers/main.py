@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from pycollect._engines.workers import contract
@@ -144,6 +145,13 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
         frames_per_round = k * spec.steps * w
         control.state = "running"
         rollouts = 0
+        on_step: Callable[[], int | None] = control.beat
+        if receiver is not None and spec.weights_between_steps:
+
+            def on_step() -> int | None:
+                control.beat()
+                return receiver.receive(weights)  # between two policy calls, never in one
+
         while not segment.is_shutdown:
             slot = None
             while slot is None:
@@ -151,8 +159,8 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
                 slot = producer.claim(timeout_s=_CLAIM_SLICE_S)
                 if segment.is_shutdown:
                     return
-            # New weights are applied between rollouts only, never mid-rollout, and as late as
-            # possible: right before the rollout that will use them.
+            # New weights are applied between rollouts (or steps), never during a policy call,
+            # and as late as possible: right before the rollout that will use them.
             if receiver is not None:
                 received = receiver.receive(weights)
                 if received is not None:
@@ -160,7 +168,9 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             if spec.reset_at_each_iter and rollouts > 0:
                 runner.reset()
             random = policy is None or rollouts * frames_per_round < spec.init_random_frames
-            runner.rollout(slots[slot], random_actions=random, on_step=control.beat, policy_version=policy_version)
+            policy_version = runner.rollout(
+                slots[slot], random_actions=random, on_step=on_step, policy_version=policy_version
+            )
             producer.commit(slot)
             rollouts += 1
     finally:

@@ -37,11 +37,11 @@ from pycollect._engines.workers import contract
 from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED
-from pycollect.config import SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
+from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices.placement import DevicePolicy, Placement, available_devices
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
-from pycollect.weights.layout import WeightsLayout
+from pycollect.weights.layout import WeightsLayout, module_weights
 from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
 __all__ = ["WorkerPool", "place_workers"]
@@ -197,6 +197,7 @@ class WorkerPool(Engine):
             placements=tuple(placements),
             weights_layout=weights.layout if weights is not None else None,
             weights=None,  # the scheme's receiver, made once the segment exists
+            weights_between_steps=config.apply_weights == "between_steps",
             layout_hash=0,  # filled in once the segment exists
         )
         return cls(config, spec, plan, placements, weights, segment_layout)
@@ -327,7 +328,7 @@ class WorkerPool(Engine):
         """
         if self._sender is None or self._layout is None or weights is None:
             return  # no weights module: the collector has warned that nothing moves
-        state = weights.state_dict()
+        state = module_weights(weights)
         self._layout.check(state)
         self._sender.send(state, version, timeout_s=self.config.weight_sync_timeout_s)
 
@@ -398,7 +399,7 @@ def _segment_layout(config: CollectorConfig, plan: RolloutPlan, weights: _Weight
         "steps": config.steps_per_batch,
         "slots_per_worker": SLOTS_PER_WORKER,
         "weights_capacity": _store_bytes(weights),
-        "weights_buffers": WEIGHT_BUFFERS,
+        "weights_buffers": _store_buffers(weights, config.num_workers),
     }
 
 
@@ -409,6 +410,18 @@ def _store_bytes(weights: _Weights | None) -> int:
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ConfigError(f"weight-sync scheme {weights.scheme.name!r}: store_bytes() returned {size!r}")
     return size
+
+
+def _store_buffers(weights: _Weights | None, num_workers: int) -> int:
+    if weights is None:
+        return WEIGHT_BUFFERS
+    count = weights.scheme.store_buffers(num_workers)
+    if not isinstance(count, int) or isinstance(count, bool) or not WEIGHT_BUFFERS <= count <= MAX_WEIGHT_BUFFERS:
+        raise ConfigError(
+            f"weight-sync scheme {weights.scheme.name!r}: store_buffers({num_workers}) returned {count!r}, "
+            f"not an int from {WEIGHT_BUFFERS} to {MAX_WEIGHT_BUFFERS}"
+        )
+    return count
 
 
 def _picklable(obj: Any, what: str) -> None:

@@ -55,6 +55,7 @@ class WorkerSpec:
         placements: Where each worker runs (one per worker).
         weights_layout: How the policy's state dict is laid out (``None``: no weights move).
         weights: The weight-sync scheme's worker half (``None``: no weights move).
+        weights_between_steps: Apply new weights before any step, not only between rollouts.
         layout_hash: The segment layout the worker must find.
     """
 
@@ -73,6 +74,7 @@ class WorkerSpec:
     placements: tuple[Placement, ...]
     weights_layout: WeightsLayout | None
     weights: WeightReceiver | None
+    weights_between_steps: bool
     layout_hash: int
 
     def load_policy(self) -> tuple[Any, Any]:

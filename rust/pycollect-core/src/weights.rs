@@ -383,19 +383,19 @@ impl<B: WeightBuffers> WeightsWriter<B> {
         Ok(self.commit(res))
     }
 
-    /// Like [`publish`](Self::publish), but if every buffer is pinned, retries (yielding, then
+    /// Like [`reserve`](Self::reserve), but if every buffer is pinned, retries (yielding, then
     /// sleeping ≤ 1 ms) until `deadline` or `should_abort`; it never waits on a reader
-    /// indefinitely.
-    pub fn publish_wait(
+    /// indefinitely. A store with more buffers than readers + 1 never waits.
+    pub fn reserve_wait(
         &mut self,
-        bytes: &[u8],
+        len: usize,
         deadline: Option<Instant>,
         mut should_abort: impl FnMut() -> bool,
-    ) -> Result<Waited<u64>, WeightsError> {
+    ) -> Result<Waited<Reservation>, WeightsError> {
         let mut round = 0u32;
         loop {
-            match self.publish(bytes) {
-                Ok(v) => return Ok(Waited::Ready(v)),
+            match self.reserve(len) {
+                Ok(res) => return Ok(Waited::Ready(res)),
                 Err(WeightsError::AllPinned { .. }) => {}
                 Err(e) => return Err(e),
             }
@@ -412,6 +412,27 @@ impl<B: WeightBuffers> WeightsWriter<B> {
                 std::thread::sleep(Duration::from_millis(1).min(MAX_SLICE));
             }
         }
+    }
+
+    /// [`publish`](Self::publish) after [`reserve_wait`](Self::reserve_wait).
+    pub fn publish_wait(
+        &mut self,
+        bytes: &[u8],
+        deadline: Option<Instant>,
+        should_abort: impl FnMut() -> bool,
+    ) -> Result<Waited<u64>, WeightsError> {
+        Ok(
+            match self.reserve_wait(bytes.len(), deadline, should_abort)? {
+                Waited::Ready(res) => {
+                    // SAFETY: `reserve` picked a buffer that is not the latest and not pinned, and
+                    // the Dekker pair guarantees no reader can validate a pin on it until we publish.
+                    unsafe { self.mem.bufs.write(res.buf, bytes) };
+                    Waited::Ready(self.commit(res))
+                }
+                Waited::TimedOut => Waited::TimedOut,
+                Waited::Aborted => Waited::Aborted,
+            },
+        )
     }
 
     /// Drops a dead reader's pin: [`WeightsMem::clear_pin`].

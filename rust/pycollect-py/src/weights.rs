@@ -1,17 +1,47 @@
-//! The weights store as seen from Python: the trainer publishes bytes, workers copy them out.
+//! The weights store as seen from Python.
+//!
+//! The trainer either publishes bytes (`publish`: one copy into a free buffer) or writes in
+//! place (`reserve` a free buffer, fill its view, `commit`). A worker either copies the latest
+//! weights out (`read_into`) or pins the latest buffer and reads it in place (`pin_latest`
+//! returns a view that stays valid until `unpin` or the next `pin_latest`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use pycollect_core::weights::ShmBuffers;
+use pycollect_core::weights::{Pinned, Reservation, ShmBuffers};
 use pycollect_core::{
-    Segment as CoreSegment, Waited, WeightsReader as CoreReader, WeightsWriter as CoreWriter,
+    DType, Segment as CoreSegment, Waited, WeightsReader as CoreReader, WeightsWriter as CoreWriter,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
 use crate::blocking::non_negative_seconds;
 use crate::errors::{config_error, py_err, transport_error};
+use crate::view::SlotView;
+
+/// A `len`-byte view of weights buffer `buf` of `segment`.
+fn buffer_view(segment: &CoreSegment, buf: usize, len: usize, readonly: bool) -> SlotView {
+    let (offset, stride) = segment.layout().weights_buffers();
+    SlotView::new(
+        segment.mapping(),
+        offset + buf * stride,
+        &[len],
+        DType::U8,
+        readonly,
+        None,
+    )
+}
+
+/// The "could not get a buffer" errors of `publish` and `reserve`.
+fn unavailable(timeout_s: f64, aborted: bool) -> PyErr {
+    if aborted {
+        transport_error("could not publish weights: the collector is shutting down")
+    } else {
+        transport_error(format!(
+            "could not publish weights within {timeout_s} s: every weights buffer is held by a reader"
+        ))
+    }
+}
 
 /// Takes a buffer export of `object` (the argument `name`) and checks that it is one
 /// contiguous run of bytes; returns the export (which keeps the memory alive and unmoved),
@@ -41,15 +71,30 @@ fn byte_region(
 #[pyclass(frozen, module = "pycollect._core")]
 pub struct WeightsWriter {
     segment: Arc<CoreSegment>,
-    inner: Mutex<CoreWriter<ShmBuffers>>,
+    inner: Mutex<WriterState>,
+}
+
+#[derive(Debug)]
+struct WriterState {
+    writer: CoreWriter<ShmBuffers>,
+    /// The buffer `reserve` handed out, until `commit` or `abandon`.
+    reserved: Option<Reservation>,
 }
 
 impl WeightsWriter {
     pub(crate) fn new(segment: &Arc<CoreSegment>) -> PyResult<Self> {
+        let writer = segment.weights_writer().map_err(py_err)?;
         Ok(Self {
             segment: Arc::clone(segment),
-            inner: Mutex::new(segment.weights_writer().map_err(py_err)?),
+            inner: Mutex::new(WriterState {
+                writer,
+                reserved: None,
+            }),
         })
+    }
+
+    fn state(&self) -> MutexGuard<'_, WriterState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -64,11 +109,13 @@ impl WeightsWriter {
     /// Version of the latest published weights (0: none yet).
     #[getter]
     fn latest_version(&self) -> u64 {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .mem()
-            .latest_version()
+        self.state().writer.mem().latest_version()
+    }
+
+    /// Number of buffers in the store.
+    #[getter]
+    fn buffers(&self) -> usize {
+        self.segment.layout().params().weight_buffers
     }
 
     /// Copies `data` (bytes-like, format "B") into a free buffer with the GIL released and
@@ -80,24 +127,100 @@ impl WeightsWriter {
         // A timeout past the end of the clock waits as long as it takes.
         let deadline = Instant::now().checked_add(timeout);
         let segment = &self.segment;
-        let inner = &self.inner;
         py.detach(move || {
             // SAFETY: `_export` (a held buffer export of `data`) keeps these `len` bytes alive and unmoved
             // for the whole call; we only read them.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-            let mut writer = inner.lock().unwrap_or_else(|e| e.into_inner());
-            writer.publish_wait(bytes, deadline, || segment.is_shutdown())
+            let mut state = self.state();
+            if state.reserved.is_some() {
+                return Err(config_error(
+                    "a weights buffer is reserved: commit() or abandon() it before publish()",
+                ));
+            }
+            let waited = state
+                .writer
+                .publish_wait(bytes, deadline, || segment.is_shutdown())
+                .map_err(py_err)?;
+            match waited {
+                Waited::Ready(version) => Ok(version),
+                Waited::TimedOut => Err(unavailable(timeout_s, false)),
+                Waited::Aborted => Err(unavailable(timeout_s, true)),
+            }
         })
-        .map_err(py_err)
-        .and_then(|waited| match waited {
-            Waited::Ready(version) => Ok(version),
-            Waited::TimedOut => Err(transport_error(format!(
-                "could not publish weights within {timeout_s} s: every weights buffer is held by a reader"
-            ))),
-            Waited::Aborted => Err(transport_error(
-                "could not publish weights: the collector is shutting down",
-            )),
-        })
+    }
+
+    /// Reserves a free buffer for `nbytes` bytes and returns a writable view of them; fill it,
+    /// then `commit()` (or `abandon()`). Waits at most `timeout_s` for a buffer no reader pins.
+    fn reserve(&self, py: Python<'_>, nbytes: usize, timeout_s: f64) -> PyResult<SlotView> {
+        let timeout = non_negative_seconds("timeout_s", timeout_s)?;
+        let deadline = Instant::now().checked_add(timeout);
+        let segment = &self.segment;
+        let buf = py.detach(move || {
+            let mut state = self.state();
+            if state.reserved.is_some() {
+                return Err(config_error(
+                    "a weights buffer is already reserved: commit() or abandon() it first",
+                ));
+            }
+            let waited = state
+                .writer
+                .reserve_wait(nbytes, deadline, || segment.is_shutdown())
+                .map_err(py_err)?;
+            match waited {
+                Waited::Ready(res) => {
+                    let buf = res.buf;
+                    state.reserved = Some(res);
+                    Ok(buf)
+                }
+                Waited::TimedOut => Err(unavailable(timeout_s, false)),
+                Waited::Aborted => Err(unavailable(timeout_s, true)),
+            }
+        })?;
+        // The view outlives the reservation as an object; the caller must not write through
+        // it after commit() or abandon() (the trainer's scheme drops it at once).
+        Ok(buffer_view(&self.segment, buf, nbytes, false))
+    }
+
+    /// Publishes the reserved buffer; returns the new version.
+    fn commit(&self) -> PyResult<u64> {
+        let mut state = self.state();
+        let res = state
+            .reserved
+            .take()
+            .ok_or_else(|| config_error("commit(): no weights buffer is reserved"))?;
+        Ok(state.writer.commit(res))
+    }
+
+    /// Gives the reserved buffer back unpublished (e.g. packing failed); no-op if none.
+    fn abandon(&self) {
+        self.state().reserved = None;
+    }
+
+    /// Writes zeros over every buffer, so that later publishes write into memory that is
+    /// already allocated (no page faults); only before the first publish.
+    fn populate(&self, py: Python<'_>) -> PyResult<()> {
+        let state = self.state();
+        if state.writer.mem().latest_version() != 0 || state.reserved.is_some() {
+            return Err(config_error(
+                "populate(): only before anything is reserved or published",
+            ));
+        }
+        let bufs = state.writer.mem().buffers();
+        let (count, capacity) = (
+            self.segment.layout().params().weight_buffers,
+            self.segment.layout().params().weights_capacity,
+        );
+        let ptrs: Vec<usize> = (0..count).map(|b| bufs.buffer_ptr(b) as usize).collect();
+        py.detach(move || {
+            for ptr in ptrs {
+                // SAFETY: each buffer holds `capacity` bytes inside the mapping, which `state`'s
+                // segment keeps alive; nothing was published, so no reader can pin (or read) a
+                // buffer, and we hold the single writer's lock.
+                unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, capacity) };
+            }
+        });
+        drop(state);
+        Ok(())
     }
 }
 
@@ -105,14 +228,31 @@ impl WeightsWriter {
 #[derive(Debug)]
 #[pyclass(frozen, module = "pycollect._core")]
 pub struct WeightsReader {
-    inner: Mutex<CoreReader<ShmBuffers>>,
+    segment: Arc<CoreSegment>,
+    inner: Mutex<ReaderState>,
+}
+
+#[derive(Debug)]
+struct ReaderState {
+    reader: CoreReader<ShmBuffers>,
+    /// The buffer `pin_latest` pinned, until `unpin` or the next `pin_latest`.
+    pinned: Option<Pinned>,
 }
 
 impl WeightsReader {
     pub(crate) fn new(segment: &Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
+        let reader = segment.weights_reader(worker).map_err(py_err)?;
         Ok(Self {
-            inner: Mutex::new(segment.weights_reader(worker).map_err(py_err)?),
+            segment: Arc::clone(segment),
+            inner: Mutex::new(ReaderState {
+                reader,
+                pinned: None,
+            }),
         })
+    }
+
+    fn state(&self) -> MutexGuard<'_, ReaderState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -121,27 +261,54 @@ impl WeightsReader {
     /// Version of the latest published weights (0: none yet).
     #[getter]
     fn latest_version(&self) -> u64 {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .mem()
-            .latest_version()
+        self.state().reader.mem().latest_version()
+    }
+
+    /// The version this reader holds pinned (`None`: no pin).
+    #[getter]
+    fn pinned_version(&self) -> Option<u64> {
+        self.state().pinned.as_ref().map(|p| p.version)
     }
 
     /// Copies the latest weights into the writable buffer `out` (GIL released); returns
-    /// `(version, nbytes)`, or `None` if nothing was published yet.
+    /// `(version, nbytes)`, or `None` if nothing was published yet. Not while a pin is held.
     fn read_into(&self, py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<Option<(u64, usize)>> {
         let (_export, addr, len) = byte_region("out", out, true)?;
-        let inner = &self.inner;
         py.detach(move || {
+            let mut state = self.state();
+            if state.pinned.is_some() {
+                return Err(config_error(
+                    "read_into(): this reader holds a pin; unpin() first",
+                ));
+            }
             // SAFETY: `_export` (a held writable buffer export of `out`) keeps these bytes alive and
             // unmoved for the call, and no one else writes them meanwhile by contract.
             let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
-            inner
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .read_latest(dst)
+            state.reader.read_latest(dst).map_err(py_err)
         })
-        .map_err(py_err)
+    }
+
+    /// Pins the latest weights and returns `(version, view)`, a read-only view of their bytes
+    /// in shared memory; `None` if nothing was published yet. The writer never reuses the
+    /// buffer while it is pinned: read it until `unpin()` or the next `pin_latest()` (which
+    /// moves the pin; stop reading the old view first).
+    fn pin_latest(&self) -> Option<(u64, SlotView)> {
+        let mut state = self.state();
+        // The reader has one pin word: pinning anew releases the old pin.
+        let pinned = state.reader.pin_latest()?;
+        let out = (
+            pinned.version,
+            buffer_view(&self.segment, pinned.buf, pinned.len, true),
+        );
+        state.pinned = Some(pinned);
+        Some(out)
+    }
+
+    /// Releases the pin (no-op without one); the writer may reuse the buffer from now on.
+    fn unpin(&self) {
+        let mut state = self.state();
+        if let Some(pinned) = state.pinned.take() {
+            state.reader.unpin(pinned);
+        }
     }
 }
