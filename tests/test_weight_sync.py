@@ -20,9 +20,9 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from pycollect import Collector, ConfigError, PolicyError, TransportError, _core
-from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
 from pycollect.testing import check_scheme, wait_until
 from pycollect.testing.envs import CountingEnv
+from pycollect.weights import SharedMemoryScheme
 from pycollect.weights.layout import WeightsLayout, module_weights
 
 

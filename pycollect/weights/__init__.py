@@ -5,7 +5,8 @@ version number that workers stamp on every frame. Write one by subclassing
 :class:`WeightSyncScheme` (its trainer half is a :class:`WeightSender`, its worker half a
 :class:`WeightReceiver`); make it known with the ``register_scheme()`` hook
 (:mod:`pycollect.hookspecs`). The built-in ``shared_memory`` (the default with workers) and
-``no_sync`` schemes live in :mod:`pycollect.default_plugins` and register the same way.
+``no_sync`` schemes live in :mod:`pycollect.default_plugins` and register the same way; their
+classes are exported here too, to configure them (``SharedMemoryScheme(mode="copy")``).
 
 Modules:
     scheme: the interface (:class:`WeightSyncScheme`, :class:`WeightSender`,
@@ -15,6 +16,28 @@ Modules:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from pycollect._lazy import lazy_exports
 from pycollect.weights.scheme import ReceiverContext, SenderContext, WeightReceiver, WeightSender, WeightSyncScheme
 
-__all__ = ["ReceiverContext", "SenderContext", "WeightReceiver", "WeightSender", "WeightSyncScheme"]
+if TYPE_CHECKING:
+    from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
+    from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
+
+# The built-in schemes import this package themselves: imported on first use.
+_LAZY = {
+    "NoSyncScheme": "pycollect.default_plugins.no_sync_scheme",
+    "SharedMemoryScheme": "pycollect.default_plugins.shared_memory_scheme",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+
+__all__ = [
+    "NoSyncScheme",
+    "ReceiverContext",
+    "SenderContext",
+    "SharedMemoryScheme",
+    "WeightReceiver",
+    "WeightSender",
+    "WeightSyncScheme",
+]
