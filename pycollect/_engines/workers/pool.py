@@ -48,7 +48,7 @@ from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError,
 from pycollect.weights.layout import WeightsLayout
 from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
-__all__ = ["WorkerPool", "place_workers"]
+__all__ = ["WorkerPool", "place_workers", "storing_devices"]
 
 _POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
 
@@ -89,7 +89,7 @@ class WorkerPool(Engine):
         self.num_workers = config.num_workers
         self.sync = config.sync
         self.zero_copy = config.zero_copy
-        self._storing = [torch.device(config.storing_device or p.storing_device) for p in placements]
+        self._storing = storing_devices(config, placements)
         self._fields = plan.fields
         # Pinned host memory when any batch is bound for a GPU (pinned memory serves every device).
         self._memory = staging_memory(next((d for d in self._storing if d.type == "cuda"), torch.device("cpu")))
@@ -390,6 +390,15 @@ def place_workers(policy: DevicePolicy, config: CollectorConfig) -> list[Placeme
             )
         placements.append(placement)
     return placements
+
+
+def storing_devices(config: CollectorConfig, placements: Sequence[Placement]) -> list[torch.device]:
+    """Where each worker's rollouts are delivered: ``storing_device`` if given, else its placement's.
+
+    A sync batch holds every worker's rollout and is delivered on worker 0's device (the
+    first entry); an async batch on the device of the worker that made it.
+    """
+    return [torch.device(config.storing_device or placement.storing_device) for placement in placements]
 
 
 def _segment_layout(config: CollectorConfig, plan: RolloutPlan, weights: _Weights | None) -> dict[str, Any]:
