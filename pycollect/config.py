@@ -287,7 +287,7 @@ class CollectorConfig:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, resolve_device(value, name))
-        if self.env_device is not None and self.env_device.type != "cpu":
+        if self.env_device is not None and resolve_device(self.env_device, "env_device").type != "cpu":
             raise ConfigError(
                 f"env_device={str(self.env_device)!r}: gymnasium-style environments step on the CPU; "
                 "put the policy on the GPU with policy_device= (or device=) instead"
@@ -318,7 +318,7 @@ class CollectorConfig:
         return _ordinal(chosen)
 
     def policy_device_for(self, policy: Any) -> torch.device:
-        """Where ``policy`` runs in the trainer: ``policy_device``, else ``device``, else where its parameters are, else the CPU.
+        """Where ``policy`` runs: ``policy_device``, else ``device``, else where its parameters are, else the CPU.
 
         Raises:
             ConfigError: The policy's parameters are on the ``meta`` device (no data to move),

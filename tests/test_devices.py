@@ -119,9 +119,18 @@ def test_explicit_list_mapping_placements_and_torch_devices(monkeypatch: pytest.
     _machine(monkeypatch, 2)
     gpu1 = Placement(policy_device="cuda:1", storing_device="cpu", cuda=True)
     cases: list[tuple[Any, list[Placement]]] = [
-        (["cuda:1", "cpu", "cuda"], [Placement("cpu", "cuda:1", "cuda:1", True), Placement(), Placement("cpu", "cuda:0", "cuda:0", True)]),
-        ({2: "cpu", 0: gpu1, 1: torch.device("cuda", 0)}, [gpu1, Placement("cpu", "cuda:0", "cuda:0", True), Placement()]),
-        ([torch.device("cpu"), torch.device("cuda:1"), " cpu "], [Placement(), Placement("cpu", "cuda:1", "cuda:1", True), Placement()]),
+        (
+            ["cuda:1", "cpu", "cuda"],
+            [Placement("cpu", "cuda:1", "cuda:1", True), Placement(), Placement("cpu", "cuda:0", "cuda:0", True)],
+        ),
+        (
+            {2: "cpu", 0: gpu1, 1: torch.device("cuda", 0)},
+            [gpu1, Placement("cpu", "cuda:0", "cuda:0", True), Placement()],
+        ),
+        (
+            [torch.device("cpu"), torch.device("cuda:1"), " cpu "],
+            [Placement(), Placement("cpu", "cuda:1", "cuda:1", True), Placement()],
+        ),
     ]
     for where, expected in cases:
         assert place_workers(ExplicitPolicy(where), _config(3)) == expected, where
@@ -161,8 +170,16 @@ def test_explicit_must_fit_num_workers(where: Any, workers: int, match: str) -> 
 @pytest.mark.parametrize(
     ("policy", "gpus", "match"),
     [
-        (ExplicitPolicy(["cuda:0", "cuda:3"]), 1, r"placed worker 1 on 'cuda:3', which this machine does not have \(it has cpu, cuda:0\)"),
-        (ExplicitPolicy(["cuda:0", "cpu"]), 0, r"placed worker 0 on 'cuda:0', which this machine does not have \(it has cpu\)"),
+        (
+            ExplicitPolicy(["cuda:0", "cuda:3"]),
+            1,
+            r"placed worker 1 on 'cuda:3', which this machine does not have \(it has cpu, cuda:0\)",
+        ),
+        (
+            ExplicitPolicy(["cuda:0", "cpu"]),
+            0,
+            r"placed worker 0 on 'cuda:0', which this machine does not have \(it has cpu\)",
+        ),
         (ExplicitPolicy(["cpu", "cpu", "cpu"]), 1, "has 3 device.s. but num_workers=2"),
         ("explicit", 1, "needs to be told where each worker goes"),
         (ExplicitPolicy({0: Placement(policy_device="cuda:0"), 1: "cpu"}), 1, "worker 0 on 'cuda:0' but hides CUDA"),
@@ -216,7 +233,12 @@ def test_storing_device_given_overrides_every_placement(monkeypatch: pytest.Monk
 @pytest.mark.timeout(120)
 def test_storing_device_cpu_with_workers_delivers_cpu_tensors() -> None:
     with Collector(
-        CountingEnv, frames_per_batch=16, envs_per_worker=2, num_workers=2, storing_device="cpu", device_policy="round_robin"
+        CountingEnv,
+        frames_per_batch=16,
+        envs_per_worker=2,
+        num_workers=2,
+        storing_device="cpu",
+        device_policy="round_robin",
     ) as collector:
         batch = collector.next_batch()
     assert {tensor.device.type for tensor in batch.values(True, True)} == {"cpu"}

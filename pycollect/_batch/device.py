@@ -45,7 +45,7 @@ class DeviceCopier:
         ``host`` is kept (so its recycled memory is not handed out again) until :meth:`settle`.
         """
         out = host.to(device, non_blocking=True)
-        event = torch.cuda.Event()
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
         event.record(torch.cuda.current_stream(device))
         self._pending.append((event, host))
         return out
