@@ -293,7 +293,7 @@ class CollectorConfig:
                 "put the policy on the GPU with policy_device= (or device=) instead"
             )
         if self.num_workers:
-            policy_name = self.device_policy if isinstance(self.device_policy, str) else self.device_policy.name
+            policy_name = getattr(self.device_policy, "name", self.device_policy)
             for name in ("device", "policy_device"):
                 value = getattr(self, name)
                 if value is not None and (value.type != "cpu" or policy_name != "cpu"):
