@@ -420,3 +420,18 @@ def test_devices_module_exports_the_builtins() -> None:
         "ExplicitPolicy",
     } <= set(dir(devices))
     assert isinstance(types.SimpleNamespace, type) and sys.modules["pycollect.devices"] is devices
+
+
+def test_gpu_check_skips_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benches" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert module.main([]) == 0
+    assert "gpu_check: skipped:" in capsys.readouterr().out
+    assert module.Policy()(torch.zeros(3, 4))["action"].tolist() == [0, 0, 0]  # action 0 until the weights change
