@@ -120,10 +120,21 @@ class Collector:
             derived from it (see :func:`pycollect.env_seeds`), and torch's generator is
             seeded from it when there is a policy.
         env_kwargs: Keyword arguments for the environment constructor.
-        device: Device the policy runs on in-process; defaults to the device of its
-            parameters. With workers the ``device_policy`` decides.
-        storing_device: Device batches are delivered on (default: the CPU, or with workers
-            the storing device the ``device_policy`` gives).
+        device: In-process, TorchRL's generic device: the default of ``policy_device`` and
+            ``storing_device``. With workers the ``device_policy`` decides (only ``"cpu"``,
+            with the ``cpu`` policy, is accepted).
+        policy_device: In-process: where the policy runs (default: ``device``, else where
+            its parameters are). If its parameters are elsewhere, a copy on ``policy_device``
+            is called, as in TorchRL, and ``update_policy_weights_()`` loads the trained
+            weights into it. Observations are moved there, actions come back to the CPU for
+            the environments. Not with workers: use ``device_policy``.
+        env_device: Where the environments' data lives; only the CPU (gymnasium-style
+            environments step there), accepted for TorchRL compatibility.
+        storing_device: Device batches are delivered on. Default in-process: ``device``, else
+            the CPU. Default with workers: the placement's storing device, of worker 0 for a
+            sync batch (which holds every worker's rollout), of the delivering worker in async
+            mode. A batch bound for CUDA is assembled in pinned host memory and copied with
+            ``non_blocking=True``; a ``zero_copy`` batch is copied there from shared memory.
         weight_sync: With workers: how ``update_policy_weights_()`` reaches them. The name of
             a registered weight-sync scheme (``"shared_memory"``, the default, or
             ``"no_sync"``, or one a plugin adds) or a
@@ -135,8 +146,10 @@ class Collector:
             may mix versions; either way every frame carries the ``policy_version`` it was
             collected with.
         device_policy: With workers: which devices each worker uses. The name of a registered
-            device placement policy (``"cpu"``, the default) or a
-            :class:`~pycollect.devices.DevicePolicy` instance.
+            device placement policy (``"cpu"``, the default; ``"round_robin"``: worker ``i`` on
+            ``cuda:(i % n)``) or a :class:`~pycollect.devices.DevicePolicy` instance such as
+            ``ExplicitPolicy(["cuda:0", "cpu"])``. Every device is checked against this
+            machine's before any worker starts.
         exploration_type: How a probabilistic policy (TorchRL's ``ProbabilisticActor``) acts,
             applied around every policy call, in-process and in every worker: TorchRL's
             ``ExplorationType.RANDOM`` (the default, as in TorchRL's collectors: it samples),
@@ -200,6 +213,8 @@ class Collector:
         seed: int | None = _D.seed,
         env_kwargs: Mapping[str, Any] | None = None,
         device: torch.device | str | None = _D.device,
+        policy_device: torch.device | str | None = _D.policy_device,
+        env_device: torch.device | str | None = _D.env_device,
         storing_device: torch.device | str | None = _D.storing_device,
         weight_sync: str | WeightSyncScheme | None = _D.weight_sync,
         weight_sync_timeout_s: float = _D.weight_sync_timeout_s,
@@ -233,6 +248,8 @@ class Collector:
             split_trajs=split_trajs,
             seed=seed,
             device=device,
+            policy_device=policy_device,
+            env_device=env_device,
             storing_device=storing_device,
             weight_sync=weight_sync,
             weight_sync_timeout_s=weight_sync_timeout_s,

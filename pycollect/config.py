@@ -108,6 +108,18 @@ def resolve_device(value: Any, what: str) -> torch.device:
     return device
 
 
+def _ordinal(device: torch.device | str | None) -> torch.device | None:
+    """TorchRL's ``_make_ordinal_device``: ``cuda`` without an index is the current CUDA device."""
+    if device is None:
+        return None
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 @dataclass(frozen=True)
 class SupervisionConfig:
     """How worker processes are watched, restarted and stopped.
@@ -174,9 +186,16 @@ class CollectorConfig:
         reset_at_each_iter: Reset every environment at the start of every batch.
         split_trajs: Yield one trajectory per row.
         seed: The seed everything random derives from, or ``None``.
-        device: Where the policy runs in-process (``None``: where its parameters are).
-        storing_device: Where batches are delivered (``None``: the CPU, or with workers
-            where the device policy says).
+        device: In-process: TorchRL's generic device, the default of ``policy_device`` and
+            ``storing_device``. With workers only the CPU (and only with the ``cpu`` device
+            policy): a ``device_policy`` places each worker.
+        policy_device: In-process: where the policy runs (``None``: ``device``, else where
+            its parameters are, else the CPU). Not with workers (see ``device``).
+        env_device: Where the environments' data lives: the CPU only (gymnasium-style
+            environments step there); accepted for TorchRL compatibility.
+        storing_device: Where batches are delivered (``None``: ``device`` in-process, else
+            the CPU; with workers where the device policy places worker 0 in sync mode, the
+            delivering worker in async mode).
         weight_sync: With workers: the weight-sync scheme, a registered name, a class or an
             instance (``None``: :data:`DEFAULT_WEIGHT_SYNC`).
         weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
@@ -214,6 +233,8 @@ class CollectorConfig:
     split_trajs: bool = False
     seed: int | None = None
     device: torch.device | str | None = None
+    policy_device: torch.device | str | None = None
+    env_device: torch.device | str | None = None
     storing_device: torch.device | str | None = None
     weight_sync: str | WeightSyncScheme | None = None
     weight_sync_timeout_s: float = 5.0
@@ -278,36 +299,62 @@ class CollectorConfig:
             raise ConfigError(f"supervision must be a SupervisionConfig, got {self.supervision!r}")
         if self.zero_copy and not self.num_workers:
             raise ConfigError("zero_copy=True needs num_workers >= 1 (in-process batches are never copied)")
-        for name in ("device", "storing_device"):
+        for name in ("device", "policy_device", "env_device", "storing_device"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, resolve_device(value, name))
-        if self.num_workers and self.device is not None and resolve_device(self.device, "device").type != "cpu":
+        if self.env_device is not None and resolve_device(self.env_device, "env_device").type != "cpu":
             raise ConfigError(
-                f"device={str(self.device)!r}: device= places the policy of an in-process collector; "
-                "with workers, a device_policy decides where each worker runs its policy"
+                f"env_device={str(self.env_device)!r}: gymnasium-style environments step on the CPU; "
+                "put the policy on the GPU with policy_device= (or device=) instead"
             )
+        if self.num_workers:
+            policy_name = getattr(self.device_policy, "name", self.device_policy)
+            for name in ("device", "policy_device"):
+                value = getattr(self, name)
+                if value is not None and (value.type != "cpu" or policy_name != "cpu"):
+                    raise ConfigError(
+                        f"{name}={str(value)!r}: with workers a device_policy places each worker's "
+                        "policy (device_policy='round_robin', or device_policy=ExplicitPolicy(['cuda:0', 'cpu'])); "
+                        f"leave {name} unset (storing_device= still chooses where batches arrive)"
+                    )
 
-    def policy_device(self, policy: Any) -> torch.device:
-        """Where ``policy`` runs in the trainer: ``device``, else where its parameters are, else the CPU.
+    @property
+    def requested_policy_device(self) -> torch.device | None:
+        """``policy_device``, else ``device`` (TorchRL's rule), made ordinal (``cuda`` -> ``cuda:<current>``)."""
+        chosen = self.policy_device if self.policy_device is not None else self.device
+        return _ordinal(chosen)
+
+    @property
+    def resolved_storing_device(self) -> torch.device | None:
+        """``storing_device``, else (in-process) ``device``, made ordinal; ``None``: the default."""
+        chosen = self.storing_device
+        if chosen is None and not self.num_workers:
+            chosen = self.device
+        return _ordinal(chosen)
+
+    def policy_device_for(self, policy: Any) -> torch.device:
+        """Where ``policy`` runs: ``policy_device``, else ``device``, else where its parameters are, else the CPU.
 
         Raises:
-            ConfigError: ``device`` disagrees with where a module policy's parameters are, or
-                (with workers, which receive the policy pickled) they are not on the CPU.
+            ConfigError: The policy's parameters are on the ``meta`` device (no data to move),
+                or (with workers, which receive the policy pickled) they are not on the CPU.
         """
         import torch
 
         from pycollect._rollout.policy import parameters_device
 
         own = parameters_device(policy)
-        if self.device is None:
+        requested = self.requested_policy_device
+        if requested is None:
             chosen = own or torch.device("cpu")
         else:
-            chosen = torch.device(self.device)
-            if own is not None and (own.type, own.index or 0) != (chosen.type, chosen.index or 0):
+            chosen = requested
+            if own is not None and own.type == "meta":
+                name = "policy_device" if self.policy_device is not None else "device"
                 raise ConfigError(
-                    f"device={str(chosen)!r} but the policy's parameters are on {own}; move the policy "
-                    f"with policy.to({str(chosen)!r}) or leave device unset"
+                    f"{name}={str(chosen)!r} but the policy's parameters are on {own}, which holds no data to "
+                    "copy; materialise the policy first (e.g. policy.to_empty(device=...) and load weights)"
                 )
         if self.num_workers and chosen.type != "cpu":
             raise ConfigError(

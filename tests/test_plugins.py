@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 BUILTINS = {
     "env_backend": ["gymnasium", "callable"],
     "scheme": ["shared_memory", "no_sync"],
-    "device_policy": ["cpu"],
+    "device_policy": ["cpu", "round_robin", "explicit"],
 }
 
 
@@ -224,7 +224,11 @@ def test_runtime_registration_and_clashes(fresh: None) -> None:
             UnknownSchemeError,
             "unknown weight-sync scheme 'carrier_pigeon'; registered: .*shared_memory",
         ),
-        ({"device_policy": "tpu"}, UnknownDevicePolicyError, "unknown device placement policy 'tpu'; registered: cpu"),
+        (
+            {"device_policy": "tpu"},
+            UnknownDevicePolicyError,
+            "unknown device placement policy 'tpu'; registered: cpu, explicit, round_robin",
+        ),
         ({"weight_sync": 3}, UnknownSchemeError, "weight_sync=3: expected the name of a registered weight-sync scheme"),
         ({"device_policy": object}, UnknownDevicePolicyError, "expected the name of a registered device placement"),
     ],

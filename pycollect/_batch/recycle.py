@@ -11,6 +11,7 @@ keeps the array), so the reference count says exactly when the caller is done.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -25,10 +26,13 @@ class RecycledMemory:
     Args:
         keep: How many buffers to keep for reuse; beyond that, buffers are not kept (a
             caller that holds on to many batches simply gets fresh memory each time).
+        empty: Makes a fresh uint8 buffer of a number of bytes (default ``np.empty``; page-locked
+            host memory for batches bound for a GPU, :func:`pycollect._batch.device.pinned_empty`).
     """
 
-    def __init__(self, keep: int = 4) -> None:
+    def __init__(self, keep: int = 4, empty: Callable[[int], np.ndarray] | None = None) -> None:
         self.keep = keep
+        self._empty = empty or (lambda nbytes: np.empty(nbytes, np.uint8))
         self._buffers: list[np.ndarray] = []
 
     def buffer(self, nbytes: int) -> np.ndarray:
@@ -37,7 +41,7 @@ class RecycledMemory:
             # Referenced by the list and by getrefcount's argument only: nobody else holds it.
             if self._buffers[index].nbytes == nbytes and sys.getrefcount(self._buffers[index]) == 2:
                 return self._buffers[index]
-        fresh = np.empty(nbytes, np.uint8)
+        fresh = self._empty(nbytes)
         if len(self._buffers) < self.keep:
             self._buffers.append(fresh)
         return fresh

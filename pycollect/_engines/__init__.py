@@ -29,4 +29,4 @@ def start(config: CollectorConfig, env_source: EnvSource, policy: Any, weights_m
         return WorkerPool.start(config, env_source, policy, weights_module)
     from pycollect._engines.inprocess import InProcessEngine
 
-    return InProcessEngine.start(config, env_source, policy)
+    return InProcessEngine.start(config, env_source, policy, weights_module)

@@ -67,7 +67,7 @@ def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv
     from pycollect._rollout.seeding import action_rng
 
     specs = env_source.specs(env)
-    device = config.policy_device(policy)
+    device = config.policy_device_for(policy)
     rng = action_rng(config.seed, config.envs_per_worker)
     actions = action_source(policy, specs, config.envs_per_worker, device, rng, config.exploration_type)
     info = _info_fields(config, env_source, env, specs)

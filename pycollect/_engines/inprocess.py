@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
+import cloudpickle
 import torch
 from tensordict import TensorDict
 
-from pycollect._batch.recycle import RecycledMemory
+from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.base import Engine, RolloutPlan, plan_rollout
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
@@ -24,27 +26,39 @@ class InProcessEngine(Engine):
     """Steps the environments here, one rollout per batch, into fresh (caller-owned) arrays.
 
     The policy is called as the very object the user passed, so weights trained in place are
-    live at once; :meth:`publish_weights` has nothing to move.
+    live at once; :meth:`publish_weights` has nothing to move. Except, as in TorchRL, when
+    ``policy_device`` (or ``device``) is not where the policy's parameters are: then a copy of
+    the policy on ``policy_device`` is called, and :meth:`publish_weights` (from
+    ``update_policy_weights_()``) loads the trained weights into it.
 
     Args:
         plan: What every rollout holds.
         runner: The environments, action source and stepping loop.
         config: The collector's settings.
+        device_copy: The weights module of the policy's copy on ``policy_device`` (``None``:
+            the user's policy is called as it is).
     """
 
-    def __init__(self, plan: RolloutPlan, runner: EnvRunner, config: CollectorConfig) -> None:
+    def __init__(
+        self, plan: RolloutPlan, runner: EnvRunner, config: CollectorConfig, device_copy: torch.nn.Module | None = None
+    ) -> None:
         self.plan = plan
         self.runner = runner
         self.steps = config.steps_per_batch
-        self.storing_device = torch.device(config.storing_device or "cpu")
+        self.storing_device = config.resolved_storing_device or torch.device("cpu")
         self.reset_at_each_iter = config.reset_at_each_iter
+        self.device_copy = device_copy
         self._batches = 0
-        self._memory = RecycledMemory()
+        self._memory = staging_memory(self.storing_device)
+        self._copier = DeviceCopier()
         self._closed = False
 
     @classmethod
-    def start(cls, config: CollectorConfig, env_source: EnvSource, policy: Any) -> InProcessEngine:
+    def start(
+        cls, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: torch.nn.Module | None = None
+    ) -> InProcessEngine:
         """Build ``envs_per_worker`` environments and check the policy on the first one's specs."""
+        policy, device_copy = _on_policy_device(config, policy, weights_module)
         envs = [env_source.make()]
         try:
             plan = plan_rollout(config, env_source, envs[0], policy)
@@ -65,19 +79,32 @@ class InProcessEngine(Engine):
             env_name=env_source.describe(),
             info=plan.info,
         )
-        return cls(plan, runner, config)
+        return cls(plan, runner, config, device_copy)
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
-        """Collect one ``[K, T]`` batch with the policy as it is now (``policy_version``)."""
+        """Collect one ``[K, T]`` batch with the policy as it is now (``policy_version``).
+
+        On a CUDA ``storing_device`` the batch is written into pinned host memory and copied
+        to the device without blocking.
+        """
+        self._copier.settle()  # the previous batch's staging memory may be reused from here
         arrays = allocate(self.plan.fields, self.runner.num_envs, self.steps, self._memory)
         if self.reset_at_each_iter and self._batches > 0:
             self.runner.reset()
         self.runner.rollout(arrays, random_actions=random_actions, policy_version=policy_version)
         self._batches += 1
-        return to_tensordict(arrays, self.storing_device)
+        td = to_tensordict(arrays)
+        if self.storing_device.type == "cuda":
+            return self._copier.copy(td, self.storing_device)
+        return td
 
     def publish_weights(self, weights: Any, version: int) -> None:
-        """Nothing to do: the environments step with the very policy object in use."""
+        """Load ``weights`` into the policy's copy on ``policy_device``, if there is one.
+
+        Otherwise nothing to do: the environments step with the very policy object in use.
+        """
+        if self.device_copy is not None and weights is not None:
+            self.device_copy.load_state_dict(weights.state_dict())
 
     def state(self) -> dict[str, Any]:
         """Trajectory numbering, to continue it after :meth:`load_state`."""
@@ -92,4 +119,34 @@ class InProcessEngine(Engine):
         """Close the environments (once)."""
         if not self._closed:
             self._closed = True
+            self._copier.settle()
             self.runner.close()
+
+
+def _on_policy_device(
+    config: CollectorConfig, policy: Any, weights_module: torch.nn.Module | None
+) -> tuple[Any, torch.nn.Module | None]:
+    """The policy to call, and the weights module of a copy made for ``policy_device`` (or ``None``).
+
+    TorchRL's rule: when ``policy_device`` (or ``device``) is given and the policy's parameters
+    are elsewhere, the collector calls a copy on that device and leaves the user's policy where
+    it is. A function policy is copied together with its ``weights_from`` module (through
+    cloudpickle, as for workers), so the copy of the function uses the moved module.
+    """
+    from pycollect._rollout.policy import parameters_device
+
+    requested = config.requested_policy_device
+    own = parameters_device(weights_module)
+    if requested is None or own is None or own.type == "meta" or _same(own, requested):
+        return policy, None  # meta: refused by plan_rollout, naming the argument
+    assert weights_module is not None
+    if policy is weights_module:
+        moved = copy.deepcopy(weights_module).to(requested)
+        return moved, moved
+    function, moved = cloudpickle.loads(cloudpickle.dumps((policy, weights_module)))
+    moved.to(requested)  # in place: the copied function sees its module moved
+    return function, moved
+
+
+def _same(a: torch.device, b: torch.device) -> bool:
+    return (a.type, a.index or 0) == (b.type, b.index or 0)

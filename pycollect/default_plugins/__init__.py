@@ -15,5 +15,7 @@ DEFAULT_PLUGINS = (
     "pycollect.default_plugins.shared_memory_scheme",
     "pycollect.default_plugins.no_sync_scheme",
     "pycollect.default_plugins.cpu_devices",
+    "pycollect.default_plugins.round_robin_devices",
+    "pycollect.default_plugins.explicit_devices",
 )
 """Import paths of the built-in plugin modules."""

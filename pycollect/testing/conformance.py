@@ -33,7 +33,8 @@ from tensordict import TensorDictBase
 
 from pycollect import plugins
 from pycollect.collector import Collector
-from pycollect.devices.placement import DevicePolicy, Placement, available_devices
+from pycollect.devices import placement as _placement
+from pycollect.devices.placement import DevicePolicy, Placement
 from pycollect.envs.backend import EnvBackend
 from pycollect.envs.source import EnvSource
 from pycollect.envs.specs import EnvSpecs, read_leaf
@@ -466,7 +467,7 @@ def check_device_policy(
     """
     cls = _resolve("device_policy", DevicePolicy, policy)
     instance = policy if isinstance(policy, DevicePolicy) else cls()
-    here = available_devices()
+    here = _placement.available_devices()
     offered = list(devices) if devices is not None else here
     placements = []
     for worker in range(num_workers):

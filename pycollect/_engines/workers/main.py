@@ -115,8 +115,13 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             if spec.seed is not None:
                 torch.manual_seed(spec.seed + stream)
             device = torch.device(placement.policy_device)
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # what the policy allocates without a device goes there too
             if weights is not None and device.type != "cpu":
-                weights.to(device)  # in place: a function policy sees its module moved too
+                # In place: for a module policy ``weights`` is the policy itself; for a function
+                # policy (weights_from=) it is the module the function closes over, unpickled
+                # with it as one object, so the function sees its module moved too.
+                weights.to(device)
         rng = action_rng(spec.seed, k, stream)
         actions = action_source(policy, specs, k, device, rng, spec.exploration_type)
         runner = EnvRunner(

@@ -12,7 +12,10 @@ pycollect.worker``) fills rollout slots in its own ring; the pool turns committe
   the trainer trains.
 
 Batches are copied out (owned by the caller) unless ``zero_copy`` is set, in which case they
-are views of the slots, valid until the next batch.
+are views of the slots, valid until the next batch. On a CUDA storing device (``storing_device=``,
+else the placement's: of worker 0 for a sync batch, of the delivering worker in async mode) an
+owned batch is assembled in pinned host memory and copied to the device without blocking
+(:mod:`pycollect._batch.device`); a zero-copy batch is copied there straight from the slots.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch
 from tensordict import TensorDict
 
 from pycollect import _core, plugins
-from pycollect._batch.recycle import RecycledMemory
+from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate
 from pycollect._engines.base import Engine, RolloutPlan, Supervision, plan_rollout
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
@@ -38,13 +41,14 @@ from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED
 from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
-from pycollect.devices.placement import DevicePolicy, Placement, available_devices
+from pycollect.devices import placement as _placement
+from pycollect.devices.placement import DevicePolicy, Placement
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
 from pycollect.weights.layout import WeightsLayout, module_weights
 from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
-__all__ = ["WorkerPool", "place_workers"]
+__all__ = ["WorkerPool", "place_workers", "storing_devices"]
 
 _POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
 
@@ -85,9 +89,11 @@ class WorkerPool(Engine):
         self.num_workers = config.num_workers
         self.sync = config.sync
         self.zero_copy = config.zero_copy
-        self._storing = [torch.device(config.storing_device or p.storing_device) for p in placements]
+        self._storing = storing_devices(config, placements)
         self._fields = plan.fields
-        self._memory = RecycledMemory()
+        # Pinned host memory when any batch is bound for a GPU (pinned memory serves every device).
+        self._memory = staging_memory(next((d for d in self._storing if d.type == "cuda"), torch.device("cpu")))
+        self._copier = DeviceCopier()
         self._names = {field.key: field_name(field.key) for field in self._fields}
         self._held: list[Any] = []  # leases of the last zero-copy batch
         self._next_worker = 0  # async round-robin start
@@ -266,6 +272,7 @@ class WorkerPool(Engine):
 
     def _assemble(self, leases: list[Any]) -> TensorDict:
         k, t = self.segment.envs_per_worker, self.segment.steps
+        self._copier.settle()  # the previous batch's staging memory may be reused from here
         rows = k * len(leases)
         one_block = self.sync and len({lease.slot for lease in leases}) == 1 and len(leases) == self.num_workers
         # Owned batches are copied into recycled memory (no page faults once warm);
@@ -291,10 +298,12 @@ class WorkerPool(Engine):
         for i, lease in enumerate(leases):
             if self._generation_ended(lease):
                 _mark_cut(td, slice(i * k, (i + 1) * k))
-        storing = self._storing[leases[0].worker]
-        if not self.zero_copy and storing.type != "cpu":
-            td = td.to(storing)
-        return td
+        storing = self._storing[leases[0].worker]  # sync: worker 0's; async: the delivering worker's
+        if storing.type == "cpu":
+            return td
+        if self.zero_copy:  # straight from the slots (no host copy); a blocking copy, owned by the caller
+            return td.to(storing)
+        return self._copier.copy(td, storing)
 
     def _generation_ended(self, lease: Any) -> bool:
         """Whether ``lease`` is the last rollout its (dead) worker generation committed."""
@@ -340,6 +349,7 @@ class WorkerPool(Engine):
             return
         self._closed = True
         self._held = []
+        self._copier.settle()
         if self.supervisor is not None:
             self.supervisor.shutdown(grace_s=self.config.supervision.shutdown_grace_s)
         else:
@@ -356,11 +366,10 @@ def place_workers(policy: DevicePolicy, config: CollectorConfig) -> list[Placeme
 
     Raises:
         ConfigError: A placement that is not a :class:`Placement`, names a device this
-            machine lacks, puts environments off the CPU, names CUDA while hiding it, or (in
-            sync mode, without an explicit ``storing_device``) disagrees with the other
-            workers on where batches are delivered.
+            machine lacks, puts environments off the CPU, or names CUDA while hiding it; or
+            the policy itself refuses (an explicit list of the wrong length).
     """
-    devices = available_devices()
+    devices = _placement.available_devices()
     where = f"device policy {policy.name!r}"
     placements = []
     for worker in range(config.num_workers):
@@ -381,13 +390,16 @@ def place_workers(policy: DevicePolicy, config: CollectorConfig) -> list[Placeme
                 "environments step on the CPU"
             )
         placements.append(placement)
-    storing = {placement.storing_device for placement in placements}
-    if config.sync and config.storing_device is None and len(storing) > 1:
-        raise ConfigError(
-            f"{where} delivers the workers' rollouts on different devices ({', '.join(sorted(storing))}), but a "
-            "sync batch holds every worker's rollout; pass storing_device= to choose one"
-        )
     return placements
+
+
+def storing_devices(config: CollectorConfig, placements: Sequence[Placement]) -> list[torch.device]:
+    """Where each worker's rollouts are delivered: ``storing_device`` if given, else its placement's.
+
+    A sync batch holds every worker's rollout and is delivered on worker 0's device (the
+    first entry); an async batch on the device of the worker that made it.
+    """
+    return [torch.device(config.storing_device or placement.storing_device) for placement in placements]
 
 
 def _segment_layout(config: CollectorConfig, plan: RolloutPlan, weights: _Weights | None) -> dict[str, Any]:
