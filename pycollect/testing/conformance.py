@@ -33,6 +33,7 @@ from tensordict import TensorDictBase
 
 from pycollect import plugins
 from pycollect.collector import Collector
+from pycollect.config import MAX_WEIGHT_BUFFERS, WEIGHT_BUFFERS
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
 from pycollect.envs.backend import EnvBackend
@@ -340,7 +341,8 @@ def check_scheme(
 ) -> None:
     """Check a weight-sync scheme against its contract, with real worker processes.
 
-    In this process: ``store_bytes`` is a non-negative int and the workers' half pickles.
+    In this process: ``store_bytes`` is a non-negative int, ``store_buffers`` an int from 3 to
+    255, and the workers' half pickles.
     With workers (a policy whose action is its parameter and whose extra output is one of its
     buffers): every frame stamped with version ``v`` was collected with version ``v``'s
     parameters *and* buffers; weights change between rollouts only; after each of ``updates``
@@ -366,6 +368,12 @@ def check_scheme(
     _expect(
         isinstance(store, int) and not isinstance(store, bool) and store >= 0,
         f"{cls.__qualname__}.store_bytes() must return a non-negative int, got {store!r}",
+    )
+    buffers = instance.store_buffers(num_workers)
+    _expect(
+        isinstance(buffers, int) and not isinstance(buffers, bool) and WEIGHT_BUFFERS <= buffers <= MAX_WEIGHT_BUFFERS,
+        f"{cls.__qualname__}.store_buffers({num_workers}) must return an int from {WEIGHT_BUFFERS} to "
+        f"{MAX_WEIGHT_BUFFERS}, got {buffers!r}",
     )
     k = 2
     rows, patience = num_workers * k, 6  # a worker runs at most one rollout ahead: 2 batches suffice
