@@ -14,6 +14,7 @@ DEFAULT_PLUGINS = (
     "pycollect.default_plugins.callable_backend",
     "pycollect.default_plugins.shared_memory_scheme",
     "pycollect.default_plugins.no_sync_scheme",
+    "pycollect.default_plugins.torch_distributed_scheme",
     "pycollect.default_plugins.cpu_devices",
     "pycollect.default_plugins.round_robin_devices",
     "pycollect.default_plugins.explicit_devices",

@@ -4,9 +4,10 @@ A weight-sync scheme moves policy weights from the trainer to every worker proce
 version number that workers stamp on every frame. Write one by subclassing
 :class:`WeightSyncScheme` (its trainer half is a :class:`WeightSender`, its worker half a
 :class:`WeightReceiver`); make it known with the ``register_scheme()`` hook
-(:mod:`pycollect.hookspecs`). The built-in ``shared_memory`` (the default with workers) and
-``no_sync`` schemes live in :mod:`pycollect.default_plugins` and register the same way; their
-classes are exported here too, to configure them (``SharedMemoryScheme(mode="copy")``).
+(:mod:`pycollect.hookspecs`). The built-in ``shared_memory`` (the default with workers),
+``no_sync`` and ``torch_distributed`` schemes live in :mod:`pycollect.default_plugins` and
+register the same way; their classes are exported here too, to configure them
+(``SharedMemoryScheme(mode="copy")``, ``TorchDistributedScheme(timeout_s=30)``).
 
 Modules:
     scheme: the interface (:class:`WeightSyncScheme`, :class:`WeightSender`,
@@ -24,11 +25,13 @@ from pycollect.weights.scheme import ReceiverContext, SenderContext, WeightRecei
 if TYPE_CHECKING:
     from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
     from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
+    from pycollect.default_plugins.torch_distributed_scheme import TorchDistributedScheme
 
 # The built-in schemes import this package themselves: imported on first use.
 _LAZY = {
     "NoSyncScheme": "pycollect.default_plugins.no_sync_scheme",
     "SharedMemoryScheme": "pycollect.default_plugins.shared_memory_scheme",
+    "TorchDistributedScheme": "pycollect.default_plugins.torch_distributed_scheme",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
@@ -37,6 +40,7 @@ __all__ = [
     "ReceiverContext",
     "SenderContext",
     "SharedMemoryScheme",
+    "TorchDistributedScheme",
     "WeightReceiver",
     "WeightSender",
     "WeightSyncScheme",
