@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from pycollect import _engines, _lifetime
 from pycollect._batch.episodes import EpisodeRecord
@@ -19,6 +19,7 @@ from pycollect._rollout.policy import Policy
 from pycollect.config import CollectorConfig, RestartPolicy, SupervisionConfig
 from pycollect.envs.source import EnvSource, resolve_env
 from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
+from pycollect.weights.layout import WeightsLayout
 
 if TYPE_CHECKING:
     from pycollect._core import WorkerEvent, WorkerStats
@@ -483,10 +484,18 @@ class Collector:
             )
         if isinstance(source, torch.nn.Module):
             if source is not target:
-                target.load_state_dict(source.state_dict())
-        elif isinstance(source, TensorDictBase):
+                self._load_weights(source.state_dict())
+            return
+        # Checked before anything is loaded, naming the first mismatch (torch would list them
+        # all in a RuntimeError, after loading some).
+        policy = f"policy {_describe(target)}"
+        if isinstance(source, TensorDictBase):  # as TensorDict.from_module(policy) collects them
+            expected = dict(TensorDict.from_module(target).flatten_keys(".").items())
+            given = dict(source.flatten_keys(".").items())
+            WeightsLayout.from_state_dict(expected).check(given, policy=policy, dtypes=False)
             source.to_module(target)
         elif isinstance(source, Mapping):
+            WeightsLayout.from_state_dict(target.state_dict()).check(source, policy=policy, dtypes=False)
             target.load_state_dict(source)
         else:
             raise PolicyError(

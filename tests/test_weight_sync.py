@@ -192,7 +192,7 @@ def test_weights_that_do_not_match_name_the_first_mismatch() -> None:
     weights = module_weights(_Normed())
     with pytest.raises(PolicyError, match="they lack 'scratch'"):
         layout.check({k: v for k, v in weights.items() if k != "scratch"})
-    with pytest.raises(PolicyError, match=r"'linear.bias' is \(3,\) torch.float32, the workers' is \(2,\)"):
+    with pytest.raises(PolicyError, match=r"'linear.bias' is \(3,\) torch.float32, not \(2,\) torch.float32"):
         layout.check(weights | {"linear.bias": torch.zeros(3)})
     with pytest.raises(PolicyError, match="unexpected entry 'extra'"):
         layout.check(weights | {"extra": torch.zeros(4)})
@@ -243,6 +243,20 @@ def _policy(size: int) -> tuple[_ActsItsValue, TensorDictModule]:
     return net, TensorDictModule(net, in_keys=["observation"], out_keys=["action", "torn"])
 
 
+def _collector(policy: TensorDictModule, steps: int, **settings: Any) -> Collector:
+    """Two workers of one endless counting env each, ``steps`` per rollout."""
+    return Collector(
+        CountingEnv,
+        policy,
+        frames_per_batch=2 * steps,
+        envs_per_worker=1,
+        num_workers=2,
+        env_kwargs={"length": 10**9, "n_actions": 4},
+        seed=0,
+        **settings,
+    )
+
+
 def _check_frames(batch: Any) -> None:
     assert not batch["torn"].any()
     assert torch.equal(batch["action"], batch["policy_version"] % 4)
@@ -251,16 +265,7 @@ def _check_frames(batch: Any) -> None:
 @pytest.mark.timeout(240)
 def test_apply_weights_between_steps_switches_mid_rollout_with_every_frame_stamped() -> None:
     net, policy = _policy(1000)
-    with Collector(
-        CountingEnv,
-        policy,
-        frames_per_batch=2 * 200,
-        envs_per_worker=1,
-        num_workers=2,
-        env_kwargs={"length": 10**9, "n_actions": 4},
-        apply_weights="between_steps",
-        seed=0,
-    ) as collector:
+    with _collector(policy, 200, apply_weights="between_steps") as collector:
         mixed = False
         for batch in collector:
             _check_frames(batch)
@@ -282,17 +287,8 @@ def test_apply_weights_is_checked() -> None:
 @pytest.mark.parametrize("mode", ["view", "copy"])
 def test_workers_killed_while_taking_large_weights_never_block_a_publish(mode: str) -> None:
     net, policy = _policy(4 << 20)  # 16 MiB: a copy-mode read takes milliseconds
-    with Collector(
-        CountingEnv,
-        policy,
-        frames_per_batch=2 * 8,
-        envs_per_worker=1,
-        num_workers=2,
-        env_kwargs={"length": 10**9, "n_actions": 4},
-        weight_sync=SharedMemoryScheme(mode=mode),
-        weight_sync_timeout_s=2.0,
-        max_restarts=100,
-        seed=0,
+    with _collector(
+        policy, 8, weight_sync=SharedMemoryScheme(mode=mode), weight_sync_timeout_s=2.0, max_restarts=100
     ) as collector:
         for round_ in range(6):
             victim = round_ % 2
@@ -312,3 +308,28 @@ def test_workers_killed_while_taking_large_weights_never_block_a_publish(mode: s
 
             wait_until(every_worker_on, timeout_s=60, what=f"both workers acting with version {latest}")
         assert collector.stats().restarts >= 6
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda state: {k: v for k, v in state.items() if k != "bias"}, "they lack 'bias'"),
+        (lambda state: state | {"extra": torch.zeros(1)}, "have the unexpected entry 'extra'"),
+        (
+            lambda state: state | {"weight": torch.zeros(3, 3)},
+            r"'weight' is \(3, 3\) torch.float32, not \(2, 4\)",
+        ),
+        (lambda state: TensorDict(state | {"bias": torch.zeros(5)}), r"'bias' is \(5,\)"),
+    ],
+)
+def test_update_policy_weights_refuses_weights_that_do_not_fit_naming_the_first_mismatch(
+    make: Any, message: str
+) -> None:
+    net = torch.nn.Linear(4, 2)
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["logits"])
+    with Collector(
+        "CartPole-v1", lambda td: policy(td)["logits"].argmax(-1), weights_from=net, frames_per_batch=8
+    ) as c:
+        with pytest.raises(PolicyError, match=message):
+            c.update_policy_weights_(make(dict(net.state_dict())))
+        assert c.policy_version == 0  # refused before anything changed

@@ -87,24 +87,31 @@ class WeightsLayout:
         parameters = frozenset(name for name, _ in module.named_parameters())
         return WeightsLayout.from_state_dict(module_weights(module), parameters)
 
-    def check(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Refuse weights that do not have exactly this layout's names, shapes and dtypes.
+    def check(
+        self, state: Mapping[str, torch.Tensor], *, policy: str = "the policy the workers run", dtypes: bool = True
+    ) -> None:
+        """Refuse weights that do not have exactly this layout's names and shapes (and dtypes).
+
+        Args:
+            state: The weights, by name.
+            policy: Whose weights this layout describes, for the message.
+            dtypes: Refuse another dtype too (a flat buffer needs it; ``load_state_dict`` casts).
 
         Raises:
             PolicyError: Naming the first name that is missing, extra, or of another shape or dtype.
         """
+        where = f"the weights do not match {policy}"
         if len(state) != len(self.entries) or any(entry.name not in state for entry in self.entries):
             missing = [entry.name for entry in self.entries if entry.name not in state]
             known = {entry.name for entry in self.entries}
             extra = [name for name in state if name not in known]
             what = f"lack {missing[0]!r}" if missing else f"have the unexpected entry {extra[0]!r}"
-            raise PolicyError(f"the weights do not match the policy the workers run: they {what}")
+            raise PolicyError(f"{where}: they {what}")
         for entry in self.entries:
             tensor = state[entry.name]
-            if tuple(tensor.shape) != entry.shape or tensor.dtype != entry.dtype:
+            if tuple(tensor.shape) != entry.shape or (dtypes and tensor.dtype != entry.dtype):
                 raise PolicyError(
-                    f"the weights do not match the policy the workers run: {entry.name!r} is "
-                    f"{tuple(tensor.shape)} {tensor.dtype}, the workers' is {entry.shape} {entry.dtype}"
+                    f"{where}: {entry.name!r} is {tuple(tensor.shape)} {tensor.dtype}, not {entry.shape} {entry.dtype}"
                 )
 
     def pack(self, state: Mapping[str, torch.Tensor], out: np.ndarray, version: int) -> memoryview:

@@ -32,14 +32,17 @@ fn buffer_view(segment: &CoreSegment, buf: usize, len: usize, readonly: bool) ->
     )
 }
 
-/// The "could not get a buffer" errors of `publish` and `reserve`.
-fn unavailable(timeout_s: f64, aborted: bool) -> PyErr {
-    if aborted {
-        transport_error("could not publish weights: the collector is shutting down")
-    } else {
-        transport_error(format!(
+/// What `publish` and `reserve` got after waiting for a free buffer: the value, or the error
+/// that says why there is none.
+fn got_buffer<T>(waited: Waited<T>, timeout_s: f64) -> PyResult<T> {
+    match waited {
+        Waited::Ready(value) => Ok(value),
+        Waited::TimedOut => Err(transport_error(format!(
             "could not publish weights within {timeout_s} s: every weights buffer is held by a reader"
-        ))
+        ))),
+        Waited::Aborted => Err(transport_error(
+            "could not publish weights: the collector is shutting down",
+        )),
     }
 }
 
@@ -141,11 +144,7 @@ impl WeightsWriter {
                 .writer
                 .publish_wait(bytes, deadline, || segment.is_shutdown())
                 .map_err(py_err)?;
-            match waited {
-                Waited::Ready(version) => Ok(version),
-                Waited::TimedOut => Err(unavailable(timeout_s, false)),
-                Waited::Aborted => Err(unavailable(timeout_s, true)),
-            }
+            got_buffer(waited, timeout_s)
         })
     }
 
@@ -166,15 +165,10 @@ impl WeightsWriter {
                 .writer
                 .reserve_wait(nbytes, deadline, || segment.is_shutdown())
                 .map_err(py_err)?;
-            match waited {
-                Waited::Ready(res) => {
-                    let buf = res.buf;
-                    state.reserved = Some(res);
-                    Ok(buf)
-                }
-                Waited::TimedOut => Err(unavailable(timeout_s, false)),
-                Waited::Aborted => Err(unavailable(timeout_s, true)),
-            }
+            let res = got_buffer(waited, timeout_s)?;
+            let buf = res.buf;
+            state.reserved = Some(res);
+            Ok(buf)
         })?;
         // The view outlives the reservation as an object; the caller must not write through
         // it after commit() or abandon() (the trainer's scheme drops it at once).
