@@ -393,8 +393,18 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
     print(f"mean return  {mean:.2f}" if mean is not None else "mean return  - (no episode finished)")
 
 
-_KIND_TITLES = {"env_backend": "env backend", "scheme": "weight-sync scheme", "device_policy": "device policy"}
-_KIND_KEYS = {"env_backend": "env_backends", "scheme": "schemes", "device_policy": "device_policies"}
+_KIND_TITLES = {
+    "env_backend": "env backend",
+    "scheme": "weight-sync scheme",
+    "device_policy": "device policy",
+    "engine": "engine",
+}
+_KIND_KEYS = {
+    "env_backend": "env_backends",
+    "scheme": "schemes",
+    "device_policy": "device_policies",
+    "engine": "engines",
+}
 
 
 def _plugins(args: argparse.Namespace) -> int:

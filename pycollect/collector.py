@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pycollect._engines.base import Engine
     from pycollect._rollout.fields import BatchField
     from pycollect.devices import DevicePolicy
+    from pycollect.engines import EngineFactory
     from pycollect.envs.specs import EnvSpecs
     from pycollect.weights import WeightSyncScheme
 
@@ -175,6 +176,13 @@ class Collector:
         cat_results: With workers in sync mode: ``0`` (the default) gives
             ``[num_workers * envs_per_worker, T]`` batches; ``"stack"`` gives
             ``[num_workers, envs_per_worker, T]``, as TorchRL's ``MultiSyncCollector``.
+        engine: What runs the environments. ``None`` (the default): in this process for
+            ``num_workers=0``, supervised worker processes otherwise (the built-in
+            ``"inprocess"`` and ``"workers"`` engines). The name of a registered engine (a
+            plugin's, e.g. ``"ray"`` from ``pycollect-ray``, built with its defaults) or an
+            :class:`~pycollect.engines.EngineFactory` instance carrying its own options
+            (``engine=RayEngine(num_actors=4)``). An engine that runs several copies of the
+            workers delivers sync batches of one rollout of each.
         restart: With workers: ``"permanent"`` (restart after any end), ``"transient"``
             (only after a crash or hang) or ``"never"``.
         max_restarts: Restarts allowed per worker within ``restart_window_s``; past that the
@@ -229,6 +237,7 @@ class Collector:
         set_truncated: bool = _D.set_truncated,
         cat_results: Any = _D.cat_results,
         check_resources: bool = _D.check_resources,
+        engine: str | EngineFactory | None = _D.engine,
         restart: RestartPolicy = _S.restart,
         max_restarts: int = _S.max_restarts,
         restart_window_s: float = _S.restart_window_s,
@@ -268,6 +277,7 @@ class Collector:
                 heartbeat_timeout_s=heartbeat_timeout_s,
                 startup_timeout_s=startup_timeout_s,
             ),
+            engine=engine,
         )
         config = self.config
         if config.batch_frames != frames_per_batch:
@@ -288,7 +298,7 @@ class Collector:
                 PyCollectWarning,
                 stacklevel=2,
             )
-        if not config.num_workers and weight_sync is not None:
+        if not config.num_workers and config.engine is None and weight_sync is not None:
             warnings.warn(
                 f"weight_sync={weight_sync!r} has no effect in-process (num_workers=0): the collector "
                 "calls the very policy object you train",

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import torch
 
     from pycollect.devices import DevicePolicy
+    from pycollect.engines import EngineFactory
     from pycollect.weights import WeightSyncScheme
 
 __all__ = [
@@ -215,6 +216,10 @@ class CollectorConfig:
         cat_results: How a sync batch of workers is shaped: ``0`` (the default) concatenates
             their rollouts, ``[num_workers * envs_per_worker, T]``; ``"stack"`` stacks them,
             ``[num_workers, envs_per_worker, T]``, as TorchRL's ``MultiSyncCollector`` does.
+        engine: What runs the environments: ``None`` (the built-in ``inprocess`` engine for
+            ``num_workers=0``, ``workers`` otherwise), a registered engine's name or an
+            :class:`~pycollect.engines.EngineFactory` instance; resolved to an instance and
+            checked (:meth:`~pycollect.engines.EngineFactory.check`) here.
         check_resources: Refuse, before anything is allocated or started, memory this machine
             does not have (the shared-memory segment, owned batches) and absurd counts of
             workers or environments; ``False`` lets those who know better through.
@@ -246,6 +251,7 @@ class CollectorConfig:
     cat_results: Any = 0
     check_resources: bool = True
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
+    engine: str | EngineFactory | None = None
 
     def __post_init__(self) -> None:
         _positive_int("frames_per_batch", self.frames_per_batch)
@@ -318,6 +324,12 @@ class CollectorConfig:
                         "policy (device_policy='round_robin', or device_policy=ExplicitPolicy(['cuda:0', 'cpu'])); "
                         f"leave {name} unset (storing_device= still chooses where batches arrive)"
                     )
+        if self.engine is not None:
+            from pycollect import plugins
+
+            factory = plugins.instance("engine", self.engine, "engine")
+            object.__setattr__(self, "engine", factory)
+            factory.check(self)
 
     @property
     def requested_policy_device(self) -> torch.device | None:
@@ -369,9 +381,24 @@ class CollectorConfig:
         return self.weight_sync if self.weight_sync is not None else DEFAULT_WEIGHT_SYNC
 
     @property
+    def engine_factory(self) -> EngineFactory | None:
+        """The resolved ``engine`` (``None``: the built-in one for ``num_workers``)."""
+        from pycollect.engines import EngineFactory
+
+        return self.engine if isinstance(self.engine, EngineFactory) else None
+
+    @property
+    def replicas(self) -> int:
+        """Copies of the workers the engine runs (:attr:`EngineFactory.replicas`; 1 for the built-ins)."""
+        factory = self.engine_factory
+        return 1 if factory is None else factory.replicas
+
+    @property
     def rows(self) -> int:
-        """Environments stepped per batch: ``envs_per_worker``, times ``num_workers`` in sync mode."""
-        return self.envs_per_worker * (self.num_workers if self.num_workers and self.sync else 1)
+        """Environments stepped per batch: ``envs_per_worker``, times ``num_workers`` and the replicas in sync mode."""
+        if not self.sync:
+            return self.envs_per_worker
+        return self.envs_per_worker * max(self.num_workers, 1) * self.replicas
 
     @property
     def steps_per_batch(self) -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "TransportError",
     "UnknownBackendError",
     "UnknownDevicePolicyError",
+    "UnknownEngineError",
     "UnknownEnvError",
     "UnknownSchemeError",
     "UnsupportedSpaceError",
@@ -75,6 +76,10 @@ class UnknownSchemeError(ConfigError):
 
 class UnknownDevicePolicyError(ConfigError):
     """``device_policy`` names no registered device placement policy."""
+
+
+class UnknownEngineError(ConfigError):
+    """``engine`` names no registered engine."""
 
 
 class UnsupportedSpaceError(ConfigError):

@@ -17,8 +17,8 @@ entry-point group::
 
 Every hook returns one class or a list of classes; each class names itself with its ``name``
 class attribute, which users pass as a string (``env="mything:level-1"``,
-``weight_sync="mything"``, ``device_policy="mything"``). pycollect's own env backends,
-weight-sync schemes and device policies are plugins too (``pycollect.default_plugins``),
+``weight_sync="mything"``, ``device_policy="mything"``, ``engine="mything"``). pycollect's own
+env backends, weight-sync schemes, device policies and engines are plugins too (``pycollect.default_plugins``),
 registered before any entry point loads. Names are unique across plugins: two classes with
 one name are a :class:`~pycollect.PluginError` that names both plugins.
 
@@ -35,10 +35,19 @@ import pluggy
 
 if TYPE_CHECKING:
     from pycollect.devices import DevicePolicy
+    from pycollect.engines import EngineFactory
     from pycollect.envs import EnvBackend
     from pycollect.weights import WeightSyncScheme
 
-__all__ = ["PROJECT", "hookimpl", "hookspec", "register_device_policy", "register_env_backend", "register_scheme"]
+__all__ = [
+    "PROJECT",
+    "hookimpl",
+    "hookspec",
+    "register_device_policy",
+    "register_engine",
+    "register_env_backend",
+    "register_scheme",
+]
 
 PROJECT = "pycollect"
 """The pluggy project name, which is also the entry-point group plugins are found through."""
@@ -76,4 +85,15 @@ def register_device_policy() -> type[DevicePolicy] | Sequence[type[DevicePolicy]
     Returns:
         One :class:`~pycollect.devices.DevicePolicy` subclass, or a list of them. Users
         select one with ``Collector(..., device_policy="<name>")`` or pass an instance.
+    """
+
+
+@hookspec
+def register_engine() -> type[EngineFactory] | Sequence[type[EngineFactory]]:  # type: ignore[empty-body]
+    """Contribute engines: what runs the environments and turns them into batches.
+
+    Returns:
+        One :class:`~pycollect.engines.EngineFactory` subclass, or a list of them. Users
+        select one with ``Collector(..., engine="<name>")`` or pass an instance configured
+        through its constructor.
     """

@@ -1,6 +1,6 @@
 """The plugin manager: built-in plugins, entry points, and the lookup of names.
 
-pycollect has three extension points, each with one hook (:mod:`pycollect.hookspecs`):
+pycollect has four extension points, each with one hook (:mod:`pycollect.hookspecs`):
 
 ========================  ==========================  =====================================
 hook                      contributes                 selected by
@@ -8,6 +8,7 @@ hook                      contributes                 selected by
 register_env_backend()    :class:`~pycollect.envs.EnvBackend`          ``env="<name>:<target>"``
 register_scheme()         :class:`~pycollect.weights.WeightSyncScheme`  ``weight_sync="<name>"``
 register_device_policy()  :class:`~pycollect.devices.DevicePolicy`      ``device_policy="<name>"``
+register_engine()         :class:`~pycollect.engines.EngineFactory`     ``engine="<name>"``
 ========================  ==========================  =====================================
 
 Loading happens once per process, on first use, in the trainer: the built-in plugins of
@@ -45,6 +46,7 @@ from typing import Any, Literal, TypeVar, cast
 import pluggy
 
 from pycollect import hookspecs
+from pycollect._engines.base import EngineFactory
 from pycollect._messages import first_line
 from pycollect.default_plugins import DEFAULT_PLUGINS
 from pycollect.devices.placement import DevicePolicy
@@ -54,6 +56,7 @@ from pycollect.exceptions import (
     PluginError,
     UnknownBackendError,
     UnknownDevicePolicyError,
+    UnknownEngineError,
     UnknownSchemeError,
 )
 from pycollect.weights.scheme import WeightSyncScheme
@@ -67,6 +70,7 @@ __all__ = [
     "PluginInfo",
     "Registration",
     "device_policy",
+    "engine",
     "env_backend",
     "hook_name",
     "instance",
@@ -88,7 +92,7 @@ name stays ``pycollect`` (``pycollect`` on PyPI is an unrelated project).
 DISABLE_VARIABLE = "PYCOLLECT_DISABLE_PLUGINS"
 LOAD_VARIABLE = "PYCOLLECT_LOAD_PLUGINS"
 
-Kind = Literal["env_backend", "scheme", "device_policy"]
+Kind = Literal["env_backend", "scheme", "device_policy", "engine"]
 """An extension point, named like the hook that feeds it."""
 
 
@@ -113,6 +117,7 @@ _POINTS: dict[Kind, _ExtensionPoint] = {
         "device placement policy",
         UnknownDevicePolicyError,
     ),
+    "engine": _ExtensionPoint("engine", "register_engine", EngineFactory, "engine", UnknownEngineError),
 }
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
@@ -451,8 +456,17 @@ def device_policy(name: str) -> type[DevicePolicy]:
     return cast(type[DevicePolicy], _lookup("device_policy", name))
 
 
-def instance(kind: Literal["scheme", "device_policy"], value: Any, argument: str) -> Any:
-    """Resolve a ``weight_sync`` / ``device_policy`` argument: a registered name, a class or an instance.
+def engine(name: str) -> type[EngineFactory]:
+    """The engine factory class registered as ``name``.
+
+    Raises:
+        UnknownEngineError: No engine has that name; the message lists the known ones.
+    """
+    return cast(type[EngineFactory], _lookup("engine", name))
+
+
+def instance(kind: Literal["scheme", "device_policy", "engine"], value: Any, argument: str) -> Any:
+    """Resolve a ``weight_sync`` / ``device_policy`` / ``engine`` argument: a registered name, a class or an instance.
 
     Raises:
         ConfigError: (a subclass naming the kind) for an unknown name or a value of the wrong type.

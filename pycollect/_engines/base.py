@@ -3,7 +3,9 @@
 An engine owns the environments (in this process, or in worker processes) and turns them into
 ``TensorDict`` batches. The collector keeps the counters (frames, policy version, episodes) and
 the user-facing checks; the engine only collects, publishes weights, reports supervision and
-closes. :func:`pycollect._engines.start` picks the engine for a config.
+closes. An :class:`EngineFactory` (the class a plugin registers through ``register_engine()``,
+configured by its constructor) starts one engine per collector; :func:`pycollect._engines.start`
+picks the factory for a config. :mod:`pycollect.engines` is the public home of these names.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pycollect.exceptions import ConfigError
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from pycollect.envs.source import EnvSource
     from pycollect.envs.specs import EnvSpecs, FieldSpec
 
-__all__ = ["Engine", "RolloutPlan", "Supervision", "plan_rollout"]
+__all__ = ["Engine", "EngineFactory", "RolloutPlan", "Supervision", "plan_rollout"]
 
 
 @dataclass(frozen=True)
@@ -145,3 +147,44 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Stop collecting and release everything (idempotent)."""
+
+
+class EngineFactory(abc.ABC):
+    """Starts an :class:`Engine` for a collector; what the ``register_engine()`` hook contributes.
+
+    Users select one with ``Collector(..., engine="<name>")`` (built with no arguments) or pass
+    an instance configured through its constructor (``engine=RayEngine(num_actors=4)``). With
+    ``engine=None`` the collector picks a built-in one by ``num_workers``: ``inprocess`` for 0,
+    ``workers`` otherwise.
+
+    Attributes:
+        name: The name users select it by.
+        replicas: How many copies of the ``num_workers`` workers the engine runs; a sync batch
+            holds one rollout of each (``[replicas * num_workers * envs_per_worker, T]``), so
+            the collector's batch size and counts account for it. 1 for single-machine engines.
+    """
+
+    name: ClassVar[str] = ""
+    replicas: int = 1
+
+    def check(self, config: CollectorConfig) -> None:  # noqa: B027 - optional hook
+        """Refuse settings this engine cannot honour, before anything runs.
+
+        Raises:
+            ConfigError: Naming the setting.
+        """
+
+    @abc.abstractmethod
+    def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
+        """Build and start the engine; nothing is left running if this raises.
+
+        Args:
+            config: The collector's settings (already checked by :meth:`check`).
+            env_source: What builds the environments (picklable).
+            policy: The policy (``None``: random actions).
+            weights_module: The module whose weights ``publish_weights`` moves (``None``: none).
+        """
+
+    def describe(self) -> str:
+        """A short description for messages and ``repr``."""
+        return self.name or type(self).__qualname__

@@ -18,5 +18,6 @@ DEFAULT_PLUGINS = (
     "pycollect.default_plugins.cpu_devices",
     "pycollect.default_plugins.round_robin_devices",
     "pycollect.default_plugins.explicit_devices",
+    "pycollect.default_plugins.builtin_engines",
 )
 """Import paths of the built-in plugin modules."""

@@ -109,12 +109,13 @@ def _refuse_object(env: Any) -> ConfigError:
     return ConfigError(f"env must be an env id string or a factory callable, got {env!r}")
 
 
-def resolve_env(env: str | Callable[..., Any], env_kwargs: Mapping[str, Any] | None = None) -> EnvSource:
+def resolve_env(env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[str, Any] | None = None) -> EnvSource:
     """Resolve and check a user's ``env`` argument, building nothing.
 
     Args:
         env: ``"<backend>:<target>"``, a bare gymnasium id such as ``"CartPole-v1"``, or a
-            factory callable (the ``callable`` backend).
+            factory callable (the ``callable`` backend), or an :class:`EnvSource` resolved
+            before (returned as it is).
         env_kwargs: Keyword arguments for the environment constructor.
 
     Raises:
@@ -126,6 +127,10 @@ def resolve_env(env: str | Callable[..., Any], env_kwargs: Mapping[str, Any] | N
     """
     from pycollect import plugins
 
+    if isinstance(env, EnvSource):  # already resolved (an engine building collectors elsewhere)
+        if env_kwargs:
+            raise ConfigError("env_kwargs cannot be given with a resolved EnvSource: it carries its own")
+        return env
     if env_kwargs is None:
         env_kwargs = {}
     if not isinstance(env_kwargs, Mapping):

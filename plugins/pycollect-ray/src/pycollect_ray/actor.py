@@ -1,0 +1,84 @@
+"""What runs inside each Ray actor: one local pycollect collector, driven by the trainer.
+
+This module is imported in the actor processes (Ray pickles :class:`CollectorActor` by
+reference), so it imports nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["CollectorActor", "pack"]
+
+Packed = dict[str, Any]
+"""A batch as it travels: ``{"shape": [rows, T], "fields": [(key, ndarray), ...]}``."""
+
+
+def pack(batch: Any) -> Packed:
+    """A batch as numpy arrays, which Ray's serializer stores out of band (no pickling of data)."""
+    fields = [(key, tensor.numpy()) for key, tensor in batch.items(include_nested=True, leaves_only=True)]
+    return {"shape": list(batch.batch_size), "fields": fields}
+
+
+class CollectorActor:
+    """A local :class:`pycollect.Collector` in a Ray actor.
+
+    Ray calls the constructor again with the same arguments when it restarts the actor, so a
+    restarted actor builds a fresh collector; the trainer then sends it the latest weights
+    before asking for a rollout.
+
+    Args:
+        index: The actor's index (its place in a sync batch).
+        env_source: The resolved env (``pycollect.envs.source.EnvSource``).
+        policy_blob: ``cloudpickle.dumps((policy, weights_module))`` or ``None`` (random actions):
+            one blob, so a function policy and the module it closes over stay one object here.
+        kwargs: The local collector's keyword arguments.
+        scheme: The :class:`~pycollect_ray.RayScheme` that fetches weights.
+    """
+
+    def __init__(self, index: int, env_source: Any, policy_blob: bytes | None, kwargs: dict[str, Any], scheme: Any):
+        import cloudpickle
+
+        from pycollect import Collector
+
+        self.index = index
+        self.scheme = scheme
+        policy, weights_module = cloudpickle.loads(policy_blob) if policy_blob is not None else (None, None)
+        self.collector = Collector(env_source, policy, weights_from=weights_module, **kwargs)
+
+    def ready(self) -> int:
+        """The actor's process id, once its collector (and its workers) started."""
+        return os.getpid()
+
+    def pid(self) -> int:
+        """The actor's process id."""
+        return os.getpid()
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the local collector's workers (none in-process)."""
+        return [worker.pid for worker in self.collector.stats().workers if worker.pid]
+
+    def policy_version(self) -> int:
+        """The local collector's policy version."""
+        return self.collector.policy_version
+
+    def set_weights(self, version: int, ref: list[Any]) -> int:
+        """Load weights ``version`` (the ``ObjectRef`` wrapped in a list, so Ray does not fetch it unasked).
+
+        The local collector takes them to its workers through its own scheme, stamped with the
+        trainer's version. An older or equal version (a duplicate after a restart) is ignored.
+        """
+        if version > self.collector.policy_version:
+            state = self.scheme.fetch(ref[0])
+            self.collector.policy_version = version - 1  # update_policy_weights_ counts up by one
+            self.collector.update_policy_weights_(state)
+        return self.collector.policy_version
+
+    def collect(self) -> Packed:
+        """The local collector's next batch; returning it is its one ``ray.put``."""
+        return pack(self.collector.next_batch())
+
+    def close(self) -> None:
+        """Shut the local collector down (workers stopped and reaped, segment gone)."""
+        self.collector.shutdown()

@@ -1,0 +1,153 @@
+"""The ray engine on a local Ray cluster (loopback only, see conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from ray_helpers import ActsItsWeight
+from tensordict import TensorDictBase
+
+from pycollect import Collector, ConfigError, PyCollectWarning, WorkerCrashedError
+from pycollect.testing import wait_until
+from pycollect.testing.leaks import shm_segments
+from pycollect_ray import RayEngine, actor_seed
+
+ENV = "CartPole-v1"
+
+
+def _layout(batch: TensorDictBase) -> dict[Any, tuple[tuple[int, ...], torch.dtype]]:
+    return {key: (tuple(value.shape[2:]), value.dtype) for key, value in batch.items(True, True)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_engine_and_the_scheme_are_listed() -> None:
+    listing = json.loads(subprocess.check_output([sys.executable, "-m", "pycollect", "plugins", "--json"]))
+    assert any(item["name"] == "ray" and item["distribution"] == "pycollect-ray" for item in listing["engines"])
+    assert any(item["name"] == "ray" and item["distribution"] == "pycollect-ray" for item in listing["schemes"])
+
+
+def test_settings_the_actors_cannot_honour_are_refused_before_anything_runs() -> None:
+    with pytest.raises(ConfigError, match="cat_results='stack'"):
+        Collector(ENV, frames_per_batch=8, num_workers=1, cat_results="stack", engine="ray")
+    with pytest.raises(ConfigError, match="weight_sync='shared_memory'"):
+        Collector(ENV, frames_per_batch=8, num_workers=1, weight_sync="shared_memory", engine="ray")
+    with pytest.raises(ConfigError, match="num_actors"):
+        RayEngine(num_actors=0)
+
+
+@pytest.mark.timeout(240)
+def test_batches_have_the_local_format_and_each_actor_the_derived_seed(ray_cluster: None) -> None:
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5)
+    with Collector(ENV, frames_per_batch=64, total_frames=128, num_workers=1, seed=7, engine=engine) as collector:
+        assert collector.frames_per_batch == 64 and len(collector) == 2
+        batches = [batch.clone() for batch in collector]
+    with Collector(ENV, frames_per_batch=64, total_frames=128, num_workers=2, seed=7) as local:
+        local_batches = [batch.clone() for batch in local]
+    assert [b.batch_size for b in batches] == [b.batch_size for b in local_batches] == [torch.Size([2, 32])] * 2
+    assert _layout(batches[0]) == _layout(local_batches[0])
+    assert batches[0].names == local_batches[0].names
+    ids = batches[0]["collector", "traj_ids"]
+    assert ids[0].unique().tolist() != ids[1].unique().tolist()  # trajectory ids unique over actors
+    for index in range(2):  # actor i collects what a local collector with its derived seed collects
+        with Collector(ENV, frames_per_batch=32, total_frames=64, num_workers=1, seed=actor_seed(7, index)) as alone:
+            for batch, expected in zip(batches, alone, strict=True):
+                for key in ("observation", "action", ("next", "reward"), ("next", "done")):
+                    assert torch.equal(batch[key][index], expected[key][0]), (index, key)
+
+
+@pytest.mark.timeout(300)
+def test_weights_reach_every_actor_and_a_killed_actor_is_restarted_until_max_restarts(
+    ray_cluster: None, runtime_env: dict[str, Any]
+) -> None:
+    import ray
+
+    net = ActsItsWeight()
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5, max_restarts=1, runtime_env=runtime_env)
+    with Collector(ENV, net, frames_per_batch=32, num_workers=1, engine=engine) as collector:
+        first = collector.next_batch()
+        assert (first["action"] == 0).all() and (first["policy_version"] == 0).all()
+
+        def all_on(version: int) -> bool:
+            batch = collector.next_batch()
+            return bool((batch["policy_version"] == version).all() and (batch["action"] == version).all())
+
+        with torch.no_grad():
+            net.value.fill_(1)
+        collector.update_policy_weights_()
+        wait_until(lambda: all_on(1), timeout_s=120, what="every actor's frames to carry version 1 and act 1")
+
+        actors = collector._engine.actors  # type: ignore[attr-defined]
+        old = ray.get(actors[0].pid.remote())
+        os.kill(old, signal.SIGKILL)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PyCollectWarning)
+            reported = lambda: any("ray actor 0 died" in str(w.message) for w in caught)  # noqa: E731
+            wait_until(
+                lambda: collector.next_batch() is not None and reported(),
+                timeout_s=120,
+                what="the death of actor 0 to be reported",
+            )
+            # The restarted actor got the latest weights before its first rollout.
+            wait_until(lambda: all_on(1), timeout_s=120, what="the restarted actor to act with version 1")
+        assert ray.get(actors[0].pid.remote()) != old
+
+        os.kill(ray.get(actors[0].pid.remote()), signal.SIGKILL)
+        gave_up = r"ray actor 0 died 2 time\(s\), past max_restarts=1"
+        with pytest.raises(WorkerCrashedError, match=gave_up) as info, warnings.catch_warnings():
+            warnings.simplefilter("ignore", PyCollectWarning)
+            wait_until(lambda: collector.next_batch() is None, timeout_s=120, what="the give-up")
+        assert info.value.worker == 0 and info.value.error
+
+
+@pytest.mark.timeout(180)
+def test_shutdown_leaves_no_actor_worker_or_segment(ray_cluster: None) -> None:
+    import ray
+
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5)
+    collector = Collector(ENV, frames_per_batch=32, num_workers=1, engine=engine)
+    collector.next_batch()
+    actors = collector._engine.actors  # type: ignore[attr-defined]
+    actor_pids = ray.get([actor.pid.remote() for actor in actors])
+    worker_pids = [pid for pids in ray.get([actor.worker_pids.remote() for actor in actors]) for pid in pids]
+    assert len(worker_pids) == 2 and all(map(_alive, actor_pids + worker_pids))
+    collector.shutdown()
+    wait_until(lambda: not any(map(_alive, actor_pids + worker_pids)), timeout_s=60, what="actors and workers to exit")
+    assert not any(shm_segments(pid) for pid in actor_pids)
+    collector.shutdown()  # idempotent
+
+
+_OWN_CLUSTER = """
+import ray
+from pycollect import Collector
+from pycollect.testing import wait_until
+from pycollect.testing.leaks import child_processes
+from pycollect_ray import RayEngine
+
+engine = RayEngine(num_actors=1, init_kwargs={"num_cpus": 1, "address": "local", "log_to_driver": False})
+with Collector("CartPole-v1", frames_per_batch=16, total_frames=32, num_workers=1, engine=engine) as collector:
+    assert len(list(collector)) == 2 and ray.is_initialized()
+assert not ray.is_initialized()
+wait_until(lambda: not child_processes(), timeout_s=60, what="Ray's processes to exit")
+print("CLEAN")
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_cluster_the_engine_started_is_shut_down_with_it() -> None:
+    result = subprocess.run([sys.executable, "-c", _OWN_CLUSTER], capture_output=True, text=True, timeout=170)
+    assert result.returncode == 0 and "CLEAN" in result.stdout, result.stderr[-3000:]
