@@ -151,3 +151,20 @@ print("CLEAN")
 def test_a_cluster_the_engine_started_is_shut_down_with_it() -> None:
     result = subprocess.run([sys.executable, "-c", _OWN_CLUSTER], capture_output=True, text=True, timeout=170)
     assert result.returncode == 0 and "CLEAN" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.timeout(240)
+def test_async_batches_are_one_actors_rollout_as_it_comes_from_every_actor(ray_cluster: None) -> None:
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5)
+    with Collector(ENV, frames_per_batch=32, num_workers=1, sync=False, seed=3, engine=engine) as collector:
+        seen: set[int] = set()
+
+        def both_actors_delivered() -> bool:
+            batch = collector.next_batch()
+            assert batch.batch_size == torch.Size([1, 32])  # one actor's one worker's rollout
+            actors = (batch["collector", "traj_ids"] % 2).unique().tolist()
+            assert len(actors) == 1, actors  # a batch never mixes actors
+            seen.update(actors)
+            return seen == {0, 1}
+
+        wait_until(both_actors_delivered, timeout_s=120, what="rollouts from both actors")
