@@ -16,12 +16,25 @@ Workloads (``--workloads``):
     actions. Needs the ``pycollect-dmcontrol`` plugin (``pip install -e
     plugins/pycollect-dmcontrol``): pycollect collects through ``"dm_control:cheetah-run"``.
     Its own, smaller set of contenders (below).
+``atari-pong``
+    Atari Pong through ALE (``benches/atari_env.py``): ``ALE/Pong-v5`` with ``frameskip=1``
+    under gymnasium's ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale_obs=True,
+    noop_max=30)`` and ``FrameStackObservation(stack_size=4)``: 4x84x84 uint8 observations,
+    Discrete(6), uniform random actions, about 500 us a step. pycollect builds it through
+    ``"callable:atari_env:make_env"`` (workers inherit the trainer's ``sys.path``, which holds
+    this directory). Needs ``ale-py`` and ``opencv-python-headless`` (the ``bench`` extra).
+    Its own set of contenders (below), with EnvPool and Stable-Baselines3 among them.
 
 Contenders, each with ``--envs`` (K, default 8) environments per worker where it has workers:
 
 * raw gymnasium loop: one env stepped in a plain loop in this process (the baseline; for
   ``dmcontrol-cheetah-run`` the raw dm_control loop: one ``suite.load("cheetah", "run")`` env
   stepped with pre-sampled uniform random actions);
+* 2 raw loops in parallel: two spawned processes, each stepping K envs round-robin in the raw
+  loop, started together and run for a fixed time (``raw2_ms``); reported as the sum of the two
+  loops' frames/s. This is the measured limit of 2 workers on this machine (the "x 2 raw loops"
+  column): with the machine to itself it is about 2x the raw loop; where other work holds a
+  CPU it is about 1x, and every 2-process contender is capped with it;
 * pycollect in-process (``num_workers=0``, K envs);
 * pycollect sync with 1 worker, sync with 2 workers (copied batches, and ``zero_copy=True``),
   async with 2 workers (K envs each);
@@ -31,7 +44,14 @@ Contenders, each with ``--envs`` (K, default 8) environments per worker where it
 * TorchRL ``MultiSyncCollector`` and ``MultiAsyncCollector`` with 2 workers, each stepping a
   ``SerialEnv`` of K ``GymEnv`` (``DMControlEnv("cheetah", "run")`` for dm_control).
 
-``dmcontrol-cheetah-run`` runs the raw dm_control loop, pycollect in-process, sync with 1 and
+``atari-pong`` runs the raw loop, 2 raw loops in parallel, pycollect in-process, sync with 1 and
+2 workers, async with 2, the three gymnasium vector envs, EnvPool's own ``Pong-v5``
+(``envpool.make_gymnasium``, 2K envs on 2 threads, synchronous, its C++ preprocessing set to
+match; see ``benches/atari_env.py`` for where it differs) and Stable-Baselines3's
+``SubprocVecEnv`` with 2K envs, one process each as SB3 builds it (its default start method,
+forkserver). EnvPool and SB3 are skipped with a message where they cannot be imported.
+
+``dmcontrol-cheetah-run`` runs the raw dm_control loop, 2 raw loops in parallel, pycollect in-process, sync with 1 and
 with 2 workers, and TorchRL ``MultiSyncCollector`` twice: with a ``SerialEnv`` of K
 ``DMControlEnv`` per worker (the same envs as pycollect) and with one ``DMControlEnv`` per
 worker (``MultiSyncCollector([make_env] * 2, ...)``, as TorchRL's examples build it); the
@@ -52,6 +72,8 @@ Run:
     python benches/throughput.py --quick         # a quarter of the frames, 2 rounds (~40 s)
     python benches/throughput.py --workloads cartpole-random --rounds 5
     python benches/throughput.py --workloads dmcontrol-cheetah-run --rounds 5   # ~2 min
+    python benches/throughput.py --workloads atari-pong,cartpole-random --envs 4   # issue 12, ~5 min
+    python benches/throughput.py --workloads atari-pong --envs 4 --profile-workers 8   # py-spy the workers
 
 Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png``.
 """
