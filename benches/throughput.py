@@ -1012,7 +1012,7 @@ def _worker_profile(path: Path) -> tuple[dict[str, float], dict[str, float], int
     return {c: n * scale for c, n in by_category.items()}, {w: n * scale for w, n in by_line.items()}, total
 
 
-def _profile_workers(workload: Workload, k: int, seconds: float, rate: int) -> None:
+def _profile_workers(workload: Workload, k: int, seconds: float, rate: int, native: bool = False) -> None:
     """py-spy both workers of pycollect sync with 2 workers; print each one's split in us per env step."""
     import shutil
 
@@ -1045,7 +1045,7 @@ def _profile_workers(workload: Workload, k: int, seconds: float, rate: int) -> N
             subprocess.Popen(
                 [
                     *("py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate)),
-                    *("--format", "raw", "--idle", "--nonblocking", "-o", str(out)),
+                    *("--format", "raw", "--idle", "--native" if native else "--nonblocking", "-o", str(out)),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -1059,7 +1059,7 @@ def _profile_workers(workload: Workload, k: int, seconds: float, rate: int) -> N
     per_worker = got / WORKERS  # frames = env steps, per worker
     print(
         f"\n== {workload.name}: pycollect sync, {WORKERS} workers x {k} envs; {unprofiled:,.0f} frames/s unprofiled, "
-        f"{got / wall:,.0f} under py-spy ({rate} Hz, non-blocking, {wall:.1f} s); "
+        f"{got / wall:,.0f} under py-spy ({rate} Hz, {'native' if native else 'non-blocking'}, {wall:.1f} s); "
         f"{wall / per_worker * 1e6:.1f} us of wall time per env step per worker; the raw loop here: "
         f"{1e6 / raw.fps:.1f} us/step, {1e6 / raw2.fps * WORKERS:.1f} us/step in each of 2 raw loops in parallel"
     )
@@ -1093,6 +1093,9 @@ def main() -> None:
         help="instead: py-spy pycollect's 2 sync workers for SECONDS; split of a worker's time per env step",
     )
     parser.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second (--profile-workers)")
+    parser.add_argument(
+        "--profile-native", action="store_true", help="--profile-workers with native stacks (pauses the workers)"
+    )
     parser.add_argument("--replot", metavar="JSON", help="instead: redraw the PNG of a saved JSON result")
     args = parser.parse_args()
     if args.replot:
@@ -1129,7 +1132,7 @@ def main() -> None:
     k = args.envs
     if args.profile_workers:
         for workload in workloads:
-            _profile_workers(workload, k, args.profile_workers, args.profile_rate)
+            _profile_workers(workload, k, args.profile_workers, args.profile_rate, args.profile_native)
         return
     if args.profile:
         for workload in workloads:
