@@ -16,12 +16,25 @@ Workloads (``--workloads``):
     actions. Needs the ``pycollect-dmcontrol`` plugin (``pip install -e
     plugins/pycollect-dmcontrol``): pycollect collects through ``"dm_control:cheetah-run"``.
     Its own, smaller set of contenders (below).
+``atari-pong``
+    Atari Pong through ALE (``benches/atari_env.py``): ``ALE/Pong-v5`` with ``frameskip=1``
+    under gymnasium's ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale_obs=True,
+    noop_max=30)`` and ``FrameStackObservation(stack_size=4)``: 4x84x84 uint8 observations,
+    Discrete(6), uniform random actions, about 500 us a step. pycollect builds it through
+    ``"callable:atari_env:make_env"`` (workers inherit the trainer's ``sys.path``, which holds
+    this directory). Needs ``ale-py`` and ``opencv-python-headless`` (the ``bench`` extra).
+    Its own set of contenders (below), with EnvPool and Stable-Baselines3 among them.
 
 Contenders, each with ``--envs`` (K, default 8) environments per worker where it has workers:
 
 * raw gymnasium loop: one env stepped in a plain loop in this process (the baseline; for
   ``dmcontrol-cheetah-run`` the raw dm_control loop: one ``suite.load("cheetah", "run")`` env
   stepped with pre-sampled uniform random actions);
+* 2 raw loops in parallel: two spawned processes, each stepping K envs round-robin in the raw
+  loop, started together and run for a fixed time (``raw2_ms``); reported as the sum of the two
+  loops' frames/s. This is the measured limit of 2 workers on this machine (the "x 2 raw loops"
+  column): with the machine to itself it is about 2x the raw loop; where other work holds a
+  CPU it is about 1x, and every 2-process contender is capped with it;
 * pycollect in-process (``num_workers=0``, K envs);
 * pycollect sync with 1 worker, sync with 2 workers (copied batches, and ``zero_copy=True``),
   async with 2 workers (K envs each);
@@ -31,7 +44,14 @@ Contenders, each with ``--envs`` (K, default 8) environments per worker where it
 * TorchRL ``MultiSyncCollector`` and ``MultiAsyncCollector`` with 2 workers, each stepping a
   ``SerialEnv`` of K ``GymEnv`` (``DMControlEnv("cheetah", "run")`` for dm_control).
 
-``dmcontrol-cheetah-run`` runs the raw dm_control loop, pycollect in-process, sync with 1 and
+``atari-pong`` runs the raw loop, 2 raw loops in parallel, pycollect in-process, sync with 1 and
+2 workers, async with 2, the three gymnasium vector envs, EnvPool's own ``Pong-v5``
+(``envpool.make_gymnasium``, 2K envs on 2 threads, synchronous, its C++ preprocessing set to
+match; see ``benches/atari_env.py`` for where it differs) and Stable-Baselines3's
+``SubprocVecEnv`` with 2K envs, one process each as SB3 builds it (its default start method,
+forkserver). EnvPool and SB3 are skipped with a message where they cannot be imported.
+
+``dmcontrol-cheetah-run`` runs the raw dm_control loop, 2 raw loops in parallel, pycollect in-process, sync with 1 and
 with 2 workers, and TorchRL ``MultiSyncCollector`` twice: with a ``SerialEnv`` of K
 ``DMControlEnv`` per worker (the same envs as pycollect) and with one ``DMControlEnv`` per
 worker (``MultiSyncCollector([make_env] * 2, ...)``, as TorchRL's examples build it); the
@@ -52,6 +72,8 @@ Run:
     python benches/throughput.py --quick         # a quarter of the frames, 2 rounds (~40 s)
     python benches/throughput.py --workloads cartpole-random --rounds 5
     python benches/throughput.py --workloads dmcontrol-cheetah-run --rounds 5   # ~2 min
+    python benches/throughput.py --workloads atari-pong,cartpole-random --envs 4   # issue 12, ~5 min
+    python benches/throughput.py --workloads atari-pong --envs 4 --profile-workers 8   # py-spy the workers
 
 Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png``.
 """
@@ -59,6 +81,7 @@ Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png`
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -86,6 +109,7 @@ from torch import nn
 import pycollect
 
 sys.path.insert(0, str(Path(__file__).parent))
+import atari_env  # needs the path above; pycollect's workers import it by name too
 import synthetic_env  # needs the path above; registers Synthetic84x84x4-v0
 
 torch.set_num_threads(1)
@@ -148,8 +172,14 @@ def _torchrl_cheetah_run() -> Any:
 RAW, TORCHRL_SYNC = "raw gymnasium loop", "TorchRL MultiSync (2 workers)"
 TORCHRL_SYNC_1 = "TorchRL MultiSync (2 workers x 1 env)"  # as TorchRL's examples build it
 RAW_DMC = "raw dm_control loop"
+RAW2 = "2 raw loops in parallel"  # two processes, K envs each: the measured limit on 2 CPUs
+ENVPOOL = "EnvPool (2K envs, 2 threads)"
+SB3 = "SB3 SubprocVecEnv (2K procs)"
+SYNC_1, SYNC_2 = "pycollect sync, 1 worker", "pycollect sync, 2 workers"
+SYNC_VECTOR = "gymnasium SyncVectorEnv (K envs)"
 GYM_CONTENDERS = (
     RAW,
+    RAW2,
     "pycollect in-process",
     "pycollect sync, 1 worker",
     "pycollect sync, 2 workers",
@@ -163,12 +193,37 @@ GYM_CONTENDERS = (
 )
 DMC_CONTENDERS = (
     RAW_DMC,
+    RAW2,
     "pycollect in-process",
     "pycollect sync, 1 worker",
     "pycollect sync, 2 workers",
     TORCHRL_SYNC,
     TORCHRL_SYNC_1,
 )
+ATARI_CONTENDERS = (
+    RAW,
+    RAW2,
+    "pycollect in-process",
+    "pycollect sync, 1 worker",
+    "pycollect sync, 2 workers",
+    "pycollect async, 2 workers",
+    "gymnasium SyncVectorEnv (K envs)",
+    "gymnasium AsyncVectorEnv (2 procs)",
+    "gymnasium AsyncVectorEnv (2K procs)",
+    ENVPOOL,
+    SB3,
+)
+# Contenders that need an optional package: skipped, with a message, where it is missing.
+REQUIRES = {ENVPOOL: "envpool", SB3: "stable_baselines3"}
+# Per-round ratios: "x_<key>" is this contender's frames/s over that contender's, same round.
+REFERENCES = {
+    "x_raw2": RAW2,
+    "x_torchrl_sync": TORCHRL_SYNC,
+    "x_torchrl_sync_1": TORCHRL_SYNC_1,
+    "x_envpool": ENVPOOL,
+    "x_sync_1": SYNC_1,
+    "x_sync_vector": SYNC_VECTOR,
+}
 
 
 @dataclass(frozen=True)
@@ -178,10 +233,12 @@ class Workload:
     name: str
     title: str
     make_gym: Callable[[], gym.Env] | None  # None: no gymnasium env (the raw loop is not gymnasium's)
-    make_torchrl: Callable[[], Any]
+    make_torchrl: Callable[[], Any] | None  # None: no TorchRL contenders
     pycollect_env: str | Callable[[], gym.Env]
     mlp: bool
-    frames: dict[str, int]  # "raw", "fast" (pycollect, SyncVectorEnv), "vector" (AsyncVectorEnv), "torchrl"
+    # "raw", "fast" (pycollect, SyncVectorEnv, EnvPool), "vector" (AsyncVectorEnv, SB3), "torchrl",
+    # "raw2_ms" (how long the 2 raw loops in parallel run, in milliseconds)
+    frames: dict[str, int]
     contenders: tuple[str, ...] = GYM_CONTENDERS  # names in CONTENDERS, in running order
     baseline: str = RAW  # the contender "x raw" divides by
 
@@ -196,7 +253,7 @@ WORKLOADS = {
             _torchrl_cartpole,
             "CartPole-v1",
             False,
-            {"raw": 120_000, "fast": 150_000, "vector": 24_000, "torchrl": 12_288},
+            {"raw": 120_000, "fast": 150_000, "vector": 24_000, "torchrl": 12_288, "raw2_ms": 1_000},
         ),
         Workload(
             "cartpole-mlp",
@@ -205,7 +262,7 @@ WORKLOADS = {
             _torchrl_cartpole,
             "CartPole-v1",
             True,
-            {"raw": 30_000, "fast": 100_000, "vector": 16_000, "torchrl": 8_192},
+            {"raw": 30_000, "fast": 100_000, "vector": 16_000, "torchrl": 8_192, "raw2_ms": 1_000},
         ),
         Workload(
             "synthetic-84x84x4",
@@ -214,7 +271,7 @@ WORKLOADS = {
             synthetic_env.make_torchrl_env,
             synthetic_env.make_env,
             False,
-            {"raw": 300_000, "fast": 60_000, "vector": 12_000, "torchrl": 8_192},
+            {"raw": 300_000, "fast": 60_000, "vector": 12_000, "torchrl": 8_192, "raw2_ms": 1_000},
         ),
         Workload(
             "dmcontrol-cheetah-run",
@@ -223,9 +280,19 @@ WORKLOADS = {
             _torchrl_cheetah_run,
             "dm_control:cheetah-run",
             False,
-            {"raw": 40_000, "fast": 40_000, "torchrl": 8_192},
+            {"raw": 40_000, "fast": 40_000, "torchrl": 8_192, "raw2_ms": 1_500},
             DMC_CONTENDERS,
             RAW_DMC,
+        ),
+        Workload(
+            "atari-pong",
+            "Atari Pong (ALE, 84x84 gray, frame skip 4, stack 4), random policy",
+            atari_env.make_env,
+            None,
+            "callable:atari_env:make_env",
+            False,
+            {"raw": 3_000, "fast": 8_192, "vector": 4_096, "raw2_ms": 2_000},
+            ATARI_CONTENDERS,
         ),
     )
 }
@@ -491,6 +558,140 @@ def gym_async_vector_2k(workload: Workload, k: int, frames: dict[str, int]) -> R
     return _vector_env(workload, WORKERS * k, frames["vector"], gym.vector.AsyncVectorEnv, shared_memory=True)
 
 
+def _raw_child(name: str, k: int, seconds: float, ready: Any, go: Any, results: Any, index: int) -> None:
+    """One of the "2 raw loops in parallel": K envs stepped round-robin in a plain loop."""
+    workload = WORKLOADS[name]
+    if workload.baseline == RAW_DMC:
+        from dm_control import suite
+
+        envs = [suite.load("cheetah", "run", task_kwargs={"random": 100 * index + j}) for j in range(k)]
+        spec = envs[0].action_spec()
+        rng = np.random.default_rng(index)
+        actions = list(rng.uniform(spec.minimum, spec.maximum, size=(1024, *spec.shape)))
+        for env in envs:
+            env.reset()
+
+        def step_all(t: int) -> None:
+            for j, env in enumerate(envs):
+                if env.step(actions[(t + j) & 1023]).last():
+                    env.reset()
+
+    else:
+        assert workload.make_gym is not None, name
+        envs = [workload.make_gym() for _ in range(k)]
+        envs[0].action_space.seed(index)
+        actions = [envs[0].action_space.sample() for _ in range(1024)]
+        policy = _policy_for(workload)
+        obs = [env.reset(seed=100 * index + j)[0] for j, env in enumerate(envs)]
+
+        def step_all(t: int) -> None:
+            for j, env in enumerate(envs):
+                if policy is None:
+                    action = actions[(t + j) & 1023]
+                else:
+                    with torch.no_grad():
+                        action = int(policy(torch.from_numpy(obs[j])[None])[0])
+                obs[j], _, terminated, truncated, _ = env.step(action)
+                if terminated or truncated:
+                    obs[j], _ = env.reset()
+
+    for t in range(STEPS):  # warm-up, like everyone's first batch
+        step_all(t)
+    ready.put(index)
+    go.wait()
+    t, start = 0, time.perf_counter()
+    deadline = start + seconds
+    while time.perf_counter() < deadline:
+        step_all(t)
+        t += 1
+    results.put((t * k, time.perf_counter() - start))
+
+
+def raw_loops_in_parallel(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """2 processes, each the raw loop over K envs, started together: their summed frames/s."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters, like pycollect's workers
+    ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    seconds = frames["raw2_ms"] / 1000
+    t0 = time.perf_counter()
+    procs = [
+        ctx.Process(target=_raw_child, args=(workload.name, k, seconds, ready, go, results, i), daemon=True)
+        for i in range(WORKERS)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=300)
+        startup = time.perf_counter() - t0
+        with Timer() as timer:
+            go.set()
+            outs = [results.get(timeout=seconds + 300) for _ in procs]
+    finally:
+        c0 = time.perf_counter()
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+        close = time.perf_counter() - c0
+    result = timer.result(sum(n for n, _ in outs), startup_s=startup, close_s=close)
+    result.fps = sum(n / s for n, s in outs)  # each loop's own rate, summed
+    return result
+
+
+def _step_loop(envs: Any, actions: list[Any], count: int) -> None:
+    step = envs.step
+    for i in range(count):
+        step(actions[i % len(actions)])  # vector envs reset finished envs themselves
+
+
+def envpool_pong(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """EnvPool's ``Pong-v5`` (``make_gymnasium``), 2K envs on 2 threads, synchronous steps."""
+    n = WORKERS * k
+    t0 = time.perf_counter()
+    envs = atari_env.make_envpool(n, num_threads=WORKERS, seed=0)
+    try:
+        rng = np.random.default_rng(0)
+        actions = list(rng.integers(0, envs.action_space.n, size=(64, n), dtype=np.int32))
+        envs.reset()
+        _step_loop(envs, actions, STEPS)
+        startup = time.perf_counter() - t0
+        steps = max(1, frames["fast"] // n)
+        with Timer() as timer:
+            _step_loop(envs, actions, steps)
+    finally:
+        c0 = time.perf_counter()
+        envs.close()
+        close = time.perf_counter() - c0
+    return timer.result(steps * n, startup_s=startup, close_s=close)
+
+
+def sb3_subproc(workload: Workload, k: int, frames: dict[str, int]) -> Result:
+    """Stable-Baselines3 ``SubprocVecEnv``: 2K envs, one process each (SB3's layout), forkserver."""
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    assert workload.make_gym is not None, workload.name
+    n = WORKERS * k
+    t0 = time.perf_counter()
+    envs = SubprocVecEnv([workload.make_gym] * n)  # start_method: SB3's default, forkserver on Linux
+    try:
+        envs.seed(0)
+        envs.action_space.seed(0)
+        actions = [np.array([envs.action_space.sample() for _ in range(n)]) for _ in range(64)]
+        envs.reset()
+        _step_loop(envs, actions, STEPS)
+        startup = time.perf_counter() - t0
+        steps = max(1, frames["vector"] // n)
+        with Timer() as timer:
+            _step_loop(envs, actions, steps)
+    finally:
+        c0 = time.perf_counter()
+        envs.close()
+        close = time.perf_counter() - c0
+    return timer.result(steps * n, startup_s=startup, close_s=close)
+
+
 def _torchrl(workload: Workload, k: int, frames: int, sync: bool, serial: bool = True) -> Result:
     import functools
 
@@ -540,6 +741,7 @@ Contender = Callable[[Workload, int, dict[str, int]], Result]
 CONTENDERS: dict[str, Contender] = {
     RAW: raw_loop,
     RAW_DMC: raw_dmcontrol_loop,
+    RAW2: raw_loops_in_parallel,
     "pycollect in-process": pycollect_in_process,
     "pycollect sync, 1 worker": pycollect_sync_1,
     "pycollect sync, 2 workers": pycollect_sync_2,
@@ -551,6 +753,8 @@ CONTENDERS: dict[str, Contender] = {
     TORCHRL_SYNC: torchrl_multi_sync,
     TORCHRL_SYNC_1: torchrl_multi_sync_one_env,
     "TorchRL MultiAsync (2 workers)": torchrl_multi_async,
+    ENVPOOL: envpool_pong,
+    SB3: sb3_subproc,
 }
 
 
@@ -581,7 +785,17 @@ def _machine() -> dict[str, Any]:
         "torchrl": torchrl.__version__,
         "tensordict": tensordict.__version__,
         "pycollect": pycollect.__version__,
+        **{name: _version(name) for name in ("ale-py", "envpool", "stable-baselines3", "opencv-python-headless")},
     }
+
+
+def _version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
 
 
 def _steal() -> int:
@@ -618,7 +832,7 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
             ),
             "trainer_faults_per_frame": statistics.median(e["trainer_faults"] / e["frames"] for e in entries),
         }
-        for key in ("x_raw", "x_torchrl_sync", "x_torchrl_sync_1", "startup_s", "startup_cpu_s", "close_s"):
+        for key in ("x_raw", *REFERENCES, "startup_s", "startup_cpu_s", "close_s"):
             values = [e[key] for e in entries if e.get(key) is not None]
             if values:
                 row[key] = _stats(values)
@@ -632,20 +846,20 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 
 def _print_table(workload: Workload, summary: dict[str, dict[str, Any]], rounds: int, k: int) -> None:
     print(f"\n{workload.title} ({workload.name}); K={k} envs per worker, {rounds} rounds, median (min-max)")
-    header = f"{'contender':38s} {'frames/s':>25s} {'x raw':>17s} {'x TorchRL sync':>20s}"
+    header = f"{'contender':38s} {'frames/s':>25s} {'x raw':>17s} {'x 2 raw loops':>17s} {'x TorchRL sync':>20s}"
     header += f" {'CPUs':>5s} {'others':>6s} {'trainer us/fr usr+sys':>21s} {'children us/fr':>14s} {'start s':>7s}"
     print(header)
     print("-" * len(header))
     for name, row in summary.items():
         fps = f"{row['fps_median']:,.0f} ({row['fps_min']:,.0f}-{row['fps_max']:,.0f})"
         cells = []
-        for key in ("x_raw", "x_torchrl_sync"):
+        for key in ("x_raw", "x_raw2", "x_torchrl_sync"):
             r = row.get(key)
             cells.append(f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})" if r else "")
         start = row.get("startup_s")
         trainer = f"{row['trainer_user_us_per_frame']:.1f}+{row['trainer_sys_us_per_frame']:.1f}"
         print(
-            f"{name:38s} {fps:>25s} {cells[0]:>17s} {cells[1]:>20s} {row['cpus_busy_median']:5.2f} "
+            f"{name:38s} {fps:>25s} {cells[0]:>17s} {cells[1]:>17s} {cells[2]:>20s} {row['cpus_busy_median']:5.2f} "
             f"{row.get('others_cpus_median', 0.0):6.2f} {trainer:>21s} "
             f"{row['children_cpu_us_per_frame']:14.1f} {'' if start is None else format(start['median'], '.2f'):>7s}"
         )
@@ -657,17 +871,24 @@ def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
     def ratio(workload: str, name: str, key: str, goal: float) -> None:
         row = summaries.get(workload, {}).get(name, {}).get(key)
         if row:
-            against = {"x_raw": "raw", "x_torchrl_sync": TORCHRL_SYNC, "x_torchrl_sync_1": TORCHRL_SYNC_1}[key]
+            against = {"x_raw": "raw", **REFERENCES}[key]
             what = f"{workload}: {name} x {against} >= {goal}"
             checks.append({"target": what, "goal": goal, **row, "met": row["median"] >= goal})
 
-    ratio("cartpole-random", "pycollect sync, 2 workers", "x_raw", 1.2)
-    ratio("cartpole-random", "pycollect sync, 2 workers", "x_torchrl_sync", 20)
-    ratio("synthetic-84x84x4", "pycollect sync, 2 workers", "x_torchrl_sync", 10)
+    # issue 12: 2 workers x 4 envs on 2 CPUs, same run
+    ratio("atari-pong", SYNC_2, "x_raw", 1.85)
+    ratio("atari-pong", SYNC_2, "x_envpool", 1.0)
+    ratio("cartpole-random", SYNC_2, "x_raw", 1.7)
+    ratio("dmcontrol-cheetah-run", SYNC_2, "x_raw", 1.8)
+    ratio("dmcontrol-cheetah-run", "pycollect in-process", "x_raw", 0.9)
+    ratio("synthetic-84x84x4", SYNC_2, "x_sync_1", 1.5)
+    ratio("synthetic-84x84x4", SYNC_2, "x_sync_vector", 1.0)
+    # earlier issues
+    ratio("cartpole-random", SYNC_2, "x_torchrl_sync", 20)
+    ratio("synthetic-84x84x4", SYNC_2, "x_torchrl_sync", 10)
     ratio("synthetic-84x84x4", "pycollect sync, 2 workers, zero_copy", "x_torchrl_sync", 10)
-    ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_raw", 1.5)
-    ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_torchrl_sync", 20)
-    ratio("dmcontrol-cheetah-run", "pycollect sync, 2 workers", "x_torchrl_sync_1", 20)
+    ratio("dmcontrol-cheetah-run", SYNC_2, "x_torchrl_sync", 20)
+    ratio("dmcontrol-cheetah-run", SYNC_2, "x_torchrl_sync_1", 20)
     for name, summary in summaries.items():
         one = summary.get("pycollect sync, 1 worker", {}).get("startup_s")
         two = summary.get("pycollect sync, 2 workers", {}).get("startup_s")
@@ -682,6 +903,15 @@ def _targets(summaries: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
                 }
             )
     return checks
+
+
+def _missing(module: str) -> str | None:
+    """Why ``module`` cannot be imported here (no wheel, broken install), or None."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # an ImportError, or whatever a broken wheel raises
+        return f"{module} cannot be imported ({type(exc).__name__}: {exc})"
+    return None
 
 
 def _git() -> dict[str, Any]:
@@ -731,6 +961,118 @@ def _profile(workloads: list[Workload], k: int, frames: int) -> None:
             pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
 
 
+# Where a worker's main thread is, by the source line of pycollect's runner (or worker loop) it
+# is on: the first keyword found in that line names the category.
+_LINE_CATEGORIES = (
+    ("env_steps[i](", "env.step"),
+    (".reset()", "env.reset"),
+    ("random_action()", "action (random)"),
+    ("policy.act(", "action (policy)"),
+    ("on_step()", "heartbeat / weights between steps"),
+    ("producer.claim(", "waiting for a free slot (sync hand-off)"),
+    ("producer.commit(", "publishing the batch"),
+    ("receiver.receive(", "weights between rollouts"),
+    ("checks.", "checks (obs/reward/flags)"),
+    ("next_array", "observation copies"),
+    ("obs_array", "observation copies"),
+    ("_out[", "runner bookkeeping (batch writes)"),
+    ("np.", "runner bookkeeping (batch writes)"),
+)
+
+
+def _worker_profile(path: Path) -> tuple[dict[str, float], dict[str, float], int]:
+    """Categories and source lines of a worker's main thread from a py-spy raw file, in us/step."""
+    import linecache
+
+    package = Path(pycollect.__file__).parent.parent
+    by_category: dict[str, int] = {}
+    by_line: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        frames = stack.split(";")
+        if not any(f.startswith("_run_module_as_main") for f in frames):
+            continue  # the lifeline watcher thread
+        count = int(count_text)
+        total += count
+        ours = [f for f in frames if f.startswith(("EnvRunner.rollout ", "_collect "))]
+        if not ours:
+            category, where = "worker start / other", frames[-1]
+        else:
+            where = ours[-1]
+            file, _, lineno = where[where.index("(") + 1 : -1].rpartition(":")
+            source = linecache.getline(str(package / file), int(lineno)).strip()
+            category = next((c for key, c in _LINE_CATEGORIES if key in source), "runner loop (Python)")
+            if where.startswith("EnvRunner.rollout") and ours[-1] is frames[-1]:
+                category = "runner loop (Python)" if category.startswith(("env.", "action")) else category
+            where = f"{where} {source}"
+        by_category[category] = by_category.get(category, 0) + count
+        by_line[where] = by_line.get(where, 0) + count
+    scale = 1.0 / max(total, 1)
+    return {c: n * scale for c, n in by_category.items()}, {w: n * scale for w, n in by_line.items()}, total
+
+
+def _profile_workers(workload: Workload, k: int, seconds: float, rate: int, native: bool = False) -> None:
+    """py-spy both workers of pycollect sync with 2 workers; print each one's split in us per env step."""
+    import shutil
+
+    if shutil.which("py-spy") is None:
+        raise SystemExit("--profile-workers needs py-spy: pip install py-spy")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if workload.baseline == RAW:
+        raw = raw_loop(workload, k, workload.frames)
+    else:
+        raw = raw_dmcontrol_loop(workload, k, workload.frames)
+    raw2 = raw_loops_in_parallel(workload, k, workload.frames)
+    rows = WORKERS * k
+    with pycollect.Collector(
+        workload.pycollect_env,
+        _policy_for(workload),
+        frames_per_batch=rows * STEPS,
+        envs_per_worker=k,
+        num_workers=WORKERS,
+        seed=0,
+    ) as collector:
+        for _ in range(3):
+            collector.next_batch()
+        t0, got = time.perf_counter(), 0
+        while time.perf_counter() - t0 < seconds / 2:
+            got += collector.next_batch().numel()
+        unprofiled = got / (time.perf_counter() - t0)
+        pids = [p.pid for p in psutil.Process().children(recursive=True) if "pycollect.worker" in " ".join(p.cmdline())]
+        outs = [RESULTS / f"pyspy-{workload.name}-worker{i}.txt" for i in range(len(pids))]
+        spies = [
+            subprocess.Popen(
+                [
+                    *("py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate)),
+                    *("--format", "raw", "--idle", "--native" if native else "--nonblocking", "-o", str(out)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for pid, out in zip(pids, outs, strict=True)
+        ]
+        t0, got = time.perf_counter(), 0
+        while any(spy.poll() is None for spy in spies):
+            got += collector.next_batch().numel()
+        wall = time.perf_counter() - t0
+    per_worker = got / WORKERS  # frames = env steps, per worker
+    print(
+        f"\n== {workload.name}: pycollect sync, {WORKERS} workers x {k} envs; {unprofiled:,.0f} frames/s unprofiled, "
+        f"{got / wall:,.0f} under py-spy ({rate} Hz, {'native' if native else 'non-blocking'}, {wall:.1f} s); "
+        f"{wall / per_worker * 1e6:.1f} us of wall time per env step per worker; the raw loop here: "
+        f"{1e6 / raw.fps:.1f} us/step, {1e6 / raw2.fps * WORKERS:.1f} us/step in each of 2 raw loops in parallel"
+    )
+    for i, out in enumerate(outs):
+        categories, lines, samples = _worker_profile(out)
+        print(f"worker {i} ({samples} samples of its main thread; {out}):")
+        for name, share in sorted(categories.items(), key=lambda kv: -kv[1]):
+            print(f"  {share * 100:5.1f} %  {share * wall / per_worker * 1e6:7.1f} us/step  {name}")
+        print("  top source lines:")
+        for where, share in sorted(lines.items(), key=lambda kv: -kv[1])[:8]:
+            print(f"  {share * 100:5.1f} %  {share * wall / per_worker * 1e6:7.1f} us/step  {where[:150]}")
+
+
 def main() -> None:
     """Run the benchmark and print, save and plot the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -743,6 +1085,16 @@ def main() -> None:
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(
         "--profile", action="store_true", help="instead: cProfile pycollect's trainer (in-process, sync 2 workers)"
+    )
+    parser.add_argument(
+        "--profile-workers",
+        type=float,
+        metavar="SECONDS",
+        help="instead: py-spy pycollect's 2 sync workers for SECONDS; split of a worker's time per env step",
+    )
+    parser.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second (--profile-workers)")
+    parser.add_argument(
+        "--profile-native", action="store_true", help="--profile-workers with native stacks (pauses the workers)"
     )
     parser.add_argument("--replot", metavar="JSON", help="instead: redraw the PNG of a saved JSON result")
     args = parser.parse_args()
@@ -762,9 +1114,26 @@ def main() -> None:
         for workload in dmc:
             print(f"skipping {workload.name}: pycollect-dmcontrol is not installed", file=sys.stderr)
             workloads.remove(workload)
+    if _missing("ale_py") or _missing("cv2"):
+        atari = [w for w in workloads if w.name == "atari-pong"]
+        problem = _missing("ale_py") or _missing("cv2")
+        if atari and args.workloads != parser.get_default("workloads"):
+            parser.error(f"atari-pong needs ale-py and opencv-python-headless (pip install -e '.[bench]'): {problem}")
+        for workload in atari:
+            print(f"skipping {workload.name}: {problem}", file=sys.stderr)
+            workloads.remove(workload)
     wanted = [s.strip().lower() for s in args.contenders.split(",") if s.strip()]
     contenders = {n: fn for n, fn in CONTENDERS.items() if not wanted or any(s in n.lower() for s in wanted)}
+    for name, module in REQUIRES.items():
+        problem = _missing(module) if name in contenders else None
+        if problem:
+            print(f"skipping {name}: {problem}", file=sys.stderr)
+            del contenders[name]
     k = args.envs
+    if args.profile_workers:
+        for workload in workloads:
+            _profile_workers(workload, k, args.profile_workers, args.profile_rate, args.profile_native)
+        return
     if args.profile:
         for workload in workloads:
             _profile([workload], k, workload.frames["fast"] // (4 if args.quick else 1))
@@ -783,13 +1152,11 @@ def main() -> None:
             for name, fn in selected[workload.name].items():
                 result = fn(workload, k, frames)
                 this_round[name] = {**result.__dict__, "round": round_index}
-            raw = this_round.get(workload.baseline, {}).get("fps")
-            trl = this_round.get(TORCHRL_SYNC, {}).get("fps")
-            trl_1 = this_round.get(TORCHRL_SYNC_1, {}).get("fps")
+            references = {"x_raw": workload.baseline, **REFERENCES}
             for name, entry in this_round.items():
-                entry["x_raw"] = entry["fps"] / raw if raw else None
-                entry["x_torchrl_sync"] = entry["fps"] / trl if trl else None
-                entry["x_torchrl_sync_1"] = entry["fps"] / trl_1 if trl_1 else None
+                for key, reference in references.items():
+                    against = this_round.get(reference, {}).get("fps")
+                    entry[key] = entry["fps"] / against if against else None
                 runs[workload.name][name].append(entry)
             loads.append({"round": round_index, "workload": workload.name, "load1_before": load_before})
             print(
@@ -837,7 +1204,8 @@ def main() -> None:
     leftovers = [
         p.pid
         for p in psutil.Process().children(recursive=True)
-        if p.is_running() and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())  # TorchRL's helper
+        # multiprocessing's helpers (TorchRL's resource tracker, SB3's forkserver) leave with this process
+        if p.is_running() and not any(h in " ".join(p.cmdline()) for h in ("resource_tracker", "forkserver"))
     ]
     if leftovers:
         print(f"warning: child processes still running: {leftovers}", file=sys.stderr)
@@ -858,6 +1226,10 @@ def _plot(
             return "#8172B2"
         if name.startswith("gymnasium"):
             return "#55A868"
+        if name.startswith(("EnvPool", "SB3")):
+            return "#DD8452"
+        if name == RAW2:
+            return "#64B5CD"
         return "#4C72B0"
 
     longest = max(len(summaries[w.name]) for w in workloads)
