@@ -81,6 +81,7 @@ Writes ``benches/results/throughput.json`` and ``benches/results/throughput.png`
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -512,16 +513,42 @@ def pycollect_async_2(workload: Workload, k: int, frames: dict[str, int]) -> Res
     return _pycollect(workload, k, frames["fast"], WORKERS, False)
 
 
+def _timed_steps(
+    t0: float, envs: Any, num_envs: int, frames: int, prepare: Callable[[], Callable[[int], Any]]
+) -> Result:
+    """Time a vector env (``envs``, built since ``t0``) the same way for every contender.
+
+    ``prepare()`` seeds and resets ``envs`` and returns ``run(count)``, which steps them
+    ``count`` times. The warm-up (:data:`STEPS` steps, like everyone's first batch) counts as
+    start-up; then ``frames // num_envs`` steps are timed; closing is timed apart. ``envs`` is
+    closed whatever happens.
+    """
+    try:
+        run = prepare()
+        run(STEPS)
+        startup = time.perf_counter() - t0
+        steps = max(1, frames // num_envs)
+        with Timer() as timer:
+            run(steps)
+    finally:
+        c0 = time.perf_counter()
+        envs.close()
+        close = time.perf_counter() - c0
+    return timer.result(steps * num_envs, startup_s=startup, close_s=close)
+
+
 def _vector_env(workload: Workload, num_envs: int, frames: int, vector_cls: type, **kwargs: Any) -> Result:
     t0 = time.perf_counter()
     envs = vector_cls([workload.make_gym] * num_envs, **kwargs)
-    try:
+
+    def prepare() -> Callable[[int], Any]:
         envs.action_space.seed(0)
         actions = [envs.action_space.sample() for _ in range(64)]
         policy = _policy_for(workload)
-        obs, _ = envs.reset(seed=0)
+        obs = envs.reset(seed=0)[0]
 
-        def run(count: int, obs: Any) -> Any:
+        def run(count: int) -> None:
+            nonlocal obs
             for i in range(count):
                 if policy is None:
                     action = actions[i & 63]
@@ -529,18 +556,10 @@ def _vector_env(workload: Workload, num_envs: int, frames: int, vector_cls: type
                     with torch.no_grad():
                         action = policy(torch.from_numpy(obs)).numpy()
                 obs, *_ = envs.step(action)  # vector envs reset finished envs themselves
-            return obs
 
-        obs = run(STEPS, obs)
-        startup = time.perf_counter() - t0
-        steps = max(1, frames // num_envs)
-        with Timer() as timer:
-            run(steps, obs)
-    finally:
-        c0 = time.perf_counter()
-        envs.close()
-        close = time.perf_counter() - c0
-    return timer.result(steps * num_envs, startup_s=startup, close_s=close)
+        return run
+
+    return _timed_steps(t0, envs, num_envs, frames, prepare)
 
 
 def gym_sync_vector(workload: Workload, k: int, frames: dict[str, int]) -> Result:
@@ -651,20 +670,14 @@ def envpool_pong(workload: Workload, k: int, frames: dict[str, int]) -> Result:
     n = WORKERS * k
     t0 = time.perf_counter()
     envs = atari_env.make_envpool(n, num_threads=WORKERS, seed=0)
-    try:
+
+    def prepare() -> Callable[[int], Any]:
         rng = np.random.default_rng(0)
         actions = list(rng.integers(0, envs.action_space.n, size=(64, n), dtype=np.int32))
         envs.reset()
-        _step_loop(envs, actions, STEPS)
-        startup = time.perf_counter() - t0
-        steps = max(1, frames["fast"] // n)
-        with Timer() as timer:
-            _step_loop(envs, actions, steps)
-    finally:
-        c0 = time.perf_counter()
-        envs.close()
-        close = time.perf_counter() - c0
-    return timer.result(steps * n, startup_s=startup, close_s=close)
+        return functools.partial(_step_loop, envs, actions)
+
+    return _timed_steps(t0, envs, n, frames["fast"], prepare)
 
 
 def sb3_subproc(workload: Workload, k: int, frames: dict[str, int]) -> Result:
@@ -675,25 +688,18 @@ def sb3_subproc(workload: Workload, k: int, frames: dict[str, int]) -> Result:
     n = WORKERS * k
     t0 = time.perf_counter()
     envs = SubprocVecEnv([workload.make_gym] * n)  # start_method: SB3's default, forkserver on Linux
-    try:
+
+    def prepare() -> Callable[[int], Any]:
         envs.seed(0)
         envs.action_space.seed(0)
         actions = [np.array([envs.action_space.sample() for _ in range(n)]) for _ in range(64)]
         envs.reset()
-        _step_loop(envs, actions, STEPS)
-        startup = time.perf_counter() - t0
-        steps = max(1, frames["vector"] // n)
-        with Timer() as timer:
-            _step_loop(envs, actions, steps)
-    finally:
-        c0 = time.perf_counter()
-        envs.close()
-        close = time.perf_counter() - c0
-    return timer.result(steps * n, startup_s=startup, close_s=close)
+        return functools.partial(_step_loop, envs, actions)
+
+    return _timed_steps(t0, envs, n, frames["vector"], prepare)
 
 
 def _torchrl(workload: Workload, k: int, frames: int, sync: bool, serial: bool = True) -> Result:
-    import functools
 
     from tensordict.nn import TensorDictModule
     from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
