@@ -14,6 +14,8 @@ from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.base import Engine, RolloutPlan, plan_rollout
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
+from pycollect._rollout.keys import NEXT_DONE
+from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.runner import EnvRunner
 from pycollect._rollout.seeding import env_seeds
 from pycollect.config import CollectorConfig
@@ -52,6 +54,7 @@ class InProcessEngine(Engine):
         self._memory = staging_memory(self.storing_device)
         self._copier = DeviceCopier()
         self._closed = False
+        self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
 
     @classmethod
     def start(
@@ -92,6 +95,8 @@ class InProcessEngine(Engine):
         if self.reset_at_each_iter and self._batches > 0:
             self.runner.reset()
         self.runner.rollout(arrays, random_actions=random_actions, policy_version=policy_version)
+        for key, next_key in self._observations:
+            fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
         self._batches += 1
         td = to_tensordict(arrays)
         if self.storing_device.type == "cuda":

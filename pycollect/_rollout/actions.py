@@ -47,8 +47,8 @@ class ActionSource(Protocol):
     ) -> tuple[np.ndarray, Mapping[Key, Any]]:
         """Actions ``[num_envs, *action_shape]`` and extra outputs for one observation batch."""
 
-    def random_action(self) -> np.ndarray:
-        """Uniform random actions ``[num_envs, *action_shape]``."""
+    def random_actions(self, steps: int) -> np.ndarray:
+        """Uniform random actions for ``steps`` steps: ``[steps, num_envs, *action_shape]``."""
 
 
 class RandomActions:
@@ -72,21 +72,29 @@ class RandomActions:
         self._chunk: np.ndarray = np.empty((0, num_envs, *action.shape), action.dtype)
         self._next = 0
 
-    def random_action(self) -> np.ndarray:
-        """Uniform random actions for every env (a view, valid until the next call)."""
-        if self._next == len(self._chunk):
-            flat = self.action.sample(self.rng, self._CHUNK * self.num_envs)
-            self._chunk = flat.reshape(self._CHUNK, self.num_envs, *self.action.shape)
-            self._next = 0
-        self._next += 1
-        actions: np.ndarray = self._chunk[self._next - 1]
-        return actions
+    def random_actions(self, steps: int) -> np.ndarray:
+        """Uniform random actions for ``steps`` steps of every env (a view where it can be).
+
+        The stream is drawn in chunks of :attr:`_CHUNK` steps whatever ``steps`` is, so the
+        actions of a seed do not depend on how a rollout asks for them.
+        """
+        parts = []
+        while steps > 0:
+            if self._next == len(self._chunk):
+                flat = self.action.sample(self.rng, self._CHUNK * self.num_envs)
+                self._chunk = flat.reshape(self._CHUNK, self.num_envs, *self.action.shape)
+                self._next = 0
+            take = min(steps, len(self._chunk) - self._next)
+            parts.append(self._chunk[self._next : self._next + take])
+            self._next += take
+            steps -= take
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
     ) -> tuple[np.ndarray, Mapping[Key, Any]]:
         """Random actions: the observation is not looked at."""
-        return self.random_action(), {}
+        return self.random_actions(1)[0], {}
 
 
 def action_source(

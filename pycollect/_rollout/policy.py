@@ -75,9 +75,9 @@ class PolicyRunner:
         self.carried: tuple[PolicyOutput, ...] = ()
         self.outputs: tuple[PolicyOutput, ...] = self._dry_run()
 
-    def random_action(self) -> np.ndarray:
-        """Uniform random actions for every env, shape ``[num_envs, *action_shape]``."""
-        return self._random.random_action()
+    def random_actions(self, steps: int) -> np.ndarray:
+        """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``)."""
+        return self._random.random_actions(steps)
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None

@@ -130,8 +130,10 @@ class EnvRunner:
 
         Args:
             out: Arrays of shape ``[K, T, ...]`` for every batch field (see
-                :func:`pycollect._batch.batch_fields`); ``T`` is read from them. In a worker
-                process they are views of a shared-memory slot.
+                :func:`pycollect._rollout.fields.batch_fields`); ``T`` is read from them. In a
+                worker process they are views of a shared-memory slot. Every element is
+                written except those of the observation keys that
+                :func:`~pycollect._rollout.observations.fill_observations` fills in.
             random_actions: Sample actions uniformly instead of calling the policy.
             on_step: Called before every step (a worker's heartbeat); if it returns a version,
                 new weights were applied and the frames from this step on record it.
@@ -149,26 +151,34 @@ class EnvRunner:
             for (key, path), expected in zip(self._paths, self._expected, strict=True)
         ]
         checks, ndarray = self._checks, np.ndarray
-        # Each observation is copied twice, the least TorchRL's layout allows: from the env
-        # into ("next", obs)[t], and from there into obs[t + 1] (or, at the last step, into
-        # the runner's current observation, which starts the next rollout).
+        # Each observation is written once, from the env into ("next", obs)[t]. Of obs, only
+        # step 0 and the reset observations after an episode's end are written here; the rest
+        # is ("next", obs) one step later, filled in by whoever takes the rollout (see
+        # pycollect._rollout.observations). The runner's current observation, which the policy
+        # reads and the next rollout starts from, is kept in a small buffer of its own.
         for obs_array, _, current, *_ in obs_out:
             obs_array[:, 0] = current
+        track_current = not random_actions  # without a policy call it is needed only at the end
         actions_out, reward_out, traj_out = out[ACTION], out[REWARD], out[TRAJ_IDS]
         if POLICY_VERSION in out:
             out[POLICY_VERSION][...] = policy_version
         term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
         extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
-        obs_views = [(key, out[key]) for key, _ in self._paths]
         carried = self._carried
         carried_out = [(key, out[key], array) for key, array in carried.items()]
         # A recurrent state comes back from ("next", key) to key; is_init is set by episode ends.
         state_in = [(array, (*NEXT_OBS_PREFIX, *key)) for key, array in carried.items() if key != IS_INIT]
         is_init = carried.get(IS_INIT)
         info_out = [(n, out[key], name, default) for n, (key, name, default) in enumerate(self._info)]
-        if random_actions:  # no policy call, so no extra outputs: zero them (slots are reused)
+        rollout_actions = None
+        if random_actions:  # drawn for the whole rollout at once; no policy call, so no extra outputs
+            rollout_actions = self.policy.random_actions(steps)
+            actions_out[...] = np.swapaxes(rollout_actions, 0, 1)
             for _, array in extras_out:
-                array[...] = 0
+                array[...] = 0  # slots are reused
+        # Trajectory ids change only where an episode starts: the rollout is filled with the
+        # current ones here, and each reset below rewrites the rest of its env's row.
+        traj_out[...] = self._traj_ids[:, None]
         limit = self.max_frames_per_traj
         step_counts = self._steps
         # Rewards and flags are gathered in Python lists, step by step, and written into the
@@ -186,11 +196,11 @@ class EnvRunner:
             extras: Mapping[Key, Any] = {}
             for _, array, current in carried_out:
                 array[:, t] = current
-            if random_actions:
-                actions = self.policy.random_action()
+            if rollout_actions is not None:
+                actions = rollout_actions[t]
             else:
-                actions, extras = self.policy.act({key: array[:, t] for key, array in obs_views}, carried)
-            actions_out[:, t] = actions
+                actions, extras = self.policy.act(obs, carried)
+                actions_out[:, t] = actions
             if extras:
                 for key, array in extras_out:
                     array[:, t] = extras[key].numpy()
@@ -199,7 +209,6 @@ class EnvRunner:
                     state[...] = extras[next_key].numpy()
                 else:
                     state[...] = 0  # random actions: no policy call, so the state stays a start
-            traj_out[:, t] = self._traj_ids
             finished = []
             env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
@@ -212,28 +221,35 @@ class EnvRunner:
                 if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
                     reward, term, trunc = checks.step(reward, term, trunc, i, t + 1)  # else: fits as it is
                 step_rewards[i], step_terminated[i] = reward, term
-                step_counts[i] += 1
-                step_truncated[i] = trunc or (limit is not None and step_counts[i] >= limit)
-                if term or step_truncated[i]:
+                if limit is not None:
+                    step_counts[i] += 1
+                    trunc = trunc or step_counts[i] >= limit
+                step_truncated[i] = trunc
+                if term or trunc:
                     finished.append(i)
             if is_init is not None:
                 is_init[...] = False
             last = t + 1 == steps
-            for obs_array, next_array, current, path, field, dtype, shape in obs_out:
+            for _, next_array, current, path, field, dtype, shape in obs_out:
                 for i in env_range:  # one env at a time: no temporary batch array
                     value = checks.leaf(next_raw[i], path, field, i, t + 1) if path else next_raw[i]
                     if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
                         value = checks.observation(field, value, i, t + 1)
                     next_array[i, t] = value
-                (current if last else obs_array[:, t + 1])[...] = next_array[:, t]
+                if track_current or last:
+                    current[...] = next_array[:, t]
             for i in finished:
                 reset_obs, _ = envs[i].reset()
                 for obs_array, _, current, path, field, dtype, shape in obs_out:
                     value = checks.leaf(reset_obs, path, field, i, t + 1) if path else reset_obs
                     if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
                         value = checks.observation(field, value, i, t + 1)
-                    (current if last else obs_array[:, t + 1])[i] = value
+                    current[i] = value
+                    if not last:
+                        obs_array[i, t + 1] = value  # the one frame of obs that ("next", obs) lacks
                 self._start_trajectory(i)
+                if not last:
+                    traj_out[i, t + 1 :] = self._traj_ids[i]
                 for key, array in carried.items():
                     array[i] = key == IS_INIT
         reward_array = np.asarray(rewards, dtype=np.float64)

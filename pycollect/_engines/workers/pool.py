@@ -33,13 +33,14 @@ from tensordict import TensorDict
 
 from pycollect import _core, plugins
 from pycollect._batch.device import DeviceCopier, staging_memory
-from pycollect._batch.tensordict import allocate
+from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.base import Engine, RolloutPlan, Supervision, plan_rollout
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
 from pycollect._engines.workers import contract
 from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
-from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED
+from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED, Key
+from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
@@ -95,6 +96,8 @@ class WorkerPool(Engine):
         self._memory = staging_memory(next((d for d in self._storing if d.type == "cuda"), torch.device("cpu")))
         self._copier = DeviceCopier()
         self._names = {field.key: field_name(field.key) for field in self._fields}
+        self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
+        self._observation_keys = {key for key, _ in self._observations}
         self._held: list[Any] = []  # leases of the last zero-copy batch
         self._next_worker = 0  # async round-robin start
         self._closed = False
@@ -278,23 +281,35 @@ class WorkerPool(Engine):
         # Owned batches are copied into recycled memory (no page faults once warm);
         # zero-copy batches are the slots themselves.
         owned = None if self.zero_copy else allocate(self._fields, rows, t, self._memory)
-        td = TensorDict(batch_size=[rows, t], names=[None, "time"])
+        slots: dict[Key, list[np.ndarray]] = {}
+        arrays: dict[Key, np.ndarray] = {}
         for field in self._fields:
             name = self._names[field.key]
             if one_block:  # writable: torch warns about read-only buffers; the slots are leased
                 sources = [np.asarray(self.segment.batch_view(name, leases[0].slot, writable=True))]
             else:
                 sources = [np.asarray(lease.view(name)) for lease in leases]
+            slots[field.key] = sources
             if owned is not None:
-                array, start = owned[field.key], 0
-                for source in sources:
-                    array[start : start + len(source)] = source
-                    start += len(source)
+                if field.key not in self._observation_keys:  # those are filled in below
+                    _copy_rows(sources, owned[field.key])
+                arrays[field.key] = owned[field.key]
             elif len(sources) == 1:
-                array = sources[0]
+                arrays[field.key] = sources[0]
             else:  # rings out of step after a restart: no single view exists, so a copy
-                array = np.concatenate(sources)
-            td.set(field.key, torch.from_numpy(array))
+                arrays[field.key] = np.concatenate(sources)
+        # Workers write each observation once, into ("next", obs); obs is filled in here from
+        # it: into the owned batch straight from the slots, or in place in the leased slots.
+        for key, next_key in self._observations:
+            if owned is None:
+                fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
+                continue
+            start = 0
+            for source in slots[key]:
+                block = slice(start, start + len(source))
+                fill_observations(source, arrays[next_key][block], arrays[NEXT_DONE][block], out=arrays[key][block])
+                start += len(source)
+        td = to_tensordict(arrays)
         for i, lease in enumerate(leases):
             if self._generation_ended(lease):
                 _mark_cut(td, slice(i * k, (i + 1) * k))
@@ -441,6 +456,14 @@ def _picklable(obj: Any, what: str) -> None:
         cloudpickle.dumps(obj)
     except Exception as exc:
         raise ConfigError(f"{what} cannot be pickled for worker processes: {type(exc).__name__}: {exc}") from exc
+
+
+def _copy_rows(sources: list[np.ndarray], out: np.ndarray) -> None:
+    """Copy row blocks (one per worker rollout) one after another into ``out``."""
+    start = 0
+    for source in sources:
+        out[start : start + len(source)] = source
+        start += len(source)
 
 
 def _mark_cut(td: TensorDict, rows: slice) -> None:
