@@ -23,7 +23,7 @@ parent owns: :meth:`Supervisor.shutdown` returns an empty report and touches no 
 the child's copy.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, TypeAlias, final
 
 from typing_extensions import Buffer
@@ -480,4 +480,48 @@ class Supervisor:
 
         Idempotent: later calls return the same report. In a process forked from the one that
         started the supervisor it stops nothing and returns ``[]``.
+        """
+
+@final
+class EnvStepper:
+    """One step of every environment of a rollout, its results stored natively.
+
+    For the common case (the observation exactly a numpy array of the field's dtype and shape,
+    a ``float`` reward and ``bool`` flags) the observation is copied into frame ``(i, t)`` of
+    ``frames`` and the rest into the caller's lists; any other result is handed back for the
+    caller to check and store. Used by :class:`pycollect._rollout.runner.EnvRunner`.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[Callable[[object], object]],
+        frames: Buffer,
+        shape: Sequence[int],
+        format: str,
+        itemsize: int,
+        steps_per_row: int,
+        ndarray: type,
+    ) -> None:
+        """Bind the envs' ``step`` methods to a ``[K, steps_per_row, *shape]`` writable, C-contiguous array.
+
+        Raises:
+            ConfigError: ``frames`` is not such a buffer, or its size does not fit the layout.
+        """
+    def step(
+        self,
+        t: int,
+        actions: Sequence[object],
+        rewards: list[float],
+        terminated: list[bool],
+        truncated: list[bool],
+        finished: list[int],
+        raw: list[object],
+        counts: list[int],
+        limit: int | None,
+    ) -> list[int]:
+        """Step every env once at step ``t``; return the envs whose ``step`` result is in ``raw``, unchecked.
+
+        The others' observations are stored, their reward and flags set in ``rewards``,
+        ``terminated`` and ``truncated`` (with a ``limit``, ``counts`` counts their steps and
+        truncates at it), and those that ended are appended to ``finished``.
         """

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pycollect import _core
 from pycollect._rollout.actions import ActionSource
 from pycollect._rollout.checks import OutputChecks
 from pycollect._rollout.keys import (
@@ -90,6 +91,8 @@ class EnvRunner:
         self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
         # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
         self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
+        # The buffer-protocol format of each observation dtype, for the native stepper's check.
+        self._formats = [np.empty(0, spec.dtype).data.format for spec in specs.observation]
 
     @property
     def num_envs(self) -> int:
@@ -188,6 +191,8 @@ class EnvRunner:
         truncated = [[False] * num_envs for _ in range(steps)]
         next_raw: list[Any] = [None] * num_envs
         env_steps, env_range = [env.step for env in envs], range(num_envs)
+        stepper = self._stepper(env_steps, obs_out, steps, bool(info_out))
+        pending: Sequence[int] = env_range  # the envs whose step is handled here, in Python
         for t in range(steps):
             if on_step is not None and (applied := on_step()) is not None:
                 policy_version = applied
@@ -209,11 +214,14 @@ class EnvRunner:
                     state[...] = extras[next_key].numpy()
                 else:
                     state[...] = 0  # random actions: no policy call, so the state stays a start
-            finished = []
+            finished: list[int] = []
             env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
-            for i in env_range:
-                next_raw[i], reward, term, trunc, info = env_steps[i](env_actions[i])
+            if stepper is not None:  # the common case natively; the rest (already stepped) below
+                flags = step_rewards, step_terminated, step_truncated
+                pending = stepper.step(t, env_actions, *flags, finished, next_raw, step_counts, limit)
+            for i in pending:
+                next_raw[i], reward, term, trunc, info = next_raw[i] if stepper else env_steps[i](env_actions[i])
                 if info_out:
                     for n, array, name, default in info_out:
                         value = info.get(name, default) if isinstance(info, Mapping) else default
@@ -227,11 +235,13 @@ class EnvRunner:
                 step_truncated[i] = trunc
                 if term or trunc:
                     finished.append(i)
+            if stepper is not None and pending and finished:
+                finished.sort()  # resets (and so new trajectory ids) in env order, as without it
             if is_init is not None:
                 is_init[...] = False
             last = t + 1 == steps
             for _, next_array, current, path, field, dtype, shape in obs_out:
-                for i in env_range:  # one env at a time: no temporary batch array
+                for i in pending:  # one env at a time: no temporary batch array
                     value = checks.leaf(next_raw[i], path, field, i, t + 1) if path else next_raw[i]
                     if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
                         value = checks.observation(field, value, i, t + 1)
@@ -264,6 +274,20 @@ class EnvRunner:
         """Close every environment."""
         for env in self.envs:
             env.close()
+
+    def _stepper(
+        self, env_steps: list[Callable[..., Any]], obs_out: list[Any], steps: int, with_info: bool
+    ) -> _core.EnvStepper | None:
+        """The native stepper for this rollout, where the observation is one plain array field.
+
+        Dict observations and ``info_keys`` are handled in Python only.
+        """
+        if len(obs_out) != 1 or with_info:
+            return None
+        next_array, path, dtype, shape = obs_out[0][1], obs_out[0][3], obs_out[0][5], obs_out[0][6]
+        if path or not next_array.flags.c_contiguous or not next_array.flags.writeable:
+            return None
+        return _core.EnvStepper(env_steps, next_array, list(shape), self._formats[0], dtype.itemsize, steps, np.ndarray)
 
     def _store_obs(self, i: int, raw: Any) -> None:
         for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):

@@ -11,6 +11,7 @@ mod errors;
 mod events;
 mod ring;
 mod segment;
+mod stepping;
 mod supervisor;
 mod view;
 mod weights;
@@ -33,6 +34,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;
+    m.add_class::<stepping::EnvStepper>()?;
     m.add_class::<events::WorkerEvent>()?;
     m.add_class::<events::WorkerExit>()?;
     m.add_class::<events::WorkerStats>()?;
