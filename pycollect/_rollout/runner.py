@@ -215,11 +215,12 @@ class EnvRunner:
                 else:
                     state[...] = 0  # random actions: no policy call, so the state stays a start
             finished: list[int] = []
-            env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
             if stepper is not None:  # the common case natively; the rest (already stepped) below
                 flags = step_rewards, step_terminated, step_truncated
-                pending = stepper.step(t, env_actions, *flags, finished, next_raw, step_counts, limit)
+                pending = stepper.step(t, actions, *flags, finished, next_raw, step_counts, limit)
+            else:
+                env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             for i in pending:
                 next_raw[i], reward, term, trunc, info = next_raw[i] if stepper else env_steps[i](env_actions[i])
                 if info_out:
