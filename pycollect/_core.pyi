@@ -488,40 +488,38 @@ class EnvStepper:
 
     For the common case (the observation exactly a numpy array of the field's dtype and shape,
     a ``float`` reward and ``bool`` flags) the observation is copied into frame ``(i, t)`` of
-    ``frames`` and the rest into the caller's lists; any other result is handed back for the
-    caller to check and store. Used by :class:`pycollect._rollout.runner.EnvRunner`.
+    ``frames`` and the reward and flags into element ``(t, i)`` of their arrays; any other
+    result is handed back for the caller to check and store. Used by
+    :class:`pycollect._rollout.runner.EnvRunner`.
     """
 
     def __init__(
         self,
         steps: Sequence[Callable[[object], object]],
-        frames: Buffer,
+        frames: object,
         shape: Sequence[int],
         format: str,
         itemsize: int,
         steps_per_row: int,
         ndarray: type,
-    ) -> None:
-        """Bind the envs' ``step`` methods to a ``[K, steps_per_row, *shape]`` writable, C-contiguous array.
-
-        Raises:
-            ConfigError: ``frames`` is not such a buffer, or its size does not fit the layout.
-        """
-    def step(
-        self,
-        t: int,
-        actions: Sequence[object],
-        rewards: list[float],
-        terminated: list[bool],
-        truncated: list[bool],
-        finished: list[int],
-        raw: list[object],
+        rewards: object,
+        terminated: object,
+        truncated: object,
         counts: list[int],
         limit: int | None,
-    ) -> list[int]:
+    ) -> None:
+        """Bind the envs' ``step`` methods to a rollout's arrays (numpy arrays or other buffer exporters).
+
+        ``frames`` is ``[K, steps_per_row, *shape]``; ``rewards`` (float64), ``terminated``
+        and ``truncated`` (bool) are ``[steps_per_row, K]``; all writable and C-contiguous.
+        With a ``limit``, ``counts[i]`` counts env ``i``'s steps and its trajectory is
+        truncated when they reach it.
+
+        Raises:
+            ConfigError: An array is not such a buffer, or its size does not fit the layout.
+        """
+    def step(self, t: int, actions: Sequence[object], finished: list[int], raw: list[object]) -> list[int]:
         """Step every env once at step ``t``; return the envs whose ``step`` result is in ``raw``, unchecked.
 
-        The others' observations are stored, their reward and flags set in ``rewards``,
-        ``terminated`` and ``truncated`` (with a ``limit``, ``counts`` counts their steps and
-        truncates at it), and those that ended are appended to ``finished``.
+        The others' results are stored, and those whose episode ended are appended to ``finished``.
         """

@@ -83,29 +83,46 @@ def test_an_odd_result_still_gets_the_python_checks() -> None:
         collector.next_batch()
 
 
-def test_the_stepper_refuses_frames_it_cannot_write() -> None:
+def _flags(steps: int, envs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros((steps, envs)), np.zeros((steps, envs), bool), np.zeros((steps, envs), bool)
+
+
+def test_the_stepper_refuses_arrays_it_cannot_write() -> None:
     env = gym.make("CartPole-v1")
-    steps = [env.step]
-    frames = np.zeros((1, 4, 4), np.float32)
-    with pytest.raises(ConfigError, match="writable C-contiguous"):
-        _core.EnvStepper(steps, frames[:, ::2], [4], "f", 4, 2, np.ndarray)
-    frames.flags.writeable = False
-    with pytest.raises(ConfigError, match="writable C-contiguous"):
-        _core.EnvStepper(steps, frames, [4], "f", 4, 4, np.ndarray)
-    with pytest.raises(ConfigError, match="not 1 envs x 3 steps"):
-        _core.EnvStepper(steps, np.zeros((1, 4, 4), np.float32), [4], "f", 4, 3, np.ndarray)
+    steps, frames = [env.step], np.zeros((1, 4, 4), np.float32)
+    frame = ([4], "f", 4)
+    with pytest.raises(ConfigError, match="frames must be a writable C-contiguous"):
+        _core.EnvStepper(steps, frames[:, ::2], *frame, 2, np.ndarray, *_flags(2, 1), [0], None)
+    with pytest.raises(ConfigError, match="frames holds 64 bytes, not 1 envs x 3 steps"):
+        _core.EnvStepper(steps, frames, *frame, 3, np.ndarray, *_flags(3, 1), [0], None)
+    rewards, terminated, truncated = _flags(4, 1)
+    with pytest.raises(ConfigError, match="rewards must have buffer format"):
+        _core.EnvStepper(
+            steps, frames, *frame, 4, np.ndarray, rewards.astype(np.float32), terminated, truncated, [0], None
+        )
+    terminated.flags.writeable = False
+    with pytest.raises(ConfigError, match="terminated must be a writable C-contiguous"):
+        _core.EnvStepper(steps, frames, *frame, 4, np.ndarray, rewards, terminated, truncated, [0], None)
     env.close()
 
 
-def test_the_stepper_copies_a_frame_where_it_belongs() -> None:
-    envs = [CountingEnv(length=10) for _ in range(2)]
+def test_the_stepper_stores_each_result_where_it_belongs() -> None:
+    envs = [CountingEnv(length=2) for _ in range(2)]
     for env in envs:
         env.reset(seed=0)
     frames = np.full((2, 3, 2), -1.0, np.float32)
-    stepper = _core.EnvStepper([env.step for env in envs], frames, [2], "f", 4, 3, np.ndarray)
-    rewards, terminated, truncated, finished, raw = [0.0] * 2, [False] * 2, [False] * 2, [], [None] * 2
-    assert stepper.step(1, [0, 0], rewards, terminated, truncated, finished, raw, [0, 0], None) == []
+    rewards, terminated, truncated = _flags(3, 2)
+    counts = [0, 1]
+    stepper = _core.EnvStepper(
+        [env.step for env in envs], frames, [2], "f", 4, 3, np.ndarray, rewards, terminated, truncated, counts, 2
+    )
+    finished: list[int] = []
+    assert stepper.step(1, np.zeros(2, np.int64), finished, [None] * 2) == []
     assert frames[:, 1, 1].tolist() == [1.0, 1.0] and (frames[:, [0, 2]] == -1).all()
-    assert rewards == [1.0, 1.0] and finished == []
+    assert rewards[1].tolist() == [1.0, 1.0] and not rewards[[0, 2]].any()
+    assert counts == [1, 2] and finished == [1]  # env 1 reached the limit of 2 steps
+    assert truncated[1].tolist() == [False, True] and not terminated.any()
+    assert stepper.step(2, np.zeros(2, np.int64), finished, [None] * 2) == []
+    assert terminated[2].tolist() == [True, True] and finished == [1, 0, 1]
     with pytest.raises(ConfigError, match="step 3 is outside a rollout of 3 steps"):
-        stepper.step(3, [0, 0], rewards, terminated, truncated, finished, raw, [0, 0], None)
+        stepper.step(3, np.zeros(2, np.int64), finished, [None] * 2)

@@ -184,14 +184,14 @@ class EnvRunner:
         traj_out[...] = self._traj_ids[:, None]
         limit = self.max_frames_per_traj
         step_counts = self._steps
-        # Rewards and flags are gathered in Python lists, step by step, and written into the
-        # arrays once per rollout: far cheaper than numpy stores every step.
-        rewards = [[0.0] * num_envs for _ in range(steps)]
-        terminated = [[False] * num_envs for _ in range(steps)]
-        truncated = [[False] * num_envs for _ in range(steps)]
+        # Rewards and flags are gathered step-major, [T, K] (float64, so that a reward too
+        # large for the float32 field is caught), and moved into the [K, T, 1] fields once.
+        rewards = np.empty((steps, num_envs), np.float64)
+        terminated = np.empty((steps, num_envs), bool)
+        truncated = np.empty((steps, num_envs), bool)
         next_raw: list[Any] = [None] * num_envs
         env_steps, env_range = [env.step for env in envs], range(num_envs)
-        stepper = self._stepper(env_steps, obs_out, steps, bool(info_out))
+        stepper = self._stepper(env_steps, obs_out, (rewards, terminated, truncated), bool(info_out))
         pending: Sequence[int] = env_range  # the envs whose step is handled here, in Python
         for t in range(steps):
             if on_step is not None and (applied := on_step()) is not None:
@@ -217,8 +217,7 @@ class EnvRunner:
             finished: list[int] = []
             step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
             if stepper is not None:  # the common case natively; the rest (already stepped) below
-                flags = step_rewards, step_terminated, step_truncated
-                pending = stepper.step(t, actions, *flags, finished, next_raw, step_counts, limit)
+                pending = stepper.step(t, actions, finished, next_raw)
             else:
                 env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
             for i in pending:
@@ -263,11 +262,10 @@ class EnvRunner:
                     traj_out[i, t + 1 :] = self._traj_ids[i]
                 for key, array in carried.items():
                     array[i] = key == IS_INIT
-        reward_array = np.asarray(rewards, dtype=np.float64)
-        checks.reward_range(reward_array, steps)
-        reward_out[..., 0] = reward_array.T
-        term_out[..., 0] = np.asarray(terminated, dtype=bool).T
-        trunc_out[..., 0] = np.asarray(truncated, dtype=bool).T
+        checks.reward_range(rewards, steps)
+        reward_out[..., 0] = rewards.T
+        term_out[..., 0] = terminated.T
+        trunc_out[..., 0] = truncated.T
         np.logical_or(term_out, trunc_out, out=done_out)
         return policy_version
 
@@ -277,7 +275,11 @@ class EnvRunner:
             env.close()
 
     def _stepper(
-        self, env_steps: list[Callable[..., Any]], obs_out: list[Any], steps: int, with_info: bool
+        self,
+        env_steps: list[Callable[..., Any]],
+        obs_out: list[Any],
+        flags: tuple[np.ndarray, np.ndarray, np.ndarray],
+        with_info: bool,
     ) -> _core.EnvStepper | None:
         """The native stepper for this rollout, where the observation is one plain array field.
 
@@ -288,7 +290,21 @@ class EnvRunner:
         next_array, path, dtype, shape = obs_out[0][1], obs_out[0][3], obs_out[0][5], obs_out[0][6]
         if path or not next_array.flags.c_contiguous or not next_array.flags.writeable:
             return None
-        return _core.EnvStepper(env_steps, next_array, list(shape), self._formats[0], dtype.itemsize, steps, np.ndarray)
+        rewards, terminated, truncated = flags
+        return _core.EnvStepper(
+            env_steps,
+            next_array,
+            list(shape),
+            self._formats[0],
+            dtype.itemsize,
+            next_array.shape[1],
+            np.ndarray,
+            rewards,
+            terminated,
+            truncated,
+            self._steps,
+            self.max_frames_per_traj,
+        )
 
     def _store_obs(self, i: int, raw: Any) -> None:
         for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):

@@ -63,12 +63,20 @@ impl Drop for Export {
 /// Steps `K` environments once per call and stores their results into a rollout.
 ///
 /// The observation array is `[K, T, *shape]`, C-contiguous and writable; frame `(i, t)`
-/// starts at byte `(i * T + t) * frame_bytes`.
+/// starts at byte `(i * T + t) * frame_bytes`. Rewards (float64) and the two flags (bool)
+/// go into `[T, K]` arrays, at element `t * K + i`.
 #[derive(Debug)]
 #[pyclass(unsendable, module = "pycollect._core")]
 pub struct EnvStepper {
     steps: Vec<Py<PyAny>>,
     frames: Export,
+    /// `[T, K]` float64 rewards and bool flags of the rollout.
+    rewards: Export,
+    terminated: Export,
+    truncated: Export,
+    /// Steps of each env's trajectory so far, counted only with a `limit`.
+    counts: Py<PyList>,
+    limit: Option<u64>,
     frame_bytes: usize,
     steps_per_row: usize,
     shape: Vec<isize>,
@@ -127,12 +135,17 @@ impl EnvStepper {
 
 #[pymethods]
 impl EnvStepper {
-    /// Binds the envs' `step` methods to a rollout's observation array.
+    /// Binds the envs' `step` methods to a rollout's arrays.
     ///
     /// `frames` is the `("next", obs)` array itself: writable and C-contiguous, of
     /// `K * steps_per_row` frames, each of `shape` elements of buffer format `format`
-    /// (`itemsize` bytes each); `ndarray` is `numpy.ndarray`.
+    /// (`itemsize` bytes each); `ndarray` is `numpy.ndarray`. `rewards` (float64),
+    /// `terminated` and `truncated` (bool) are writable, C-contiguous `[steps_per_row, K]`.
+    /// With a `limit` (`max_frames_per_traj`), `counts[i]` counts env `i`'s steps and its
+    /// trajectory is truncated once they reach the limit.
     #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (steps, frames, shape, format, itemsize, steps_per_row, ndarray, rewards, terminated, truncated, counts, limit))]
     fn new(
         steps: Vec<Py<PyAny>>,
         frames: &Bound<'_, PyAny>,
@@ -141,27 +154,59 @@ impl EnvStepper {
         itemsize: isize,
         steps_per_row: usize,
         ndarray: Py<PyType>,
+        rewards: &Bound<'_, PyAny>,
+        terminated: &Bound<'_, PyAny>,
+        truncated: &Bound<'_, PyAny>,
+        counts: Py<PyList>,
+        limit: Option<u64>,
     ) -> PyResult<Self> {
-        let frames = Export::get(frames, ffi::PyBUF_WRITABLE | ffi::PyBUF_C_CONTIGUOUS)
-            .ok_or_else(|| config_error("frames must be a writable C-contiguous buffer"))?;
+        let writable = |name: &str, obj: &Bound<'_, PyAny>, format: Option<&CStr>, bytes: usize| {
+            let flags = ffi::PyBUF_WRITABLE | ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
+            let export = Export::get(obj, flags).ok_or_else(|| {
+                config_error(format!("{name} must be a writable C-contiguous buffer"))
+            })?;
+            if let Some(expected) = format {
+                // SAFETY: exported with PyBUF_FORMAT, so `format` is NUL-terminated (or null,
+                // meaning "B") and valid until the export is released.
+                let got = (!export.view.format.is_null())
+                    .then(|| unsafe { CStr::from_ptr(export.view.format as *const c_char) });
+                if got != Some(expected) {
+                    return Err(config_error(format!(
+                        "{name} must have buffer format {expected:?}, not {got:?}"
+                    )));
+                }
+            }
+            if export.bytes() != bytes {
+                return Err(config_error(format!(
+                    "{name} holds {} bytes, not {} envs x {steps_per_row} steps x {} bytes",
+                    export.bytes(),
+                    steps.len(),
+                    bytes / (steps.len() * steps_per_row).max(1)
+                )));
+            }
+            Ok(export)
+        };
         if itemsize <= 0 || shape.iter().any(|&n| n < 0) {
             return Err(config_error(format!(
                 "bad frame layout: shape {shape:?}, itemsize {itemsize}"
             )));
         }
         let frame_bytes = shape.iter().product::<isize>() as usize * itemsize as usize;
-        if frames.bytes() != frame_bytes * steps.len() * steps_per_row {
-            return Err(config_error(format!(
-                "frames holds {} bytes, not {} envs x {steps_per_row} steps x {frame_bytes} bytes",
-                frames.bytes(),
-                steps.len()
-            )));
-        }
+        let cells = steps.len() * steps_per_row;
+        let frames = writable("frames", frames, None, frame_bytes * cells)?;
+        let rewards = writable("rewards", rewards, Some(c"d"), 8 * cells)?;
+        let terminated = writable("terminated", terminated, Some(c"?"), cells)?;
+        let truncated = writable("truncated", truncated, Some(c"?"), cells)?;
         let format =
             CString::new(format).map_err(|e| config_error(format!("format {format:?}: {e}")))?;
         Ok(Self {
             steps,
             frames,
+            rewards,
+            terminated,
+            truncated,
+            counts,
+            limit,
             frame_bytes,
             steps_per_row,
             shape,
@@ -174,25 +219,17 @@ impl EnvStepper {
     /// Steps env `i` with `actions[i]`, for every env, at step `t` of the rollout.
     ///
     /// For an env whose result is the common case it stores the observation into frame
-    /// `(i, t)`, the reward and flags into `rewards[i]`, `terminated[i]`, `truncated[i]`, and
-    /// appends `i` to `finished` if either flag is set. With a `limit`, it also counts the
-    /// env's steps in `counts[i]` and truncates the trajectory once they reach it. For any
-    /// other env it stores the whole `step` result into `raw[i]` and returns `i` among the
+    /// `(i, t)` and the reward and flags into element `(t, i)` of their arrays, and appends
+    /// `i` to `finished` if either flag is set (counting its steps against the limit). For
+    /// any other env it stores the whole `step` result into `raw[i]` and returns `i` among the
     /// envs Python must handle (and count).
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (t, actions, rewards, terminated, truncated, finished, raw, counts, limit))]
     fn step(
         &self,
         py: Python<'_>,
         t: usize,
         actions: &Bound<'_, PyAny>,
-        rewards: &Bound<'_, PyList>,
-        terminated: &Bound<'_, PyList>,
-        truncated: &Bound<'_, PyList>,
         finished: &Bound<'_, PyList>,
         raw: &Bound<'_, PyList>,
-        counts: &Bound<'_, PyList>,
-        limit: Option<u64>,
     ) -> PyResult<Vec<usize>> {
         if t >= self.steps_per_row {
             return Err(config_error(format!(
@@ -200,6 +237,7 @@ impl EnvStepper {
                 self.steps_per_row
             )));
         }
+        let num_envs = self.steps.len();
         let mut odd = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             let action = actions.get_item(i)?;
@@ -216,14 +254,28 @@ impl EnvStepper {
                     {
                         let ended_by_term = term.is_truthy()?;
                         let mut ended_by_trunc = trunc.is_truthy()?;
-                        if let Some(limit) = limit {
+                        if let Some(limit) = self.limit {
+                            let counts = self.counts.bind(py);
                             let count = counts.get_item(i)?.extract::<u64>()? + 1;
                             counts.set_item(i, count)?;
                             ended_by_trunc |= count >= limit;
                         }
-                        rewards.set_item(i, reward)?;
-                        terminated.set_item(i, term)?;
-                        truncated.set_item(i, ended_by_trunc)?;
+                        let cell = t * num_envs + i;
+                        let reward = reward.cast::<PyFloat>()?.value();
+                        // SAFETY: `cell < steps_per_row * K` (t and i are in range), and the
+                        // three exports were checked in `new` to hold that many float64 and
+                        // bool elements; unaligned writes make no assumption about alignment.
+                        unsafe {
+                            (self.rewards.view.buf as *mut f64)
+                                .add(cell)
+                                .write_unaligned(reward);
+                            (self.terminated.view.buf as *mut u8)
+                                .add(cell)
+                                .write(u8::from(ended_by_term));
+                            (self.truncated.view.buf as *mut u8)
+                                .add(cell)
+                                .write(u8::from(ended_by_trunc));
+                        }
                         if ended_by_term || ended_by_trunc {
                             finished.append(i)?;
                         }
