@@ -151,6 +151,9 @@ def segment_bytes(
 def sweep_stale_segments() -> list[str]:
     """Remove named fallback segments whose creator is dead; return their names."""
 
+def set_parent_death_signal(signum: int) -> None:
+    """Arm ``PR_SET_PDEATHSIG`` with ``signum`` for this process (a worker forked by the fork server)."""
+
 @final
 class SlotView:
     """Buffer-protocol exporter over part of a segment.
@@ -385,6 +388,12 @@ class WorkerEvent:
     @property
     def restarts(self) -> int | None:
         """Restarts of this worker in total, when the policy gave up."""
+    @property
+    def launched_by(self) -> Literal["fork_server", "exec"] | None:
+        """How a started process was started: forked by the fork server, or fork+exec."""
+    @property
+    def fallback(self) -> str | None:
+        """Why a started process was exec'd although a fork server was configured."""
 
 @final
 class WorkerStats:
@@ -462,6 +471,7 @@ class Supervisor:
         check_interval_s: float,
         grace_s: float,
         term_timeout_s: float,
+        fork_server: int | None = None,
     ) -> None: ...
     @property
     def workers(self) -> int: ...
