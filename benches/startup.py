@@ -46,7 +46,7 @@ def _measure(mode: str) -> float:
     if mode in ("cold", "exec"):
         os.environ["PYCOLLECT_FORK_SERVER"] = "0"  # no server at import
     if mode == "script":
-        from pycollect import Collector  # noqa: F401  (starts the server before torch is imported)
+        from pycollect import Collector  # starts the server before torch is imported
     import gymnasium as gym
     import torch
     from torch import nn

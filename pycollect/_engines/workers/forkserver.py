@@ -29,6 +29,7 @@ server or no reply makes the supervisor fall back to fork+exec (``python -m pyco
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -71,6 +72,7 @@ _REPARENT_TIMEOUT_S = 10.0  # the middle child exits right after its fork
 _GO_TIMEOUT_S = 120.0  # the supervisor writes the go byte right after it got the pid
 _MAX_REQUEST = 1 << 20  # bytes: the environment is the bulk of a request
 _MAX_FDS = 64
+_STOP_TIMEOUT_S = 2.0
 
 log = logging.getLogger("pycollect.workers")
 
@@ -112,6 +114,15 @@ class _Server:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def stop(self) -> None:
+        """Close the control socket (the server exits on end of file) and reap the server."""
+        self.control.close()
+        try:
+            self.process.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Wait until the server has done its imports (it then says ``ready`` once)."""
@@ -175,6 +186,15 @@ def start() -> None:
         except OSError as exc:
             log.debug("cannot start the fork server (%s); workers start with fork+exec", exc)
             _server = None
+        else:
+            atexit.register(_stop_at_exit, _server)
+
+
+def _stop_at_exit(server: _Server) -> None:
+    # At exit the server would see end of file anyway; closing first and waiting reaps it, so
+    # that it is not left a zombie of a process that lives on (an embedding program).
+    if server.owner == os.getpid():
+        server.stop()
 
 
 def connect() -> int | None:

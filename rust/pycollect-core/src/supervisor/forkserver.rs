@@ -5,11 +5,13 @@
 //! a worker on request. The supervisor keeps every guarantee of an exec'd worker because the
 //! worker ends up as a *real child of the supervisor's process*:
 //!
-//! 1. Once, before the first request, the supervisor process becomes a child subreaper
-//!    (`PR_SET_CHILD_SUBREAPER`). This is process-wide: from then on any orphaned descendant
-//!    of the process is reparented to it instead of to init (and stays a zombie until this
-//!    process reaps it or exits). pycollect's trainer starts nothing that daemonises, so in
-//!    practice only fork-server workers are affected.
+//! 1. While a request is in flight, the supervisor process is a child subreaper
+//!    (`PR_SET_CHILD_SUBREAPER`). This setting is process-wide: while it is on, *any*
+//!    orphaned descendant of the process is reparented to it instead of to init, and stays a
+//!    zombie until this process reaps it or exits. So it is on only from just before a request
+//!    is sent until its reply has come (counted across all supervisors of the process, see
+//!    [`SubreaperGuard`]), and left alone if the process was a subreaper already. Once a worker
+//!    is our child it stays our child: turning the setting off does not reparent anyone.
 //! 2. The request (one `SOCK_SEQPACKET` message) carries the supervisor's pid, the cwd, the
 //!    complete environment and, with `SCM_RIGHTS`, the supervisor's stdio, the lifeline read
 //!    end and every passed fd, each with its target number.
@@ -35,14 +37,15 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use rustix::pipe::{pipe_with, PipeFlags};
 use rustix::process::{
-    getpid, pidfd_open, pidfd_send_signal, set_child_subreaper, waitid, Pid, PidfdFlags, Signal,
-    WaitId, WaitIdOptions,
+    child_subreaper, getpid, pidfd_open, pidfd_send_signal, set_child_subreaper, waitid, Pid,
+    PidfdFlags, Signal, WaitId, WaitIdOptions,
 };
 
 use super::reaper::{wait_readable, LiveChild};
@@ -58,7 +61,6 @@ pub(crate) struct ForkServer {
     socket: OwnedFd,
     /// Why the server is no longer used (the first failure); `None` while it is.
     broken: Option<String>,
-    subreaper: bool,
 }
 
 impl ForkServer {
@@ -66,7 +68,6 @@ impl ForkServer {
         Self {
             socket,
             broken: None,
-            subreaper: false,
         }
     }
 
@@ -101,12 +102,9 @@ impl ForkServer {
         command: &Command,
         fds: &[(OwnedFd, RawFd)],
     ) -> Result<LiveChild, String> {
-        if !self.subreaper {
-            // Process-wide, see the module docs. Any non-zero argument turns it on.
-            set_child_subreaper(Some(getpid()))
-                .map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
-            self.subreaper = true;
-        }
+        // Process-wide, see the module docs; held until the reply is in.
+        let _subreaper =
+            SubreaperGuard::new().map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
         let (lifeline_r, lifeline_w) =
             pipe_with(PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
 
@@ -183,6 +181,38 @@ impl ForkServer {
                 Err(Errno::INTR | Errno::AGAIN) => continue,
                 Err(e) => return Err(format!("reading the fork server's reply: {e}")),
             }
+        }
+    }
+}
+
+/// Requests in flight in this process, and whether it was a subreaper before the first.
+static SUBREAPER: Mutex<(usize, bool)> = Mutex::new((0, false));
+
+/// Keeps this process a child subreaper while at least one guard lives (see the module docs).
+struct SubreaperGuard;
+
+impl SubreaperGuard {
+    fn new() -> Result<Self, Errno> {
+        // The count stays consistent even if a holder panicked: it is updated in one step.
+        let mut state = SUBREAPER.lock().unwrap_or_else(|e| e.into_inner());
+        if state.0 == 0 {
+            state.1 = child_subreaper()?.is_some();
+            if !state.1 {
+                // Any non-zero argument turns it on.
+                set_child_subreaper(Some(getpid()))?;
+            }
+        }
+        state.0 += 1;
+        Ok(Self)
+    }
+}
+
+impl Drop for SubreaperGuard {
+    fn drop(&mut self) {
+        let mut state = SUBREAPER.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 -= 1;
+        if state.0 == 0 && !state.1 {
+            let _ = set_child_subreaper(None);
         }
     }
 }

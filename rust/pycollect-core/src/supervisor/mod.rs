@@ -261,8 +261,8 @@ impl SupervisorBuilder {
 
     /// Starts workers through a fork server: `socket` is a connected `SOCK_SEQPACKET` Unix
     /// socket to it, used by this supervisor alone. Each launch is sent to the server, which
-    /// forks the worker so that it becomes a child of this process (which therefore becomes a
-    /// child subreaper, a process-wide setting; see the protocol in `forkserver.rs`). The
+    /// forks the worker so that it becomes a child of this process (which is a child subreaper,
+    /// a process-wide setting, while a request is in flight; see `forkserver.rs`). The
     /// launch's program and args are not used for such a worker (the server runs its own
     /// worker code); its env, cwd and fds are. Supervision is the same as for an exec'd
     /// worker. The first failure (server gone, refusing, no reply) makes this and every later
