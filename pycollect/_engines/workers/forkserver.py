@@ -319,6 +319,8 @@ def serve() -> int:
                     reply = b"error: request too large"
                 else:
                     reply = _spawn(msg, fds, trainer, [control, *conns.values()])
+            except Exception as exc:  # a bad request must not end the server
+                reply = f"error: {type(exc).__name__}: {exc}".encode()
             finally:
                 for received in fds:
                     os.close(received)
@@ -331,9 +333,12 @@ def _spawn(msg: bytes, fds: list[int], trainer: int, sockets: Sequence[socket.so
     parts = msg.split(b"\0")
     if len(parts) < 4 or parts[0] != b"spawn":
         return b"error: malformed request"
-    parent = int(parts[1])
+    try:
+        parent = int(parts[1])
+        targets = [int(n) for n in parts[3].split(b",") if n]
+    except ValueError:
+        return b"error: malformed request"
     cwd = parts[2]
-    targets = [int(n) for n in parts[3].split(b",")]
     env = dict(entry.split(b"=", 1) for entry in parts[4:] if b"=" in entry)
     if len(targets) != len(fds):
         return b"error: descriptor count does not match the request"
