@@ -47,31 +47,16 @@ def _measure(mode: str) -> float:
         os.environ["PYCOLLECT_FORK_SERVER"] = "0"  # no server at import
     if mode == "script":
         from pycollect import Collector  # starts the server before torch is imported
-    import gymnasium as gym
-    import torch
-    from torch import nn
-
-    class MLPPolicy(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
-
-        def forward(self, observation: torch.Tensor) -> torch.Tensor:
-            out: torch.Tensor = self.net(observation)
-            return out.argmax(-1) if mode != "torchrl" else nn.functional.one_hot(out.argmax(-1), 2)
-
-    def make_env() -> gym.Env:
-        return gym.make("CartPole-v1")
+    import startup_policy  # the script's own imports: torch, gymnasium
 
     if mode == "torchrl":
         from tensordict.nn import TensorDictModule
         from torchrl.collectors import MultiSyncCollector
-        from torchrl.envs import GymEnv
 
-        policy = TensorDictModule(MLPPolicy(), in_keys=["observation"], out_keys=["action"])
+        policy = TensorDictModule(startup_policy.MLPPolicy(one_hot=True), in_keys=["observation"], out_keys=["action"])
         t0 = time.perf_counter()
         collector = MultiSyncCollector(
-            [lambda: GymEnv("CartPole-v1")] * WORKERS, policy, frames_per_batch=WORKERS * STEPS, total_frames=-1
+            [startup_policy.make_torchrl_env] * WORKERS, policy, frames_per_batch=WORKERS * STEPS, total_frames=-1
         )
         next(iter(collector))
         elapsed = time.perf_counter() - t0
@@ -88,7 +73,11 @@ def _measure(mode: str) -> float:
         del os.environ["PYCOLLECT_FORK_SERVER"]
         forkserver.start()
     collector = Collector(
-        make_env, MLPPolicy(), frames_per_batch=WORKERS * ENVS * STEPS, envs_per_worker=ENVS, num_workers=WORKERS
+        startup_policy.make_env,
+        startup_policy.MLPPolicy(),
+        frames_per_batch=WORKERS * ENVS * STEPS,
+        envs_per_worker=ENVS,
+        num_workers=WORKERS,
     )
     collector.next_batch()
     elapsed = time.perf_counter() - t0
@@ -114,9 +103,10 @@ def main() -> None:
     for _ in range(args.rounds):
         for mode in args.modes:  # interleaved, so that machine noise spreads over every mode
             out = subprocess.run(
-                [sys.executable, __file__, "--one", mode], check=True, capture_output=True, text=True
+                [sys.executable, __file__, "--one", mode], check=True, capture_output=True, text=True, timeout=300
             ).stdout
             results.setdefault(mode, []).append(json.loads(out.strip().splitlines()[-1]))
+            print(f"{MODES[mode]}: {results[mode][-1]:.3f} s", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps({MODES[m]: v for m, v in results.items()}))
         return

@@ -362,7 +362,8 @@ class WorkerEvent:
     not restart it: it stays down for good) or ``gave_up``; after a ``spawn_failed``,
     ``restarting`` or ``gave_up``. Which optional fields are set depends on
     ``kind``: ``pid`` (started, exited), ``exit`` (exited), ``error`` (spawn_failed),
-    ``after_s`` (restarting), ``restarts`` (gave_up); ``stopped`` sets none.
+    ``after_s`` (restarting), ``restarts`` (gave_up), ``launched_by`` and ``fallback``
+    (started); ``stopped`` sets none.
     """
 
     @property
