@@ -5,7 +5,9 @@
 //! (a closure: worker index and generation in, [`WorkerLaunch`] out; see [`Launcher`]) and,
 //! optionally, how to read a worker's heartbeat (see [`HeartbeatSource`]).
 //!
-//! * Spawning: fresh processes via [`std::process::Command`] (fork+exec, never a bare fork),
+//! * Spawning: fresh processes via [`std::process::Command`] (fork+exec, never a bare fork of
+//!   the caller), or, with [`SupervisorBuilder::fork_server`], forked by a separate
+//!   single-threaded server process and reparented to the caller (see `forkserver.rs`),
 //!   all from one long-lived supervisor thread, because `PR_SET_PDEATHSIG` fires when the
 //!   forking *thread* exits. Each child gets its own process group, the parent-death signal
 //!   (checked against `getppid()`), a lifeline pipe and the fds it asked for; see [`spawn`]

@@ -17,6 +17,9 @@
 //!   was never seen. Any data read from it is to be ignored. Keep the fd open while running.
 //! * [`SUPERVISOR_PID_ENV`] holds the supervisor's pid, for a worker that wants to check
 //!   `os.getppid()` itself.
+//! * A worker forked by a fork server gets the same process group, lifeline, env vars and fds;
+//!   it arms its parent-death signal itself once it has been reparented to the supervisor's
+//!   process, and first reads one byte from its lifeline (see `forkserver.rs`).
 //! * Each fd passed with [`WorkerLaunch::pass_fd`] is open at exactly the requested number,
 //!   without `FD_CLOEXEC`. Every other fd of the supervisor process that is marked close-on-exec
 //!   stays out of the child.
