@@ -1210,8 +1210,11 @@ def main() -> None:
     leftovers = [
         p.pid
         for p in psutil.Process().children(recursive=True)
-        # multiprocessing's helpers (TorchRL's resource tracker, SB3's forkserver) leave with this process
-        if p.is_running() and not any(h in " ".join(p.cmdline()) for h in ("resource_tracker", "forkserver"))
+        # multiprocessing's helpers (TorchRL's resource tracker, SB3's forkserver) and pycollect's
+        # fork server (process name pycollect-fsrv) leave with this process
+        if p.is_running()
+        and p.name() != "pycollect-fsrv"
+        and not any(h in " ".join(p.cmdline()) for h in ("resource_tracker", "forkserver"))
     ]
     if leftovers:
         print(f"warning: child processes still running: {leftovers}", file=sys.stderr)

@@ -151,6 +151,9 @@ def segment_bytes(
 def sweep_stale_segments() -> list[str]:
     """Remove named fallback segments whose creator is dead; return their names."""
 
+def set_parent_death_signal(signum: int) -> None:
+    """Arm ``PR_SET_PDEATHSIG`` with ``signum`` for this process (a worker forked by the fork server)."""
+
 @final
 class SlotView:
     """Buffer-protocol exporter over part of a segment.
@@ -359,7 +362,8 @@ class WorkerEvent:
     not restart it: it stays down for good) or ``gave_up``; after a ``spawn_failed``,
     ``restarting`` or ``gave_up``. Which optional fields are set depends on
     ``kind``: ``pid`` (started, exited), ``exit`` (exited), ``error`` (spawn_failed),
-    ``after_s`` (restarting), ``restarts`` (gave_up); ``stopped`` sets none.
+    ``after_s`` (restarting), ``restarts`` (gave_up), ``launched_by`` and ``fallback``
+    (started); ``stopped`` sets none.
     """
 
     @property
@@ -385,6 +389,12 @@ class WorkerEvent:
     @property
     def restarts(self) -> int | None:
         """Restarts of this worker in total, when the policy gave up."""
+    @property
+    def launched_by(self) -> Literal["fork_server", "exec"] | None:
+        """How a started process was started: forked by the fork server, or fork+exec."""
+    @property
+    def fallback(self) -> str | None:
+        """Why a started process was exec'd although a fork server was configured."""
 
 @final
 class WorkerStats:
@@ -462,6 +472,7 @@ class Supervisor:
         check_interval_s: float,
         grace_s: float,
         term_timeout_s: float,
+        fork_server: int | None = None,
     ) -> None: ...
     @property
     def workers(self) -> int: ...

@@ -4,6 +4,10 @@ This module is the process's entry point and nothing else; the loop it runs is
 :mod:`pycollect._engines.workers.main`, and what a worker is started with is
 :mod:`pycollect._engines.workers.contract`. It is a public name so that ``ps`` shows what a
 worker is: ``python -m pycollect.worker``.
+
+``python -m pycollect.worker --fork-server`` runs the fork server instead
+(:mod:`pycollect._engines.workers.forkserver`); the workers it forks show that command line
+too, and the process name ``pycollect-wkr``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from pycollect._engines.workers.main import run
 __all__ = ["run"]
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--fork-server"]:
+        from pycollect._engines.workers.forkserver import serve
+
+        os._exit(serve())
     status = run()
     # The environments are closed and the error (if any) is written: skip the interpreter's
     # teardown, which takes a second or more once torch is imported and would eat into the

@@ -20,6 +20,10 @@ __all__ = ["Leftovers", "Snapshot", "child_processes", "leftovers", "shm_segment
 # Interpreter-wide helpers that multiprocessing starts once and keeps for the whole session
 # (torchrl's replay buffers start the resource tracker); they are not a test's leftovers.
 _SESSION_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+# pycollect's own fork server lives as long as the trainer that started it (it exits with it).
+# It is told apart by its process name, not its command line: the workers it forks share its
+# command line but rename themselves at once (``pycollect-wkr``), so they are still found.
+_SESSION_COMMS = ("pycollect-fsrv",)
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -39,8 +43,23 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _session_helper(pid: int) -> bool:
+    return _comm(pid) in _SESSION_COMMS or any(helper in _cmdline(pid) for helper in _SESSION_HELPERS)
+
+
 def child_processes(pid: int | None = None) -> set[int]:
-    """Live descendants of ``pid`` (default: this process), zombies and session helpers excluded."""
+    """Live descendants of ``pid`` (default: this process), zombies and session helpers excluded.
+
+    Session helpers are multiprocessing's resource tracker and fork server, and pycollect's
+    fork server (workers it forked are children of the trainer, and are included).
+    """
     root = os.getpid() if pid is None else pid
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -51,7 +70,7 @@ def child_processes(pid: int | None = None) -> set[int]:
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
         found |= frontier
-    return {child for child in found if not any(helper in _cmdline(child) for helper in _SESSION_HELPERS)}
+    return {child for child in found if not _session_helper(child)}
 
 
 def shm_segments(pid: int | None = None) -> set[str]:

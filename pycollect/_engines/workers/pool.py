@@ -36,7 +36,7 @@ from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.base import Engine, RolloutPlan, Supervision, plan_rollout
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
-from pycollect._engines.workers import contract
+from pycollect._engines.workers import contract, forkserver
 from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED, Key
@@ -124,26 +124,39 @@ class WorkerPool(Engine):
             self._spec_fd = write_spec(spec)
             self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
             supervision = config.supervision
-            self.supervisor = _core.Supervisor(
-                self.segment,
-                contract.worker_argv(),
-                env=contract.worker_env(hide_cuda=not any(p.cuda for p in placements)),
-                pass_fds=[(self._spec_fd, contract.SPEC_FD)],
-                restart=supervision.restart,
-                max_restarts=supervision.max_restarts,
-                restart_window_s=supervision.restart_window_s,
-                backoff_initial_s=supervision.backoff_initial_s,
-                backoff_max_s=supervision.backoff_max_s,
-                startup_timeout_s=supervision.startup_timeout_s,
-                heartbeat_timeout_s=supervision.heartbeat_timeout_s,
-                check_interval_s=supervision.check_interval_s,
-                grace_s=supervision.shutdown_grace_s,
-                term_timeout_s=supervision.term_timeout_s,
-            )
+            fork_server = forkserver.connect()  # None: fork+exec (logged at debug level)
+            try:
+                self.supervisor = self._supervisor(config, placements, fork_server)
+            finally:
+                if fork_server is not None:
+                    os.close(fork_server)  # the supervisor holds its own duplicate
             self._log = SupervisionLog(self.supervisor, self.num_workers, supervision.restart)
         except BaseException:
             self.close()
             raise
+
+    def _supervisor(
+        self, config: CollectorConfig, placements: Sequence[Placement], fork_server: int | None
+    ) -> _core.Supervisor:
+        """Start the workers: forked by the fork server behind ``fork_server`` if given, else exec'd."""
+        supervision = config.supervision
+        return _core.Supervisor(
+            self.segment,
+            contract.worker_argv(),
+            env=contract.worker_env(hide_cuda=not any(p.cuda for p in placements)),
+            pass_fds=[(self._spec_fd, contract.SPEC_FD)],
+            restart=supervision.restart,
+            max_restarts=supervision.max_restarts,
+            restart_window_s=supervision.restart_window_s,
+            backoff_initial_s=supervision.backoff_initial_s,
+            backoff_max_s=supervision.backoff_max_s,
+            startup_timeout_s=supervision.startup_timeout_s,
+            heartbeat_timeout_s=supervision.heartbeat_timeout_s,
+            check_interval_s=supervision.check_interval_s,
+            grace_s=supervision.shutdown_grace_s,
+            term_timeout_s=supervision.term_timeout_s,
+            fork_server=fork_server,
+        )
 
     @classmethod
     def start(

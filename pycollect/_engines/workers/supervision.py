@@ -91,7 +91,10 @@ class SupervisionLog:
         """The level and message that log ``event`` (all kinds but gave_up)."""
         name = f"worker {event.worker} (generation {event.generation})"
         if event.kind == "started":
-            return logging.DEBUG, f"{name} started, pid {event.pid}"
+            how = "forked by the fork server" if event.launched_by == "fork_server" else "fork+exec"
+            if event.fallback is not None:
+                how += f"; fork server not used: {event.fallback}"
+            return logging.DEBUG, f"{name} started, pid {event.pid} ({how})"
         if event.kind == "exited":
             clean = event.exit is not None and event.exit.reason == "exit" and event.exit.code == 0
             return logging.INFO if clean else logging.WARNING, f"{name} {describe_exit(event.exit)}"

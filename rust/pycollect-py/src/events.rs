@@ -7,7 +7,7 @@
 //! compile here until it is given a name.
 
 use pycollect_core::supervisor::{
-    ChildState, Ending, Event, ExitReason, ExitRecord, ExitStatus, WorkerEnd,
+    ChildState, Ending, Event, ExitReason, ExitRecord, ExitStatus, LaunchedBy, WorkerEnd,
     WorkerStats as CoreStats,
 };
 use pyo3::prelude::*;
@@ -118,6 +118,10 @@ pub struct WorkerEvent {
     after_s: Option<f64>,
     /// Restarts of this worker in total (`"gave_up"`).
     restarts: Option<u32>,
+    /// How the process was started (`"started"`): `"fork_server"` or `"exec"`.
+    launched_by: Option<&'static str>,
+    /// Why an exec'd worker was not forked by the configured fork server (`"started"`).
+    fallback: Option<String>,
 }
 
 impl WorkerEvent {
@@ -131,6 +135,8 @@ impl WorkerEvent {
             error: None,
             after_s: None,
             restarts: None,
+            launched_by: None,
+            fallback: None,
         }
     }
 
@@ -141,10 +147,20 @@ impl WorkerEvent {
                 worker,
                 generation,
                 pid,
-            } => Self {
-                pid: Some(pid),
-                ..Self::new("started", worker, generation)
-            },
+                launched_by,
+            } => {
+                let (by, fallback) = match launched_by {
+                    LaunchedBy::ForkServer => ("fork_server", None),
+                    LaunchedBy::ExecFallback { reason } => ("exec", Some(reason)),
+                    _ => ("exec", None),
+                };
+                Self {
+                    pid: Some(pid),
+                    launched_by: Some(by),
+                    fallback,
+                    ..Self::new("started", worker, generation)
+                }
+            }
             Event::Exited {
                 worker,
                 generation,

@@ -54,5 +54,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ring::wait_any, m)?)?;
     m.add_function(wrap_pyfunction!(segment::sweep_stale_segments, m)?)?;
     m.add_function(wrap_pyfunction!(segment::segment_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(supervisor::set_parent_death_signal, m)?)?;
     Ok(())
 }

@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
+
+use pycollect_core::supervisor::set_parent_death_signal as core_set_parent_death_signal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -81,11 +83,16 @@ impl Supervisor {
     /// `PYCOLLECT_SEGMENT_FD` (the segment at fd 4), the lifeline (`PYCOLLECT_LIFELINE_FD`,
     /// fd 3), and every `(our_fd, child_fd)` of `pass_fds`. Every setting is required: the
     /// defaults live in Python.
+    ///
+    /// `fork_server`: a connected `SOCK_SEQPACKET` socket to a fork server (pycollect's
+    /// `python -m pycollect.worker --fork-server`), duplicated here (the caller keeps and
+    /// closes its own). Workers are then forked by that server, as children of this process,
+    /// and `argv` is only used by the fork+exec fallback.
     #[new]
     #[pyo3(signature = (
         segment, argv, *, env, pass_fds, restart, max_restarts, restart_window_s,
         backoff_initial_s, backoff_max_s, startup_timeout_s, heartbeat_timeout_s,
-        check_interval_s, grace_s, term_timeout_s
+        check_interval_s, grace_s, term_timeout_s, fork_server = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -104,6 +111,7 @@ impl Supervisor {
         check_interval_s: f64,
         grace_s: f64,
         term_timeout_s: f64,
+        fork_server: Option<RawFd>,
     ) -> PyResult<Self> {
         let restart = match restart {
             "permanent" => Restart::Permanent,
@@ -198,6 +206,20 @@ impl Supervisor {
                 let _ = weights.clear_pin(worker);
             });
         }
+        if let Some(fd) = fork_server {
+            if fd < 0 {
+                return Err(config_error(format!(
+                    "fork_server: {fd} is not a file descriptor"
+                )));
+            }
+            // SAFETY: the caller passes an fd it holds open for the duration of this call
+            // (documented); we only duplicate it and own the duplicate.
+            let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+            let owned = borrowed
+                .try_clone_to_owned()
+                .map_err(|e| config_error(format!("fork_server: cannot duplicate fd {fd}: {e}")))?;
+            builder = builder.fork_server(owned);
+        }
         let inner = py
             .detach(move || builder.start(launcher))
             .map_err(|e| py_err_in("cannot start workers", e))?;
@@ -268,4 +290,13 @@ impl Supervisor {
             .map_err(|e| py_err_in("worker shutdown failed", e))?;
         Ok(report.workers.iter().map(WorkerEnding::from).collect())
     }
+}
+
+/// Arms `PR_SET_PDEATHSIG` with `signum` for this process: the kernel sends it when the
+/// thread that is this process's parent exits. For a worker forked by the fork server, once
+/// it has been reparented to the trainer.
+#[pyfunction]
+pub fn set_parent_death_signal(signum: i32) -> PyResult<()> {
+    core_set_parent_death_signal(signum)
+        .map_err(|e| config_error(format!("prctl(PR_SET_PDEATHSIG, {signum}): {e}")))
 }

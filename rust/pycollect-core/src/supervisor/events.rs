@@ -54,6 +54,21 @@ impl ExitRecord {
     }
 }
 
+/// How a generation was started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LaunchedBy {
+    /// fork+exec of the launch's program (no fork server configured).
+    Exec,
+    /// Forked by the fork server (see [`SupervisorBuilder::fork_server`](super::SupervisorBuilder::fork_server)).
+    ForkServer,
+    /// fork+exec because the configured fork server could not be used.
+    ExecFallback {
+        /// Why the server is not used (its first failure).
+        reason: String,
+    },
+}
+
 /// A change in a worker's life, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -66,6 +81,8 @@ pub enum Event {
         generation: u64,
         /// Its pid, which is also its process group id.
         pid: u32,
+        /// fork+exec or the fork server.
+        launched_by: LaunchedBy,
     },
     /// A generation ended and was reaped (not sent during shutdown: the report covers that).
     Exited {

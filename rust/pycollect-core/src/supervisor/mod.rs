@@ -5,7 +5,9 @@
 //! (a closure: worker index and generation in, [`WorkerLaunch`] out; see [`Launcher`]) and,
 //! optionally, how to read a worker's heartbeat (see [`HeartbeatSource`]).
 //!
-//! * Spawning: fresh processes via [`std::process::Command`] (fork+exec, never a bare fork),
+//! * Spawning: fresh processes via [`std::process::Command`] (fork+exec, never a bare fork of
+//!   the caller), or, with [`SupervisorBuilder::fork_server`], forked by a separate
+//!   single-threaded server process and reparented to the caller (see `forkserver.rs`),
 //!   all from one long-lived supervisor thread, because `PR_SET_PDEATHSIG` fires when the
 //!   forking *thread* exits. Each child gets its own process group, the parent-death signal
 //!   (checked against `getppid()`), a lifeline pipe and the fds it asked for; see [`spawn`]
@@ -63,13 +65,14 @@
 
 mod error;
 mod events;
+mod forkserver;
 mod policy;
 mod reaper;
 mod runner;
 pub mod spawn;
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::panic;
 use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
@@ -82,11 +85,13 @@ use rustix::process::{getpid, Pid};
 
 pub use error::SupervisorError;
 pub use events::{
-    ChildState, Ending, Event, ExitReason, ExitRecord, ExitStatus, ShutdownReport, WorkerEnd,
-    WorkerStats,
+    ChildState, Ending, Event, ExitReason, ExitRecord, ExitStatus, LaunchedBy, ShutdownReport,
+    WorkerEnd, WorkerStats,
 };
 pub use policy::{Decision, Restart, RestartPolicy, RestartTracker};
-pub use spawn::{WorkerLaunch, LIFELINE_FD_ENV, MAX_CHILD_FD, SUPERVISOR_PID_ENV};
+pub use spawn::{
+    set_parent_death_signal, WorkerLaunch, LIFELINE_FD_ENV, MAX_CHILD_FD, SUPERVISOR_PID_ENV,
+};
 
 use events::EventQueue;
 use runner::{ExitCallback, PanicPayload, Runner, Shared, ShutdownCallback};
@@ -203,6 +208,7 @@ pub struct SupervisorBuilder {
     heartbeat: Option<HeartbeatSource>,
     on_shutdown: Option<ShutdownCallback>,
     on_exit: Option<ExitCallback>,
+    fork_server: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for SupervisorBuilder {
@@ -212,6 +218,7 @@ impl std::fmt::Debug for SupervisorBuilder {
             .field("heartbeat", &self.heartbeat.is_some())
             .field("on_shutdown", &self.on_shutdown.is_some())
             .field("on_exit", &self.on_exit.is_some())
+            .field("fork_server", &self.fork_server)
             .finish()
     }
 }
@@ -254,6 +261,20 @@ impl SupervisorBuilder {
         self
     }
 
+    /// Starts workers through a fork server: `socket` is a connected `SOCK_SEQPACKET` Unix
+    /// socket to it, used by this supervisor alone. Each launch is sent to the server, which
+    /// forks the worker so that it becomes a child of this process (which is a child subreaper,
+    /// a process-wide setting, while a request is in flight; see `forkserver.rs`). The
+    /// launch's program and args are not used for such a worker (the server runs its own
+    /// worker code); its env, cwd and fds are. Supervision is the same as for an exec'd
+    /// worker. The first failure (server gone, refusing, no reply) makes this and every later
+    /// launch fall back to fork+exec, reported in [`Event::Started`] as
+    /// [`LaunchedBy::ExecFallback`].
+    pub fn fork_server(mut self, socket: OwnedFd) -> Self {
+        self.fork_server = Some(socket);
+        self
+    }
+
     /// Starts the supervisor thread, which spawns every worker (in parallel) and then
     /// supervises them. Returns once all first generations are spawned; if any cannot be,
     /// the others are killed and reaped and the error names the worker.
@@ -266,6 +287,7 @@ impl SupervisorBuilder {
             heartbeat,
             on_shutdown,
             on_exit,
+            fork_server,
         } = self;
         config.validate()?;
         let placeholder = open("/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
@@ -292,6 +314,7 @@ impl SupervisorBuilder {
             parent: home,
             lifeline_fd: config.lifeline_fd,
             placeholder,
+            fork_server: fork_server.map(forkserver::ForkServer::new),
         };
         let default_grace = config.grace;
         let workers = config.workers;
@@ -370,6 +393,7 @@ impl Supervisor {
             heartbeat: None,
             on_shutdown: None,
             on_exit: None,
+            fork_server: None,
         }
     }
 

@@ -298,7 +298,7 @@ impl Runner {
             generation,
             source,
         })?;
-        let child = spawn_worker(&self.ctx, worker, generation, launch)?;
+        let (child, launched_by) = spawn_worker(&mut self.ctx, worker, generation, launch)?;
         let pid = child.pid();
         // Read the heartbeat once right away: whatever it says now was not written by this
         // generation, so only a change from here on counts as its first beat.
@@ -313,6 +313,7 @@ impl Runner {
             worker,
             generation,
             pid,
+            launched_by,
         });
         Ok(())
     }

@@ -17,6 +17,9 @@
 //!   was never seen. Any data read from it is to be ignored. Keep the fd open while running.
 //! * [`SUPERVISOR_PID_ENV`] holds the supervisor's pid, for a worker that wants to check
 //!   `os.getppid()` itself.
+//! * A worker forked by a fork server gets the same process group, lifeline, env vars and fds;
+//!   it arms its parent-death signal itself once it has been reparented to the supervisor's
+//!   process, and first reads one byte from its lifeline (see `forkserver.rs`).
 //! * Each fd passed with [`WorkerLaunch::pass_fd`] is open at exactly the requested number,
 //!   without `FD_CLOEXEC`. Every other fd of the supervisor process that is marked close-on-exec
 //!   stays out of the child.
@@ -35,6 +38,8 @@ use rustix::process::{
     PidfdFlags, Signal, WaitOptions,
 };
 
+use super::events::LaunchedBy;
+use super::forkserver::ForkServer;
 use super::reaper::LiveChild;
 use super::SupervisorError;
 
@@ -138,17 +143,52 @@ pub(crate) struct SpawnContext {
     pub lifeline_fd: RawFd,
     /// Any open fd, duplicated to fill free low fd numbers while spawning (see `reserve_low_fds`).
     pub placeholder: OwnedFd,
+    /// Where launches go first, if anywhere (see `forkserver.rs`); fork+exec otherwise.
+    pub fork_server: Option<ForkServer>,
 }
 
-/// Spawns one generation. Must run on the supervisor's long-lived thread: the kernel ties
-/// `PR_SET_PDEATHSIG` to the *thread* that forks.
+/// Spawns one generation, through the fork server if there is a usable one, else (or if
+/// that fails) with fork+exec. Must run on the supervisor's long-lived thread: the kernel ties
+/// `PR_SET_PDEATHSIG` to the *thread* that forks (for exec'd children) and the subreaper
+/// reparenting makes a fork-server worker this process's child.
 pub(crate) fn spawn_worker(
+    ctx: &mut SpawnContext,
+    worker: usize,
+    generation: u64,
+    launch: WorkerLaunch,
+) -> Result<(LiveChild, LaunchedBy), SupervisorError> {
+    launch.check_fds(worker, ctx.lifeline_fd)?;
+    let mut launch = launch;
+    launch
+        .command
+        .env(LIFELINE_FD_ENV, ctx.lifeline_fd.to_string())
+        .env(SUPERVISOR_PID_ENV, ctx.parent.as_raw_pid().to_string());
+    let mut launched_by = LaunchedBy::Exec;
+    if let Some(server) = ctx.fork_server.as_mut() {
+        if server.broken().is_none() {
+            // A failure is recorded in `broken` and reported with the exec launch below.
+            if let Ok(child) =
+                server.spawn(ctx.parent, ctx.lifeline_fd, &launch.command, &launch.fds)
+            {
+                return Ok((child, LaunchedBy::ForkServer));
+            }
+        }
+        if let Some(reason) = server.broken() {
+            launched_by = LaunchedBy::ExecFallback {
+                reason: reason.to_owned(),
+            };
+        }
+    }
+    spawn_exec(ctx, worker, generation, launch).map(|child| (child, launched_by))
+}
+
+/// Spawns one generation with fork+exec.
+fn spawn_exec(
     ctx: &SpawnContext,
     worker: usize,
     generation: u64,
     launch: WorkerLaunch,
 ) -> Result<LiveChild, SupervisorError> {
-    launch.check_fds(worker, ctx.lifeline_fd)?;
     let WorkerLaunch { mut command, fds } = launch;
     let program = command.get_program().to_string_lossy().into_owned();
     let spawn_err = |source: io::Error| SupervisorError::Spawn {
@@ -188,10 +228,7 @@ pub(crate) fn spawn_worker(
     }
 
     let parent = ctx.parent;
-    command
-        .env(LIFELINE_FD_ENV, ctx.lifeline_fd.to_string())
-        .env(SUPERVISOR_PID_ENV, parent.as_raw_pid().to_string())
-        .process_group(0);
+    command.process_group(0);
     // SAFETY: `child_setup` only makes async-signal-safe system calls (prctl, getppid, dup3)
     // on memory that was allocated before the fork (`plan`), takes no locks and does not
     // allocate, which is what `pre_exec` requires of code running between fork and exec in a
@@ -217,6 +254,15 @@ pub(crate) fn spawn_worker(
             Err(SupervisorError::os("pidfd_open", e))
         }
     }
+}
+
+/// Arms `PR_SET_PDEATHSIG` with signal number `sig` for the calling thread's process: for a
+/// worker forked by a fork server, once it has been reparented to the supervisor's process
+/// (see `forkserver.rs`). Fails with `EINVAL` for a number that names no signal.
+pub fn set_parent_death_signal(sig: i32) -> io::Result<()> {
+    let signal = Signal::from_named_raw(sig).ok_or(Errno::INVAL)?;
+    set_parent_process_death_signal(Some(signal))?;
+    Ok(())
 }
 
 /// Runs in the child between fork and exec. Async-signal-safe system calls only: no
