@@ -1,9 +1,14 @@
 """Atari Pong for the throughput bench: ALE through gymnasium, and EnvPool's equivalent.
 
-:func:`make_env` is ``ALE/Pong-v5`` with ``frameskip=1`` under gymnasium's
+:func:`make_env` is ``ALE/Pong-v5`` with ``frameskip=1`` and ``obs_type="grayscale"`` under gymnasium's
 ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)`` and
 ``FrameStackObservation(stack_size=4)``: ``Box(0, 255, (4, 84, 84), uint8)`` observations,
-``Discrete(6)`` actions. pycollect's workers are fresh interpreters that build it by import
+``Discrete(6)`` actions. ``obs_type="grayscale"`` changes no observation (``AtariPreprocessing``
+reads ALE's grayscale screen itself): it only spares ALE the RGB screen it would otherwise build
+after every emulator frame, which nothing reads (a third of a step in a native profile; 20 %
+less CPU per step measured, observations and rewards identical over 300 steps). The raw loop and
+every gymnasium contender use this same env, so ratios to the raw loop are unaffected; EnvPool
+renders only what it keeps, too. pycollect's workers are fresh interpreters that build it by import
 path (``"callable:atari_env:make_env"``), which works because the bench puts this directory on
 ``sys.path`` and workers inherit the trainer's ``sys.path``.
 
@@ -33,11 +38,11 @@ OBS_SHAPE = (4, 84, 84)
 
 
 def make_env() -> gym.Env:
-    """``ALE/Pong-v5`` (frameskip 1) + ``AtariPreprocessing`` + ``FrameStackObservation(4)``."""
+    """``ALE/Pong-v5`` (frameskip 1, grayscale screen) + ``AtariPreprocessing`` + ``FrameStackObservation(4)``."""
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make("ALE/Pong-v5", frameskip=1)
+    env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale")
     env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
 
