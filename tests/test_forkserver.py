@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainer_process import start_trainer, wait_gone
@@ -34,6 +35,19 @@ def _comm(pid: int) -> str:
 
 def _started(c: Collector) -> list:
     return [e for e in c.stats().events if e.kind == "started"]
+
+
+def _kill_and_restart(c: Collector, worker: int) -> Any:
+    """SIGKILL ``worker``, wait for its generation 2 to start, collect 3 batches; its ``started`` event."""
+    os.kill(c.stats().workers[worker].pid, signal.SIGKILL)
+    wait_until(
+        lambda: any(e.worker == worker and e.generation == 2 for e in _started(c)),
+        timeout_s=60,
+        what=f"worker {worker}'s restart",
+    )
+    for _ in range(3):
+        c.next_batch()  # both workers deliver
+    return next(e for e in _started(c) if e.worker == worker and e.generation == 2)
 
 
 def _collector() -> Collector:
@@ -72,16 +86,7 @@ def test_a_forked_worker_is_a_child_of_the_trainer_in_its_own_group(server: int)
 def test_a_restart_after_sigkill_comes_from_the_server(server: int) -> None:
     with _collector() as c:
         c.next_batch()
-        victim = c.stats().workers[1].pid
-        os.kill(victim, signal.SIGKILL)
-        wait_until(
-            lambda: any(e.worker == 1 and e.generation == 2 for e in _started(c)),
-            timeout_s=60,
-            what="worker 1's restart",
-        )
-        for _ in range(3):
-            c.next_batch()
-        restart = next(e for e in _started(c) if e.worker == 1 and e.generation == 2)
+        restart = _kill_and_restart(c, 1)
         assert restart.launched_by == "fork_server"
         assert forkserver.server_pid() == server  # the same server
         assert _comm(c.stats().workers[1].pid) == forkserver.COMM_WORKER
@@ -149,16 +154,7 @@ def test_the_death_of_the_server_mid_run_falls_back_without_losing_a_worker(serv
             c.next_batch()
             os.kill(server, signal.SIGKILL)
             wait_until(lambda: _stat(server)[0] == "Z", timeout_s=30, what="the fork server to die")
-            victim = c.stats().workers[0].pid
-            os.kill(victim, signal.SIGKILL)
-            wait_until(
-                lambda: any(e.worker == 0 and e.generation == 2 for e in _started(c)),
-                timeout_s=60,
-                what="worker 0's restart",
-            )
-            for _ in range(3):
-                c.next_batch()  # both workers deliver
-            restart = next(e for e in _started(c) if e.worker == 0 and e.generation == 2)
+            restart = _kill_and_restart(c, 0)
             assert restart.launched_by == "exec" and restart.fallback is not None
             assert [w.state for w in c.stats().workers] == ["running", "running"]
     finally:
