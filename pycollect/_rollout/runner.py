@@ -193,61 +193,67 @@ class EnvRunner:
         env_steps, env_range = [env.step for env in envs], range(num_envs)
         stepper = self._stepper(env_steps, obs_out, (rewards, terminated, truncated), bool(info_out))
         pending: Sequence[int] = env_range  # the envs whose step is handled here, in Python
+        no_extras: Mapping[Key, Any] = {}
+        # Per step, only what the step needs: with the native stepper and random actions, a
+        # CartPole step costs little more than its K calls of env.step, so every line counts.
         for t in range(steps):
             if on_step is not None and (applied := on_step()) is not None:
                 policy_version = applied
                 if POLICY_VERSION in out:
                     out[POLICY_VERSION][:, t:] = applied
-            extras: Mapping[Key, Any] = {}
-            for _, array, current in carried_out:
-                array[:, t] = current
+            if carried_out:
+                for _, array, current in carried_out:
+                    array[:, t] = current
             if rollout_actions is not None:
-                actions = rollout_actions[t]
+                actions, extras = rollout_actions[t], no_extras
             else:
                 actions, extras = self.policy.act(obs, carried)
                 actions_out[:, t] = actions
-            if extras:
-                for key, array in extras_out:
-                    array[:, t] = extras[key].numpy()
-            for state, next_key in state_in:
                 if extras:
-                    state[...] = extras[next_key].numpy()
-                else:
-                    state[...] = 0  # random actions: no policy call, so the state stays a start
+                    for key, array in extras_out:
+                        array[:, t] = extras[key].numpy()
+            if state_in:
+                for state, next_key in state_in:
+                    if extras:
+                        state[...] = extras[next_key].numpy()
+                    else:
+                        state[...] = 0  # random actions: no policy call, so the state stays a start
             finished: list[int] = []
-            step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
             if stepper is not None:  # the common case natively; the rest (already stepped) below
                 pending = stepper.step(t, actions, finished, next_raw)
             else:
                 env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
-            for i in pending:
-                next_raw[i], reward, term, trunc, info = next_raw[i] if stepper else env_steps[i](env_actions[i])
-                if info_out:
-                    for n, array, name, default in info_out:
-                        value = info.get(name, default) if isinstance(info, Mapping) else default
-                        array[i, t] = checks.info(n, value, i, t + 1)
-                if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
-                    reward, term, trunc = checks.step(reward, term, trunc, i, t + 1)  # else: fits as it is
-                step_rewards[i], step_terminated[i] = reward, term
-                if limit is not None:
-                    step_counts[i] += 1
-                    trunc = trunc or step_counts[i] >= limit
-                step_truncated[i] = trunc
-                if term or trunc:
-                    finished.append(i)
-            if stepper is not None and pending and finished:
-                finished.sort()  # resets (and so new trajectory ids) in env order, as without it
+            if pending:
+                step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
+                for i in pending:
+                    next_raw[i], reward, term, trunc, info = next_raw[i] if stepper else env_steps[i](env_actions[i])
+                    if info_out:
+                        for n, array, name, default in info_out:
+                            value = info.get(name, default) if isinstance(info, Mapping) else default
+                            array[i, t] = checks.info(n, value, i, t + 1)
+                    if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
+                        reward, term, trunc = checks.step(reward, term, trunc, i, t + 1)  # else: fits as it is
+                    step_rewards[i], step_terminated[i] = reward, term
+                    if limit is not None:
+                        step_counts[i] += 1
+                        trunc = trunc or step_counts[i] >= limit
+                    step_truncated[i] = trunc
+                    if term or trunc:
+                        finished.append(i)
+                if stepper is not None and finished:
+                    finished.sort()  # resets (and so new trajectory ids) in env order, as without it
             if is_init is not None:
                 is_init[...] = False
             last = t + 1 == steps
-            for _, next_array, current, path, field, dtype, shape in obs_out:
-                for i in pending:  # one env at a time: no temporary batch array
-                    value = checks.leaf(next_raw[i], path, field, i, t + 1) if path else next_raw[i]
-                    if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
-                        value = checks.observation(field, value, i, t + 1)
-                    next_array[i, t] = value
-                if track_current or last:
-                    current[...] = next_array[:, t]
+            if pending or track_current or last:
+                for _, next_array, current, path, field, dtype, shape in obs_out:
+                    for i in pending:  # one env at a time: no temporary batch array
+                        value = checks.leaf(next_raw[i], path, field, i, t + 1) if path else next_raw[i]
+                        if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
+                            value = checks.observation(field, value, i, t + 1)
+                        next_array[i, t] = value
+                    if track_current or last:
+                        current[...] = next_array[:, t]
             for i in finished:
                 reset_obs, _ = envs[i].reset()
                 for obs_array, _, current, path, field, dtype, shape in obs_out:
