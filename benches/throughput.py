@@ -441,12 +441,12 @@ def raw_dmcontrol_loop(workload: Workload, k: int, frames: dict[str, int]) -> Re
     return timer.result(n)
 
 
-def _pycollect(
-    workload: Workload, k: int, frames: int, num_workers: int, sync: bool, zero_copy: bool = False
-) -> Result:
+def _collector(
+    workload: Workload, k: int, num_workers: int, *, sync: bool = True, zero_copy: bool = False
+) -> pycollect.Collector:
+    """The workload's pycollect collector: K envs per worker, STEPS steps of every env per batch."""
     rows = k * (num_workers if num_workers and sync else 1)
-    cpu0, t0 = CPU.read(), time.perf_counter()
-    collector = pycollect.Collector(
+    return pycollect.Collector(
         workload.pycollect_env,
         _policy_for(workload),
         frames_per_batch=rows * STEPS,
@@ -457,6 +457,13 @@ def _pycollect(
         seed=0,
     )
 
+
+def _pycollect(
+    workload: Workload, k: int, frames: int, num_workers: int, sync: bool, zero_copy: bool = False
+) -> Result:
+    cpu0, t0 = CPU.read(), time.perf_counter()
+    collector = _collector(workload, k, num_workers, sync=sync, zero_copy=zero_copy)
+
     def every_worker_delivered(batch: Any) -> None:
         if num_workers and not sync:
             # Steady state starts once every worker has delivered: a worker's trajectory ids
@@ -465,7 +472,7 @@ def _pycollect(
             while len(seen) < num_workers:
                 seen.add(int(collector.next_batch()["collector", "traj_ids"][0, 0]) % num_workers)
 
-    batches = max(1, round(frames / (rows * STEPS)))
+    batches = max(1, round(frames / collector.frames_per_batch))
     return _measure(collector, collector.next_batch, every_worker_delivered, batches, t0, cpu0)
 
 
@@ -943,20 +950,13 @@ def _profile(workloads: list[Workload], k: int, frames: int) -> None:
 
     for workload in workloads:
         for name, num_workers in (("in-process", 0), ("sync, 2 workers", WORKERS)):
-            rows = k * (num_workers or 1)
-            with pycollect.Collector(
-                workload.pycollect_env,
-                _policy_for(workload),
-                frames_per_batch=rows * STEPS,
-                envs_per_worker=k,
-                num_workers=num_workers,
-                seed=0,
-            ) as collector:
+            with _collector(workload, k, num_workers) as collector:
                 collector.next_batch()
                 profiler = cProfile.Profile()
+                batches = max(1, frames // collector.frames_per_batch)
                 with Timer() as timer:
                     profiler.enable()
-                    got = sum(collector.next_batch().numel() for _ in range(max(1, frames // (rows * STEPS))))
+                    got = sum(collector.next_batch().numel() for _ in range(batches))
                     profiler.disable()
             children = (timer.cpu_seconds - timer.user - timer.sys) / got * 1e6
             print(
@@ -1030,15 +1030,7 @@ def _profile_workers(workload: Workload, k: int, seconds: float, rate: int, nati
     else:
         raw = raw_dmcontrol_loop(workload, k, workload.frames)
     raw2 = raw_loops_in_parallel(workload, k, workload.frames)
-    rows = WORKERS * k
-    with pycollect.Collector(
-        workload.pycollect_env,
-        _policy_for(workload),
-        frames_per_batch=rows * STEPS,
-        envs_per_worker=k,
-        num_workers=WORKERS,
-        seed=0,
-    ) as collector:
+    with _collector(workload, k, WORKERS) as collector:
         for _ in range(3):
             collector.next_batch()
         t0, got = time.perf_counter(), 0

@@ -91,8 +91,6 @@ class EnvRunner:
         self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
         # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
         self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
-        # The buffer-protocol format of each observation dtype, for the native stepper's check.
-        self._formats = [np.empty(0, spec.dtype).data.format for spec in specs.observation]
 
     @property
     def num_envs(self) -> int:
@@ -194,16 +192,13 @@ class EnvRunner:
         stepper = self._stepper(env_steps, obs_out, (rewards, terminated, truncated), bool(info_out))
         pending: Sequence[int] = env_range  # the envs whose step is handled here, in Python
         no_extras: Mapping[Key, Any] = {}
-        # Per step, only what the step needs: with the native stepper and random actions, a
-        # CartPole step costs little more than its K calls of env.step, so every line counts.
         for t in range(steps):
             if on_step is not None and (applied := on_step()) is not None:
                 policy_version = applied
                 if POLICY_VERSION in out:
                     out[POLICY_VERSION][:, t:] = applied
-            if carried_out:
-                for _, array, current in carried_out:
-                    array[:, t] = current
+            for _, array, current in carried_out:
+                array[:, t] = current
             if rollout_actions is not None:
                 actions, extras = rollout_actions[t], no_extras
             else:
@@ -212,12 +207,11 @@ class EnvRunner:
                 if extras:
                     for key, array in extras_out:
                         array[:, t] = extras[key].numpy()
-            if state_in:
-                for state, next_key in state_in:
-                    if extras:
-                        state[...] = extras[next_key].numpy()
-                    else:
-                        state[...] = 0  # random actions: no policy call, so the state stays a start
+            for state, next_key in state_in:
+                if extras:
+                    state[...] = extras[next_key].numpy()
+                else:
+                    state[...] = 0  # random actions: no policy call, so the state stays a start
             finished: list[int] = []
             if stepper is not None:  # the common case natively; the rest (already stepped) below
                 pending = stepper.step(t, actions, finished, next_raw)
@@ -293,7 +287,7 @@ class EnvRunner:
         """
         if len(obs_out) != 1 or with_info:
             return None
-        next_array, path, dtype, shape = obs_out[0][1], obs_out[0][3], obs_out[0][5], obs_out[0][6]
+        ((_, next_array, _, path, _, dtype, shape),) = obs_out
         if path or not next_array.flags.c_contiguous or not next_array.flags.writeable:
             return None
         rewards, terminated, truncated = flags
@@ -301,7 +295,7 @@ class EnvRunner:
             env_steps,
             next_array,
             list(shape),
-            self._formats[0],
+            np.empty(0, dtype).data.format,  # what a numpy array of the field's dtype exports
             dtype.itemsize,
             next_array.shape[1],
             np.ndarray,

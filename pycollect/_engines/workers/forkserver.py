@@ -179,7 +179,7 @@ def start() -> None:
     if not enabled():
         return
     with _lock:
-        if _server is not None and _server.owner == os.getpid() and _server.alive():
+        if (server := _own_server()) is not None and server.alive():
             return
         try:
             _server = _Server()
@@ -206,8 +206,8 @@ def connect() -> int | None:
     """
     if not enabled():
         return None
-    server = _server
-    if server is None or server.owner != os.getpid():
+    server = _own_server()
+    if server is None:
         log.debug("no fork server in this process; workers start with fork+exec")
         start()
         return None
@@ -224,18 +224,20 @@ def wait_ready(timeout_s: float = 60.0) -> bool:
     Collectors do not need this (a request that comes early just waits for the imports); it
     is for benchmarks and tests that want a warm server.
     """
-    server = _server
-    if server is None or server.owner != os.getpid():
-        return False
-    return server.wait_ready(timeout_s)
+    server = _own_server()
+    return server is not None and server.wait_ready(timeout_s)
 
 
 def server_pid() -> int | None:
     """The pid of this process's fork server while it runs."""
+    server = _own_server()
+    return server.process.pid if server is not None and server.alive() else None
+
+
+def _own_server() -> _Server | None:
+    """The fork server this process started (not one inherited through a fork of the trainer)."""
     server = _server
-    if server is None or server.owner != os.getpid() or not server.alive():
-        return None
-    return server.process.pid
+    return server if server is not None and server.owner == os.getpid() else None
 
 
 # -- the server's side ------------------------------------------------------------------------

@@ -294,18 +294,20 @@ class WorkerPool(Engine):
         # Owned batches are copied into recycled memory (no page faults once warm);
         # zero-copy batches are the slots themselves.
         owned = None if self.zero_copy else allocate(self._fields, rows, t, self._memory)
-        slots: dict[Key, list[np.ndarray]] = {}
         arrays: dict[Key, np.ndarray] = {}
+        obs_sources: dict[Key, list[np.ndarray]] = {}  # the slots' observation arrays, filled in below
         for field in self._fields:
             name = self._names[field.key]
             if one_block:  # writable: torch warns about read-only buffers; the slots are leased
                 sources = [np.asarray(self.segment.batch_view(name, leases[0].slot, writable=True))]
             else:
                 sources = [np.asarray(lease.view(name)) for lease in leases]
-            slots[field.key] = sources
             if owned is not None:
-                if field.key not in self._observation_keys:  # those are filled in below
-                    _copy_rows(sources, owned[field.key])
+                if field.key in self._observation_keys:
+                    obs_sources[field.key] = sources
+                else:
+                    for block, source in _row_blocks(sources):
+                        owned[field.key][block] = source
                 arrays[field.key] = owned[field.key]
             elif len(sources) == 1:
                 arrays[field.key] = sources[0]
@@ -317,11 +319,8 @@ class WorkerPool(Engine):
             if owned is None:
                 fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
                 continue
-            start = 0
-            for source in slots[key]:
-                block = slice(start, start + len(source))
+            for block, source in _row_blocks(obs_sources[key]):
                 fill_observations(source, arrays[next_key][block], arrays[NEXT_DONE][block], out=arrays[key][block])
-                start += len(source)
         td = to_tensordict(arrays)
         for i, lease in enumerate(leases):
             if self._generation_ended(lease):
@@ -471,12 +470,13 @@ def _picklable(obj: Any, what: str) -> None:
         raise ConfigError(f"{what} cannot be pickled for worker processes: {type(exc).__name__}: {exc}") from exc
 
 
-def _copy_rows(sources: list[np.ndarray], out: np.ndarray) -> None:
-    """Copy row blocks (one per worker rollout) one after another into ``out``."""
-    start = 0
+def _row_blocks(sources: list[np.ndarray]) -> list[tuple[slice, np.ndarray]]:
+    """Each source (one worker rollout) with the rows it takes in the batch, one after another."""
+    blocks, start = [], 0
     for source in sources:
-        out[start : start + len(source)] = source
+        blocks.append((slice(start, start + len(source)), source))
         start += len(source)
+    return blocks
 
 
 def _mark_cut(td: TensorDict, rows: slice) -> None:
