@@ -11,11 +11,13 @@ picks the factory for a config. :mod:`pycollect.engines` is the public home of t
 from __future__ import annotations
 
 import abc
+import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pycollect.exceptions import ConfigError
+from pycollect.exceptions import ConfigError, PyCollectWarning
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from pycollect.envs.source import EnvSource
     from pycollect.envs.specs import EnvSpecs, FieldSpec
 
-__all__ = ["Engine", "EngineFactory", "RolloutPlan", "Supervision", "plan_rollout"]
+__all__ = ["Engine", "EngineFactory", "RolloutPlan", "Supervision", "close_within", "plan_rollout"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv
 
     specs = env_source.specs(env)
     device = config.policy_device_for(policy)
-    rng = action_rng(config.seed, config.envs_per_worker)
+    rng = action_rng(config.seed)
     actions = action_source(policy, specs, config.envs_per_worker, device, rng, config.exploration_type)
     info = _info_fields(config, env_source, env, specs)
     return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried, info), info)
@@ -107,6 +109,42 @@ def _info_fields(
             FieldSpec(("next", name), shape, value.dtype, -bounds, bounds, value.dtype.kind in "biu", f"info[{name!r}]")
         )
     return tuple(fields)
+
+
+def close_within(env: GymLikeEnv, env_source: EnvSource, timeout_s: float, *, what: str = "env") -> None:
+    """Close ``env`` in a daemon thread, waiting at most ``timeout_s`` for it.
+
+    The probe env a trainer builds to read the specs is closed in the constructor: an env
+    whose ``close()`` never returns (a stuck simulator, a dead socket) must not make
+    ``Collector(...)`` never return, as workers' closes are bounded by the supervisor. If the
+    deadline passes, a :class:`~pycollect.PyCollectWarning` names the env and the thread is
+    left to finish (or to end with the interpreter).
+
+    Raises:
+        Exception: What ``close()`` raised, if it returned within the deadline.
+    """
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            env.close()
+        except BaseException as exc:  # handed to the caller below
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=close, name="pycollect-close-env", daemon=True).start()
+    if not done.wait(timeout_s):
+        warnings.warn(
+            f"the {what} {env_source.describe()!r}: close() did not return within {timeout_s:g} s; going on "
+            "without it (a daemon thread keeps waiting for it)",
+            PyCollectWarning,
+            stacklevel=3,
+        )
+        return
+    if failed:
+        raise failed[0]
 
 
 class Engine(abc.ABC):

@@ -80,7 +80,7 @@ class _Stub:
 def _runner(envs: list[Any], k: int) -> tuple[EnvRunner, dict[Any, np.ndarray]]:
     backend = DMControlBackend()
     specs = backend.specs(envs[0])
-    actions = RandomActions(specs.action, k, action_rng(0, k, 0))
+    actions = RandomActions(specs.action, k, action_rng(0))
     runner = EnvRunner(envs, specs, actions, env_seeds(0, k, 0))
     out = {f.key: np.zeros((k, STEPS, *f.shape), f.dtype) for f in batch_fields(specs)}
     return runner, out

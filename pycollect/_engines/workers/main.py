@@ -85,7 +85,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
     from pycollect._engines.workers.spec import field_name, read_spec
     from pycollect._rollout.actions import action_source
     from pycollect._rollout.runner import EnvRunner
-    from pycollect._rollout.seeding import action_rng, env_seeds
+    from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
     from pycollect.exceptions import LayoutMismatchError
 
     spec_fd = int(os.environ[contract.ENV_SPEC_FD])
@@ -97,9 +97,6 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
     if not placement.cuda:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything can create a CUDA context
     k, w = spec.envs_per_worker, spec.num_workers
-    # Generation 1 of worker i uses exactly the seeds of an in-process collector's worker i;
-    # a restarted generation gets fresh ones, so it does not replay the episodes it crashed in.
-    stream = worker + w * (generation - 1)
     envs = []
     receiver = spec.weights
     try:
@@ -112,8 +109,8 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             import torch
 
             torch.set_num_threads(1)
-            if spec.seed is not None:
-                torch.manual_seed(spec.seed + stream)
+            if (seed := torch_seed(spec.seed, worker, generation)) is not None:
+                torch.manual_seed(seed)
             device = torch.device(placement.policy_device)
             if device.type == "cuda":
                 torch.cuda.set_device(device)  # what the policy allocates without a device goes there too
@@ -122,15 +119,18 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
                 # policy (weights_from=) it is the module the function closes over, unpickled
                 # with it as one object, so the function sees its module moved too.
                 weights.to(device)
-        rng = action_rng(spec.seed, k, stream)
+        # Every stream from the seed, worker and generation (see _rollout/seeding.py): worker
+        # 0's first generation draws exactly what an in-process collector draws, and a restarted
+        # generation draws fresh values, so it does not replay the episodes it crashed in.
+        rng = action_rng(spec.seed, worker, generation)
         actions = action_source(policy, specs, k, device, rng, spec.exploration_type)
         runner = EnvRunner(
             envs,
             specs,
             actions,
-            env_seeds(spec.seed, k, stream),
+            env_seeds(spec.seed, k, worker, generation),
             max_frames_per_traj=spec.max_frames_per_traj,
-            traj_id_start=worker + w * ((generation - 1) << 32),
+            traj_id_start=traj_id_start(worker, w, generation),
             traj_id_stride=w,
             env_name=spec.env_source.describe(),
             worker=worker,
@@ -201,6 +201,7 @@ def run() -> int:
     """Run one worker; returns the process exit status."""
     if contract.ENV_SYS_PATH in os.environ:
         sys.path[:] = json.loads(os.environ[contract.ENV_SYS_PATH])
+    contract.restore_user_env()  # before any env code: what the processes it starts inherit
     from pycollect import _core
 
     worker = int(os.environ[contract.ENV_WORKER])
