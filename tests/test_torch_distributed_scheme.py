@@ -9,8 +9,10 @@ nothing (store, port, thread, process) is left once the collector closes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -24,8 +26,9 @@ import pytest
 import torch
 from torch import nn
 
-from pycollect import Collector, TransportError
+from pycollect import Collector, ConfigError, TransportError
 from pycollect.cli import main
+from pycollect.config import MAX_SECONDS
 from pycollect.default_plugins import torch_distributed_scheme as tds
 from pycollect.default_plugins.torch_distributed_scheme import TorchDistributedScheme, choose_backend
 from pycollect.testing import check_scheme, wait_until
@@ -192,7 +195,7 @@ def test_a_worker_stalled_mid_transfer_does_not_block_send() -> None:
         wait_until(lambda: 0 in sender._sessions, timeout_s=30, what="the trainer to start the session")
         joined.join(30)
         assert receiver._group is not None
-        receiver._store.queue_push(tds._QUEUE_KEY, "want 0 1 1")  # ... and never receives
+        receiver._request("want", 0, 1, 1, 1)  # ... and never receives
         wait_until(lambda: any(b.users for b in sender._buffers), timeout_s=30, what="the transfer to start")
         for version in (2, 3):
             start = time.monotonic()
@@ -264,15 +267,17 @@ def test_a_cuda_worker_on_another_gpu_is_paired_over_nccl(monkeypatch: pytest.Mo
     monkeypatch.setattr(tds, "_trainer_cuda", lambda: "GPU-trainer")
     monkeypatch.setattr(tds, "_nccl_available", lambda: True)
     monkeypatch.setattr(tds, "_make_group", lambda backend, store, rank, timeout_s: built.append((backend, rank)))
+    monkeypatch.setattr(tds, "_prove_peer", lambda *args: None)
     state = {"w": torch.zeros(3)}
     sender = tds._Sender(WeightsLayout.from_state_dict(state), timeout_s=2.0, backend="auto")
     try:
         client = tds._client(sender.port, timedelta(seconds=10))
-        client.queue_push(tds._QUEUE_KEY, "join 0 1 1 GPU-worker")
-        client.queue_push(tds._QUEUE_KEY, "join 1 1 1 cpu")
-        client.wait([tds._prefix(0, 1, 1) + "backend", tds._prefix(1, 1, 1) + "backend"], timedelta(seconds=10))
-        assert client.get(tds._prefix(0, 1, 1) + "backend") == b"nccl"
-        assert client.get(tds._prefix(1, 1, 1) + "backend") == b"gloo"
+        keys = sender._keys
+        client.queue_push(tds._QUEUE_KEY, keys.seal(tds._QUEUE_KEY, b"join 0 1 1 GPU-worker"))
+        client.queue_push(tds._QUEUE_KEY, keys.seal(tds._QUEUE_KEY, b"join 1 1 1 cpu"))
+        answers = [keys.prefix(0, 1, 1) + "backend", keys.prefix(1, 1, 1) + "backend"]
+        client.wait(answers, timedelta(seconds=10))
+        assert [keys.open(key, client.get(key)) for key in answers] == [b"nccl", b"gloo"]
         wait_until(lambda: len(built) == 2, timeout_s=10, what="both groups to be built")
         assert sorted(built) == [("gloo", 0), ("nccl", 0)]
         del client
@@ -280,13 +285,16 @@ def test_a_cuda_worker_on_another_gpu_is_paired_over_nccl(monkeypatch: pytest.Mo
         sender.close()
 
 
-def test_the_workers_half_pickles_to_its_port_and_options() -> None:
+def test_the_workers_half_pickles_to_its_port_options_and_secret() -> None:
     state = {"w": torch.zeros(1000)}
     sender = tds._Sender(WeightsLayout.from_state_dict(state), timeout_s=3.0, backend="gloo")
     try:
         receiver = sender.receiver()
-        assert receiver.__getstate__() == {"port": sender.port, "timeout_s": 3.0, "backend": "gloo"}
+        secret = sender._keys.secret
+        assert len(secret) == 32
+        assert receiver.__getstate__() == {"port": sender.port, "timeout_s": 3.0, "backend": "gloo", "secret": secret}
         assert len(pickle.dumps(receiver)) < 500
+        assert repr(secret) not in repr(receiver._keys) and repr(secret) not in repr(vars(receiver))
     finally:
         sender.close()
 
@@ -298,6 +306,30 @@ def test_options_are_checked() -> None:
         TorchDistributedScheme(backend="mpi")
     with pytest.raises(ConfigError, match="timeout_s"):
         TorchDistributedScheme(timeout_s=0)
+
+
+@pytest.mark.parametrize("value", [1e300, math.inf, MAX_SECONDS * 2, math.nan, -1.0, 0, True, "5", None])
+def test_timeouts_out_of_range_are_refused_up_front(value: Any) -> None:
+    """Not accepted, to fail later as a bare OverflowError in timedelta or the store."""
+    expected = rf"timeout_s must be .* at most {re.escape(f'{MAX_SECONDS:g}')} s, got {re.escape(repr(value))}"
+    with pytest.raises(ConfigError, match=expected):
+        TorchDistributedScheme(timeout_s=value)
+
+
+def test_the_longest_timeout_is_taken_by_the_store_and_the_groups() -> None:
+    state = {"w": torch.zeros(3)}
+    scheme = TorchDistributedScheme(timeout_s=MAX_SECONDS)
+    sender = tds._Sender(WeightsLayout.from_state_dict(state), timeout_s=scheme.timeout_s, backend="gloo")
+    try:
+        sender.send(state, 1, timeout_s=MAX_SECONDS)
+        receiver = pickle.loads(pickle.dumps(sender.receiver()))
+        receiver.attach(ReceiverContext(sender.layout, 0, 1, None))
+        module = nn.Module()
+        module.register_buffer("w", torch.ones(3))
+        assert receiver.receive(module) == 1 and not module.w.any()
+        receiver.close()
+    finally:
+        sender.close()
 
 
 def test_nothing_is_left_once_the_collector_closes() -> None:

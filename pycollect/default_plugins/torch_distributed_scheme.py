@@ -15,7 +15,8 @@ hung). So the scheme pairs the trainer with each worker on its own, and pulls ra
 
 * **Rendezvous.** The trainer hosts a ``torch.distributed.TCPStore`` on a socket it binds to
   ``127.0.0.1`` itself (port 0: the OS picks; the store would otherwise listen on every
-  interface). The workers' half, pickled into every worker, carries only the port and options.
+  interface). The workers' half, pickled into every worker, carries the port, the options and
+  the collector's secret (below).
 * **Publishing.** ``send(state, version)`` packs the state dict once into a flat host buffer
   (:class:`~pycollect.weights.layout.WeightsLayout`, the version in its header), makes it the
   latest, and sets the ``version`` key of the store. It waits on no worker: the only thing it
@@ -27,15 +28,48 @@ hung). So the scheme pairs the trainer with each worker on its own, and pulls ra
   and has no group yet pushes ``join <worker> <generation> <session> <device>`` onto a queue in
   the store. The trainer's dispatcher thread answers with the backend for that pair (the key
   ``<prefix>backend``) and starts a session thread, which builds a 2-rank ``ProcessGroupGloo``
-  (or ``ProcessGroupNCCL``) over ``PrefixStore("pycollect/w<worker>/g<generation>/s<session>/")``
-  with the trainer as rank 0 (directly, not the global default group), while the worker builds
-  rank 1. A join of a worker drops the trainer's session of that worker's earlier generation or
-  session, so a restarted worker (generation g+1) pairs afresh and a dead one's group is let go.
-* **Transfer.** The worker then pushes ``want <worker> <generation> <session>`` and receives; the
-  session thread sends the latest flat buffer point to point. The worker unpacks it into its
-  module and returns the version from the buffer's header, so frames are stamped with exactly the
-  version they ran. A worker that starts (or restarts) reads the version before its first
-  rollout, so it starts from the latest one.
+  (or ``ProcessGroupNCCL``) over ``PrefixStore(<prefix>)`` with the trainer as rank 0 (directly,
+  not the global default group), while the worker builds rank 1. A join of a worker drops the
+  trainer's session of that worker's earlier generation or session, so a restarted worker
+  (generation g+1) pairs afresh and a dead one's group is let go.
+* **Transfer.** The worker then pushes ``want <worker> <generation> <session> <n>`` and
+  receives; the session thread sends the latest flat buffer point to point. The worker unpacks it
+  into its module and returns the version from the buffer's header, so frames are stamped with
+  exactly the version they ran. A worker that starts (or restarts) reads the version before its
+  first rollout, so it starts from the latest one.
+* **Authentication.** Any local user can connect to a TCP port on 127.0.0.1, list the store's
+  keys, read and write them and push onto the queue, and connect to a gloo listener. So the
+  sender draws a random 32-byte secret per collector; it reaches the workers only inside their
+  pickled receiver (the sealed spec, never the store), and keys for separate purposes are
+  derived from it (HMAC-SHA256). With them:
+
+  - every value the scheme and its groups keep in the store (the version, the backend answers,
+    gloo's addresses, nccl's unique id) and every request is *sealed*: a fresh 16-byte nonce,
+    the bytes XORed with a SHAKE-256 keystream of the key and nonce, and an HMAC-SHA256 over the
+    store key, nonce and ciphertext. A value or request that does not open is never used:
+    the dispatcher skips it (and logs, at most once a minute, how many it skipped), a worker
+    keeps its weights and pairs again, a group's rendezvous fails;
+  - a request also has to be newer than what it replays: a join only for a generation and
+    session above the last one served for that worker, a ``want`` only for the current session
+    and with a counter above its last;
+  - each pair's prefix is ``pycollect/<HMAC of worker, generation, session>/``: nobody without
+    the secret can know, and so pre-claim, the keys of a pairing before it starts;
+  - right after its group forms, the session thread sends a random 32-byte challenge over the
+    group, and sends weights only if the peer answers with the HMAC of the challenge and the
+    pairing: a stranger that reached the trainer's gloo (or nccl) listener first is sent
+    nothing else;
+  - each flat buffer carries an HMAC-SHA256 of its bytes (version header included) after them,
+    computed once per version by the first session thread that sends it; a worker checks it
+    before it loads a byte, so weights it did not get from the trainer are never acted with nor
+    their version stamped.
+
+  What a stranger can still do is deny service: pop or delete requests and keys, overwrite
+  them with garbage, flood the queue, or take a pairing's listener first; workers then keep the
+  weights (and version) they have and pair again at their next rollout, and the trainer drops the
+  pair, until the stranger stops. The weights themselves travel unencrypted over the pair's TCP
+  connection, which only its two ends can read (another user cannot read loopback traffic of a
+  connection that is not theirs); encrypting them was measured at about 1 s per 160 MB with the
+  standard library, so their confidentiality rests on the challenge instead.
 * **Timeouts.** Every wait has the scheme's ``timeout_s``: the group rendezvous on both sides,
   every send and receive, the worker's wait for its backend. A session thread whose send fails
   or times out ends and lets its group go; a worker whose join or receive fails logs a warning,
@@ -57,18 +91,24 @@ sender or receiver is used, never when the plugin loads.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import hmac
 import logging
+import math
 import queue
+import secrets
 import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from pycollect.config import MAX_SECONDS
 from pycollect.exceptions import ConfigError, TransportError
 from pycollect.hookspecs import hookimpl
 from pycollect.weights.scheme import ReceiverContext, SenderContext, WeightReceiver, WeightSender, WeightSyncScheme
@@ -88,6 +128,11 @@ _QUEUE_KEY = "pycollect/requests"
 _BACKENDS = ("auto", "gloo", "nccl")
 _DISPATCH_TIMEOUT = timedelta(days=1)  # the dispatcher blocks on the queue; close() wakes it
 _TAG = 0
+_SECRET_BYTES = 32
+_NONCE_BYTES = 16
+_MAC_BYTES = 32  # HMAC-SHA256
+_CHALLENGE_BYTES = 32
+_LOG_EVERY_S = 60.0  # at most one warning a minute about requests or values that do not open
 
 logger = logging.getLogger("pycollect.weights")
 
@@ -97,16 +142,30 @@ class TorchDistributedScheme(WeightSyncScheme):
 
     Args:
         timeout_s: The longest any one wait takes: a group's rendezvous, one transfer, a
-            worker's wait for the trainer's answer.
+            worker's wait for the trainer's answer. At most
+            :data:`~pycollect.config.MAX_SECONDS`.
         backend: ``"auto"`` (nccl for a CUDA policy on another GPU than the trainer's, gloo
             otherwise), ``"gloo"`` or ``"nccl"``.
+
+    Raises:
+        ConfigError: ``timeout_s`` is not a number of seconds in ``(0, MAX_SECONDS]``, or
+            ``backend`` is not one of the above.
     """
 
     name = "torch_distributed"
 
     def __init__(self, *, timeout_s: float = 10.0, backend: str = "auto") -> None:
-        if not timeout_s > 0:
-            raise ConfigError(f"TorchDistributedScheme: timeout_s must be positive, got {timeout_s!r}")
+        # timedelta, the store and the groups take it: checked here, not as an OverflowError later.
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not 0 < timeout_s <= MAX_SECONDS
+            or math.isnan(timeout_s)
+        ):
+            raise ConfigError(
+                f"TorchDistributedScheme: timeout_s must be a number of seconds > 0 and at most "
+                f"{MAX_SECONDS:g} s, got {timeout_s!r}"
+            )
         if backend not in _BACKENDS:
             raise ConfigError(f"TorchDistributedScheme: backend must be one of {_BACKENDS}, got {backend!r}")
         self.timeout_s = float(timeout_s)
@@ -156,6 +215,206 @@ def choose_backend(
     return "gloo"
 
 
+# -- the collector's secret and what is derived from it -------------------------------------------
+
+
+class _Rejected(RuntimeError):
+    """Something that should come from the collector's own processes does not authenticate."""
+
+
+def _derive(secret: bytes, purpose: str) -> bytes:
+    return hmac.digest(secret, b"pycollect torch_distributed " + purpose.encode(), "sha256")
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """The keys one collector's trainer and workers share, each for one purpose.
+
+    Attributes:
+        secret: The collector's random secret, which only the trainer and its workers hold.
+        proof: Keys a worker's answer to the trainer's challenge (a test may swap it).
+    """
+
+    secret: bytes
+    proof: bytes = b""
+    _seal_mac: bytes = field(init=False, repr=False)
+    _cipher: bytes = field(init=False, repr=False)
+    _names: bytes = field(init=False, repr=False)
+    _weights: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        derived = {name: _derive(self.secret, name) for name in ("seal", "cipher", "names", "weights", "proof")}
+        object.__setattr__(self, "_seal_mac", derived["seal"])
+        object.__setattr__(self, "_cipher", derived["cipher"])
+        object.__setattr__(self, "_names", derived["names"])
+        object.__setattr__(self, "_weights", derived["weights"])
+        if not self.proof:
+            object.__setattr__(self, "proof", derived["proof"])
+
+    def __repr__(self) -> str:
+        return "_Keys(<secret>)"  # never in a log or a traceback
+
+    def seal(self, key: str, value: bytes) -> bytes:
+        """``value`` encrypted and authenticated for the store key ``key``."""
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        ciphertext = _xor(value, hashlib.shake_256(self._cipher + nonce).digest(len(value)))
+        return nonce + ciphertext + self._mac(key, nonce, ciphertext)
+
+    def open(self, key: str, sealed: bytes) -> bytes:
+        """The value :meth:`seal` sealed for ``key``.
+
+        Raises:
+            _Rejected: ``sealed`` was not sealed for ``key`` with this collector's secret.
+        """
+        sealed = bytes(sealed)
+        if len(sealed) < _NONCE_BYTES + _MAC_BYTES:
+            raise _Rejected(f"the value of {key!r} in the store is not the collector's (too short)")
+        nonce, ciphertext, tag = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:-_MAC_BYTES], sealed[-_MAC_BYTES:]
+        if not hmac.compare_digest(tag, self._mac(key, nonce, ciphertext)):
+            raise _Rejected(f"the value of {key!r} in the store is not the collector's (it does not authenticate)")
+        return _xor(ciphertext, hashlib.shake_256(self._cipher + nonce).digest(len(ciphertext)))
+
+    def _mac(self, key: str, nonce: bytes, ciphertext: bytes) -> bytes:
+        name = key.encode()
+        return hmac.digest(self._seal_mac, len(name).to_bytes(4, "little") + name + nonce + ciphertext, "sha256")
+
+    def prefix(self, worker: int, generation: int, session: int) -> str:
+        """The store prefix of one pairing: nobody without the secret can know it in advance."""
+        name = hmac.digest(self._names, f"{worker} {generation} {session}".encode(), "sha256")
+        return f"pycollect/{name.hex()[:32]}/"
+
+    def answer(self, pairing: str, challenge: bytes) -> bytes:
+        """A worker's answer to the trainer's challenge for ``pairing``."""
+        return hmac.digest(self.proof, b"worker " + pairing.encode() + b" " + challenge, "sha256")
+
+    def weights_tag(self, data: Any) -> bytes:
+        """The MAC of a flat buffer's bytes (``data``: anything with the buffer protocol)."""
+        return hmac.digest(self._weights, data, "sha256")
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    return (int.from_bytes(data, "little") ^ int.from_bytes(stream, "little")).to_bytes(len(data), "little")
+
+
+def _verify(keys: _Keys, flat: np.ndarray, nbytes: int) -> None:
+    """Check the MAC after the first ``nbytes`` of a received flat buffer.
+
+    Raises:
+        _Rejected: The bytes are not what the trainer sent (or not from this collector).
+    """
+    if not hmac.compare_digest(keys.weights_tag(flat[:nbytes]), flat[nbytes : nbytes + _MAC_BYTES].tobytes()):
+        raise _Rejected("the weights received do not authenticate: they are not the trainer's; none was loaded")
+
+
+class _Throttled:
+    """Counts one kind of rejected input; logs it at debug level, and as a warning once a minute."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._count = 0
+        self._last = -math.inf
+
+    def note(self, reason: object) -> None:
+        self._count += 1
+        logger.debug("torch_distributed: %s: %s", self._what, reason)
+        now = time.monotonic()
+        if now - self._last >= _LOG_EVERY_S:
+            logger.warning(
+                "torch_distributed: %d %s (the last: %s); only the collector's own processes are served",
+                self._count,
+                self._what,
+                reason,
+            )
+            self._count, self._last = 0, now
+
+
+@functools.cache
+def _sealed_store_type() -> type[Any]:
+    """A ``torch.distributed.Store`` that seals every value its group sets and opens every one it gets."""
+    from torch._C._distributed_c10d import Store
+
+    class SealedStore(Store):
+        """Over a ``TCPStore`` client: gloo's addresses and nccl's unique id, sealed.
+
+        Keep this object referenced as long as its group lives: the group reaches these methods
+        through the Python object.
+        """
+
+        def __init__(self, inner: Any, keys: _Keys) -> None:
+            super().__init__()
+            self._inner = inner
+            self._keys = keys
+            self._clones: list[Any] = []
+
+        def set(self, key: str, value: Any) -> None:
+            data = value.encode() if isinstance(value, str) else bytes(value)
+            self._inner.set(key, self._keys.seal(key, data))
+
+        def get(self, key: str) -> bytes:
+            return self._keys.open(key, self._inner.get(key))
+
+        def wait(self, keys: list[str], *timeout: timedelta) -> None:
+            self._inner.wait(keys, *timeout)
+
+        def check(self, keys: list[str]) -> bool:
+            return bool(self._inner.check(keys))
+
+        def add(self, key: str, amount: int) -> int:
+            return int(self._inner.add(key, amount))  # a counter: nothing to seal, nothing secret
+
+        def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+            raise RuntimeError("torch_distributed: a sealed store cannot compare values")
+
+        def delete_key(self, key: str) -> bool:
+            return bool(self._inner.delete_key(key))
+
+        def num_keys(self) -> int:
+            return int(self._inner.num_keys())
+
+        def set_timeout(self, timeout: timedelta) -> None:
+            self._inner.set_timeout(timeout)
+
+        def clone(self) -> Any:
+            clone = SealedStore(self._inner.clone(), self._keys)
+            self._clones.append(clone)  # referenced from here: see the class docstring
+            return clone
+
+    return SealedStore
+
+
+def _pairing(worker: int, generation: int, session: int) -> str:
+    return f"{worker} {generation} {session}"
+
+
+def _prove_peer(group: Any, keys: _Keys, pairing: str, device: Any, timeout_s: float) -> None:
+    """The trainer's side: challenge the peer; it must answer with the secret's HMAC.
+
+    Raises:
+        _Rejected: The peer's answer is wrong: it does not hold the collector's secret.
+    """
+    import torch
+
+    timeout = timedelta(seconds=timeout_s)
+    challenge = secrets.token_bytes(_CHALLENGE_BYTES)
+    sent = torch.frombuffer(bytearray(challenge), dtype=torch.uint8).to(device)
+    group.send([sent], 1, _TAG).wait(timeout)
+    answer = torch.zeros(_MAC_BYTES, dtype=torch.uint8, device=device)
+    group.recv([answer], 1, _TAG).wait(timeout)
+    if not hmac.compare_digest(answer.cpu().numpy().tobytes(), keys.answer(pairing, challenge)):
+        raise _Rejected(f"the peer that paired as worker {pairing.split()[0]} did not prove it holds the secret")
+
+
+def _answer_challenge(group: Any, keys: _Keys, pairing: str, device: Any, timeout_s: float) -> None:
+    """The worker's side of :func:`_prove_peer`."""
+    import torch
+
+    timeout = timedelta(seconds=timeout_s)
+    challenge = torch.zeros(_CHALLENGE_BYTES, dtype=torch.uint8, device=device)
+    group.recv([challenge], 0, _TAG).wait(timeout)
+    answer = keys.answer(pairing, challenge.cpu().numpy().tobytes())
+    group.send([torch.frombuffer(bytearray(answer), dtype=torch.uint8).to(device)], 0, _TAG).wait(timeout)
+
+
 def _make_group(backend: str, store: Any, rank: int, timeout_s: float) -> Any:
     """A 2-rank process group over ``store`` (a ``PrefixStore``), not the default group."""
     from torch._C import _distributed_c10d as c10d
@@ -177,10 +436,6 @@ def _client(port: int, timeout: timedelta) -> Any:
     return TCPStore(HOST, port, None, False, timeout)
 
 
-def _prefix(worker: int, generation: int, session: int) -> str:
-    return f"pycollect/w{worker}/g{generation}/s{session}/"
-
-
 def _cuda_uuid(device: Any) -> str:
     import torch
 
@@ -188,15 +443,20 @@ def _cuda_uuid(device: Any) -> str:
 
 
 class _Buffer:
-    """One packed state dict; ``users`` counts the transfers reading it."""
+    """One packed state dict and its MAC; ``users`` counts the transfers reading it."""
 
     def __init__(self, nbytes: int) -> None:
         import torch
 
-        self.array = np.empty(nbytes, np.uint8)
+        # Zeroed, not empty: the padding between tensors goes to workers too, and must not carry
+        # whatever this memory held before.
+        self.array = np.zeros(nbytes + _MAC_BYTES, np.uint8)
         self.tensor = torch.from_numpy(self.array)
+        self.nbytes = nbytes
         self.version = 0
         self.users = 0
+        self.tagged = False
+        self.tagging = threading.Lock()
 
 
 @dataclass
@@ -207,6 +467,35 @@ class _Session:
     backend: str
     requests: queue.SimpleQueue[bool]
     thread: threading.Thread | None = None
+    wants: int = 0  # the counter of the last request served, so a replayed one is not
+
+
+@dataclass(frozen=True)
+class _Request:
+    kind: str
+    worker: int
+    generation: int
+    session: int
+    device: str = "cpu"
+    number: int = 0
+
+
+def _parse(words: list[str]) -> _Request:
+    """A request's fields (it was authenticated: this only guards against a bug's garbage).
+
+    Raises:
+        ValueError: Not a request.
+    """
+    if len(words) == 5 and words[0] == "join":
+        device = words[4]
+        request = _Request("join", int(words[1]), int(words[2]), int(words[3]), device=device)
+    elif len(words) == 5 and words[0] == "want":
+        request = _Request("want", int(words[1]), int(words[2]), int(words[3]), number=int(words[4]))
+    else:
+        raise ValueError(f"not a request: {' '.join(words)[:80]!r}")
+    if min(request.worker, request.generation, request.session, request.number) < 0:
+        raise ValueError(f"a negative field in {' '.join(words)[:80]!r}")
+    return request
 
 
 class _Sender(WeightSender):
@@ -216,11 +505,14 @@ class _Sender(WeightSender):
         self.layout = layout
         self.timeout_s = timeout_s
         self.backend = backend
+        self._keys = _Keys(secrets.token_bytes(_SECRET_BYTES))
         self._lock = threading.Lock()
         self._latest: _Buffer | None = None
         self._buffers: list[_Buffer] = []
         self._sessions: dict[int, _Session] = {}
+        self._served: dict[int, tuple[int, int]] = {}  # worker -> the last (generation, session) joined
         self._retired: list[threading.Thread] = []
+        self._skipped = _Throttled("request(s) on the trainer's store that did not parse or authenticate were skipped")
         self._closed = False
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # close-on-exec: workers never hold it
         try:
@@ -232,16 +524,17 @@ class _Sender(WeightSender):
             raise
         timeout = timedelta(seconds=timeout_s)
         # The store takes the descriptor over (and closes it when it goes).
-        self._store: Any = TCPStore(
-            HOST, self.port, None, True, timeout, wait_for_workers=False, master_listen_fd=listener.detach()
+        self._store: Any = cast(
+            Any,  # the stubs know values as str only; the bindings take bytes too
+            TCPStore(HOST, self.port, None, True, timeout, wait_for_workers=False, master_listen_fd=listener.detach()),
         )
-        self._store.set(_VERSION_KEY, "0")
+        self._store.set(_VERSION_KEY, self._keys.seal(_VERSION_KEY, b"0"))
         self._dispatch_store: Any = _client(self.port, _DISPATCH_TIMEOUT)
         self._dispatcher = threading.Thread(target=self._dispatch, name="pycollect-tdist-dispatch", daemon=True)
         self._dispatcher.start()
 
     def receiver(self) -> WeightReceiver:
-        return _Receiver(self.port, self.timeout_s, self.backend)
+        return _Receiver(self.port, self.timeout_s, self.backend, self._keys.secret)
 
     # -- the trainer's main thread -----------------------------------------------------------
 
@@ -258,21 +551,23 @@ class _Sender(WeightSender):
         self.layout.pack(state, buffer.array, version)
         with self._lock:
             buffer.version = version
+            buffer.tagged = False  # a free buffer: no session thread is reading or tagging it
             self._latest = buffer
         remaining = max(timeout_s - (time.monotonic() - start), 1e-3)
+        sealed = self._keys.seal(_VERSION_KEY, str(version).encode())
         try:
             self._store.set_timeout(timedelta(seconds=remaining))
-            self._store.set(_VERSION_KEY, str(version))
-            published = int(self._store.get(_VERSION_KEY))  # a round trip: the store has it
+            self._store.set(_VERSION_KEY, sealed)
+            published = self._store.get(_VERSION_KEY)  # a round trip: the store has it
         except RuntimeError as exc:  # torch.distributed.DistError is a RuntimeError
             raise TransportError(
                 f"weight_sync='torch_distributed': publishing policy version {version} to the trainer's "
                 f"TCPStore at {HOST}:{self.port} did not complete within {timeout_s} s: {exc}"
             ) from exc
-        if published != version:
+        if published != sealed:
             raise TransportError(
-                f"weight_sync='torch_distributed': the TCPStore at {HOST}:{self.port} holds version "
-                f"{published} right after version {version} was published"
+                f"weight_sync='torch_distributed': the TCPStore at {HOST}:{self.port} holds another value "
+                f"right after policy version {version} was published (another process wrote the key)"
             )
 
     def _free_buffer(self) -> _Buffer:
@@ -296,37 +591,59 @@ class _Sender(WeightSender):
         with self._lock:
             buffer.users -= 1
 
+    def _tag(self, buffer: _Buffer) -> None:
+        """Write the buffer's MAC after its bytes, once per version (hashing releases the GIL)."""
+        with buffer.tagging:
+            if not buffer.tagged:
+                tag = self._keys.weights_tag(buffer.array[: buffer.nbytes])
+                buffer.array[buffer.nbytes :] = np.frombuffer(tag, np.uint8)
+                buffer.tagged = True
+
     # -- the dispatcher thread ---------------------------------------------------------------
 
     def _dispatch(self) -> None:
         try:
-            while True:
+            while not self._closed:
                 try:
-                    message = self._dispatch_store.queue_pop(_QUEUE_KEY, True).decode()
+                    raw = self._dispatch_store.queue_pop(_QUEUE_KEY, True)
                 except RuntimeError:
-                    if self._closed:
-                        return
-                    continue  # a day without any message
-                if message == "stop":
+                    continue  # a day without any message, or close() stopped the store
+                if self._closed:
                     return
-                self._handle(message.split())
-        except BaseException as exc:  # the thread ends; send() then reports it
+                try:
+                    request = _parse(self._keys.open(_QUEUE_KEY, raw).decode().split())
+                except (_Rejected, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+                    self._skipped.note(exc)
+                    continue
+                try:
+                    self._handle(request)
+                except Exception as exc:  # a bug with one request must not stop weight sync
+                    logger.error("torch_distributed: could not serve %s", request, exc_info=exc)
+        except BaseException as exc:  # the store itself failed; send() then reports it
             if not self._closed:
                 logger.error("torch_distributed: the dispatcher thread failed", exc_info=exc)
         finally:
             self._dispatch_store = None
 
-    def _handle(self, words: list[str]) -> None:
-        kind, worker, generation, session = words[0], int(words[1]), int(words[2]), int(words[3])
-        if kind == "want":
+    def _handle(self, request: _Request) -> None:
+        worker, pairing = request.worker, (request.generation, request.session)
+        if request.kind == "want":
             with self._lock:
                 current = self._sessions.get(worker)
-            if current is not None and (current.generation, current.session) == (generation, session):
-                current.requests.put(True)
-            return  # a request of a session already dropped: that worker times out and rejoins
-        assert kind == "join", words
-        worker_cuda = None if words[4] == "cpu" else words[4]
-        prefix = _prefix(worker, generation, session)
+                if current is None or (current.generation, current.session) != pairing:
+                    return  # a request of a session already dropped: that worker times out and rejoins
+                if request.number <= current.wants:
+                    self._skipped.note(f"a replayed request for worker {worker}")
+                    return
+                current.wants = request.number
+            current.requests.put(True)
+            return
+        if pairing <= self._served.get(worker, (0, 0)):
+            self._skipped.note(f"a replayed or out-of-date join of worker {worker} {pairing}")
+            return
+        self._served[worker] = pairing
+        prefix = self._keys.prefix(worker, *pairing)
+        worker_cuda = None if request.device == "cpu" else request.device
         try:
             backend = choose_backend(
                 self.backend,
@@ -337,7 +654,7 @@ class _Sender(WeightSender):
         except TransportError as exc:
             self._store_answer(prefix, f"error {exc}")
             return
-        entry = _Session(worker, generation, session, backend, queue.SimpleQueue())
+        entry = _Session(worker, request.generation, request.session, backend, queue.SimpleQueue())
         entry.thread = threading.Thread(
             target=self._serve, args=(entry,), name=f"pycollect-tdist-w{worker}", daemon=True
         )
@@ -355,7 +672,8 @@ class _Sender(WeightSender):
     def _store_answer(self, prefix: str, answer: str) -> None:
         store = self._dispatch_store
         if store is not None:
-            store.set(prefix + "backend", answer)
+            key = prefix + "backend"
+            store.set(key, self._keys.seal(key, answer.encode()))
 
     # -- one session thread per (worker, generation, session) --------------------------------
 
@@ -363,21 +681,20 @@ class _Sender(WeightSender):
         from torch._C._distributed_c10d import PrefixStore
 
         where = f"worker {entry.worker} (generation {entry.generation})"
-        group = None
+        group = sealed = None
         try:
-            store = _client(self.port, timedelta(seconds=self.timeout_s))
-            group = _make_group(
-                entry.backend,
-                PrefixStore(_prefix(entry.worker, entry.generation, entry.session), store),
-                0,
-                self.timeout_s,
-            )
-            staging = _Staging(entry.backend, self.layout.nbytes)
+            sealed = _sealed_store_type()(_client(self.port, timedelta(seconds=self.timeout_s)), self._keys)
+            prefix = self._keys.prefix(entry.worker, entry.generation, entry.session)
+            group = _make_group(entry.backend, PrefixStore(prefix, sealed), 0, self.timeout_s)
+            staging = _Staging(entry.backend, self.layout.nbytes + _MAC_BYTES)
+            pairing = _pairing(entry.worker, entry.generation, entry.session)
+            _prove_peer(group, self._keys, pairing, staging.device(), self.timeout_s)
             while entry.requests.get():
                 buffer = self._acquire_latest()
                 if buffer is None:
                     continue  # cannot happen: a worker asks only after a version was published
                 try:
+                    self._tag(buffer)
                     tensor = staging.load(buffer)
                     if staging.copies:
                         self._release(buffer)
@@ -386,14 +703,20 @@ class _Sender(WeightSender):
                 finally:
                     if buffer is not None:
                         self._release(buffer)
+        except _Rejected as exc:
+            if not self._closed:
+                logger.warning("torch_distributed: %s; it was sent nothing else and its group was dropped", exc)
         except RuntimeError as exc:  # a dead, hung or departed worker: let its group go
             if not self._closed:
                 logger.info("torch_distributed: dropped the group of %s: %s", where, exc)
+        except Exception as exc:  # never the trainer's concern beyond this pairing
+            if not self._closed:
+                logger.warning("torch_distributed: the session of %s failed", where, exc_info=exc)
         finally:
             with self._lock:
                 if self._sessions.get(entry.worker) is entry:
                     del self._sessions[entry.worker]
-            del group
+            del group, sealed
 
     # -- shutdown ------------------------------------------------------------------------------
 
@@ -406,7 +729,7 @@ class _Sender(WeightSender):
         for entry in sessions:
             entry.requests.put(False)
         with contextlib.suppress(RuntimeError):
-            self._store.queue_push(_QUEUE_KEY, "stop")
+            self._store.queue_push(_QUEUE_KEY, b"")  # wakes the dispatcher, which sees _closed
         self._dispatcher.join(self.timeout_s)
         threads = [entry.thread for entry in sessions if entry.thread is not None] + self._retired
         for thread in threads:
@@ -430,14 +753,23 @@ class _Staging:
         self._version = -1
         self._nbytes = nbytes
 
+    def device(self) -> Any:
+        """Where this pair's tensors live: the CPU (gloo) or the trainer's current GPU (nccl)."""
+        import torch
+
+        if not self.copies:
+            return torch.device("cpu")
+        if self._device is None:
+            self._device = torch.device("cuda", torch.cuda.current_device())
+        return self._device
+
     def load(self, buffer: _Buffer) -> Any:
         if not self.copies:
             return buffer.tensor
         import torch
 
         if self._tensor is None:
-            self._device = torch.device("cuda", torch.cuda.current_device())
-            self._tensor = torch.empty(self._nbytes, dtype=torch.uint8, device=self._device)
+            self._tensor = torch.empty(self._nbytes, dtype=torch.uint8, device=self.device())
         if self._version != buffer.version:
             self._tensor.copy_(buffer.tensor)
             self._version = buffer.version
@@ -459,26 +791,32 @@ def _nccl_available() -> bool:
 
 
 class _Receiver(WeightReceiver):
-    def __init__(self, port: int, timeout_s: float, backend: str) -> None:
+    def __init__(self, port: int, timeout_s: float, backend: str, secret: bytes) -> None:
         self.port = port
         self.timeout_s = timeout_s
         self.backend = backend
+        self._keys = _Keys(secret)
         self._reset()
 
     def _reset(self) -> None:
         self._layout: WeightsLayout | None = None
         self._store: Any = None
+        self._sealed: Any = None  # the pair's store: referenced as long as its group lives
         self._group: Any = None
+        self._device: Any = None
         self._gpu = False
         self._array = np.empty(0, np.uint8)
         self._tensor: Any = None
-        self._worker = self._generation = self._session = self._seen = 0
+        self._worker = self._generation = self._session = self._seen = self._wants = 0
+        self._forged = _Throttled("value(s) or weights that do not authenticate were ignored (weights kept)")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"port": self.port, "timeout_s": self.timeout_s, "backend": self.backend}
+        # The secret travels in the worker's sealed spec, never through the store.
+        return {"port": self.port, "timeout_s": self.timeout_s, "backend": self.backend, "secret": self._keys.secret}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.port, self.timeout_s, self.backend = state["port"], state["timeout_s"], state["backend"]
+        self._keys = _Keys(state["secret"])
         self._reset()
 
     def attach(self, context: ReceiverContext) -> None:
@@ -488,12 +826,17 @@ class _Receiver(WeightReceiver):
 
     def receive(self, module: torch.nn.Module) -> int | None:
         try:
-            latest = int(self._store.get(_VERSION_KEY))
+            raw = self._store.get(_VERSION_KEY)
         except RuntimeError as exc:
             raise TransportError(
                 f"weight_sync='torch_distributed': the trainer's TCPStore at {HOST}:{self.port} "
                 f"did not answer within {self.timeout_s} s: {exc}"
             ) from exc
+        try:
+            latest = int(self._keys.open(_VERSION_KEY, raw))
+        except (_Rejected, ValueError) as exc:  # someone else wrote it: wait for the trainer's next
+            self._forged.note(exc)
+            return None
         if latest <= self._seen:
             return None
         try:
@@ -501,9 +844,12 @@ class _Receiver(WeightReceiver):
                 self._join(module)
             version = self._fetch(module)
         except (RuntimeError, TransportError) as exc:  # TransportError (nccl refused) is final
-            self._group = None  # a new session at the next rollout
+            self._group = self._sealed = None  # a new session at the next rollout
             if isinstance(exc, TransportError):
                 raise
+            if isinstance(exc, _Rejected):  # someone else's answer or weights: may come every rollout
+                self._forged.note(exc)
+                return None
             logger.warning(
                 "torch_distributed: could not fetch policy version %d within %s s (%s); keeping version %d",
                 latest,
@@ -515,6 +861,11 @@ class _Receiver(WeightReceiver):
         self._seen = version
         return version
 
+    def _request(self, *fields: object) -> None:
+        """Push one sealed request onto the trainer's queue."""
+        message = " ".join(str(f) for f in fields).encode()
+        self._store.queue_push(_QUEUE_KEY, self._keys.seal(_QUEUE_KEY, message))
+
     def _join(self, module: torch.nn.Module) -> None:
         import itertools
 
@@ -525,33 +876,46 @@ class _Receiver(WeightReceiver):
         device = anchor.device if anchor is not None else torch.device("cpu")
         described = _cuda_uuid(device) if device.type == "cuda" else "cpu"
         self._session += 1
-        prefix = _prefix(self._worker, self._generation, self._session)
-        self._store.queue_push(_QUEUE_KEY, f"join {self._worker} {self._generation} {self._session} {described}")
-        self._store.wait([prefix + "backend"], timedelta(seconds=self.timeout_s))
-        answer = self._store.get(prefix + "backend").decode()
+        self._wants = 0
+        prefix = self._keys.prefix(self._worker, self._generation, self._session)
+        self._request("join", self._worker, self._generation, self._session, described)
+        key = prefix + "backend"
+        self._store.wait([key], timedelta(seconds=self.timeout_s))
+        answer = self._keys.open(key, self._store.get(key)).decode()
         if answer.startswith("error "):
             raise TransportError(answer[len("error ") :])
         assert self._layout is not None
-        nbytes = self._layout.nbytes
+        nbytes = self._layout.nbytes + _MAC_BYTES
         self._gpu = answer == "nccl"
         if self._gpu:
             torch.cuda.set_device(device)
             self._tensor = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        elif self._array.size != nbytes:
-            self._array = np.empty(nbytes, np.uint8)
-            self._tensor = torch.from_numpy(self._array)
-        self._group = _make_group(answer, PrefixStore(prefix, self._store), 1, self.timeout_s)
+            self._device = device
+        else:
+            if self._array.size != nbytes:
+                self._array = np.empty(nbytes, np.uint8)
+                self._tensor = torch.from_numpy(self._array)
+            self._device = torch.device("cpu")
+        sealed = _sealed_store_type()(self._store, self._keys)
+        group = _make_group(answer, PrefixStore(prefix, sealed), 1, self.timeout_s)
+        pairing = _pairing(self._worker, self._generation, self._session)
+        _answer_challenge(group, self._keys, pairing, self._device, self.timeout_s)
+        self._group, self._sealed = group, sealed
 
     def _fetch(self, module: torch.nn.Module) -> int:
         assert self._layout is not None
-        self._store.queue_push(_QUEUE_KEY, f"want {self._worker} {self._generation} {self._session}")
+        self._wants += 1
+        self._request("want", self._worker, self._generation, self._session, self._wants)
         self._group.recv([self._tensor], 0, _TAG).wait(timedelta(seconds=self.timeout_s))
+        nbytes = self._layout.nbytes
         if not self._gpu:
-            return self._layout.unpack(self._array, module)
+            _verify(self._keys, self._array, nbytes)  # before a single byte is loaded
+            return self._layout.unpack(self._array[:nbytes], module)
+        _verify(self._keys, self._tensor.cpu().numpy(), nbytes)
         return _unpack_device(self._layout, self._tensor, module)
 
     def close(self) -> None:
-        self._group = None
+        self._group = self._sealed = None
         self._store = None
 
 
