@@ -25,11 +25,9 @@ def noisy_policy(td: TensorDictBase) -> dict[str, torch.Tensor]:
 
 
 def _noise_rows(seed: int, num_workers: int) -> torch.Tensor:
-    with Collector(
-        "CartPole-v1", noisy_policy, num_workers=num_workers, envs_per_worker=1, frames_per_batch=16 * max(num_workers, 1),
-        seed=seed,
-    ) as collector:  # fmt: skip
-        return collector.next_batch()["noise"].clone()  # [workers, T]: row w is worker w
+    frames = 16 * max(num_workers, 1)
+    with Collector("CartPole-v1", noisy_policy, num_workers=num_workers, frames_per_batch=frames, seed=seed) as c:
+        return c.next_batch()["noise"].clone()  # [workers, T]: row w is worker w
 
 
 def test_no_stream_of_one_seed_is_a_stream_of_another() -> None:

@@ -73,6 +73,6 @@ def traj_id_start(worker_index: int, num_workers: int, generation: int) -> int:
     """The first trajectory id of a worker's generation; ids then go up by ``num_workers``.
 
     Workers interleave (worker ``w`` hands out ``w``, ``w + N``, ...), and each restarted
-    generation starts 2³² × N further on, so no two runners of a run hand out the same id.
+    generation starts ``2**32 * N`` further on, so no two runners of a run hand out the same id.
     """
     return worker_index + num_workers * ((generation - 1) << 32)
