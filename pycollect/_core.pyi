@@ -324,6 +324,22 @@ class WeightsReader:
         """
     def unpin(self) -> None:
         """Release the pin (no-op without one)."""
+    def protect(self, entries: list[tuple[int, int, str]], other: str) -> None:
+        """Map every weights buffer read-only in this process, for the rest of its life.
+
+        Only for a process that never writes weights through this segment handle (a worker).
+        A write into a buffer then faults: the SIGSEGV handler installed here (once per
+        process) writes the message of the entry ``(start, end, message)`` whose byte range
+        inside a buffer holds the address (else ``other``) into this reader's worker error
+        text and onto stderr, marks the worker failed and hands the fault to the previous
+        disposition (death by SIGSEGV, after Python's faulthandler if enabled). Other faults
+        only meet the previous disposition.
+
+        Raises:
+            ConfigError: The buffers are not aligned to this machine's pages, or this process
+                already protects a store.
+            OSError: ``sigaction`` or ``mprotect`` failed.
+        """
 
 WorkerEventKind: TypeAlias = Literal["started", "exited", "spawn_failed", "restarting", "stopped", "gave_up"]
 WorkerState: TypeAlias = Literal["running", "backingoff", "stopped", "gaveup", "shutdown"]

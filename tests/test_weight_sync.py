@@ -1,10 +1,11 @@
 """The shared-memory weight-sync path: in place on both sides, never torn, never stuck.
 
 The trainer writes each tensor once, straight into a reserved buffer of the store; a worker in
-``view`` mode makes its parameters views of the pinned buffer (no copy at all), in ``copy``
-mode it copies once. Every worker holds at most one pin, so with ``num_workers + 2`` buffers a
-publish always finds a free buffer, and a worker killed while it holds one gives it back when
-it is reaped.
+``copy`` mode (the default) copies it once into its own tensors, in ``view`` mode it makes its
+parameters views of the pinned buffer (no copy at all). Every worker holds at most one pin, so
+with ``num_workers + 2`` buffers a publish always finds a free buffer, and a worker killed
+while it holds one gives it back when it is reaped. What view mode refuses (a policy writing
+or keeping its parameters' storage) is in ``test_view_weights.py``.
 """
 
 from __future__ import annotations
@@ -213,10 +214,11 @@ def test_an_unknown_mode_is_named() -> None:
 
 
 def test_the_store_has_a_buffer_per_worker_in_view_mode() -> None:
-    assert SharedMemoryScheme().store_buffers(6) == 8
+    assert SharedMemoryScheme(mode="view").store_buffers(6) == 8
     assert SharedMemoryScheme(mode="copy").store_buffers(6) == 3
+    assert SharedMemoryScheme(mode="copy").store_buffers(254) == 3
     with pytest.raises(ConfigError, match="num_workers=254 is too many"):
-        SharedMemoryScheme().store_buffers(254)
+        SharedMemoryScheme(mode="view").store_buffers(254)
 
 
 class _ActsItsValue(torch.nn.Module):
@@ -263,9 +265,11 @@ def _check_frames(batch: Any) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_apply_weights_between_steps_switches_mid_rollout_with_every_frame_stamped() -> None:
+@pytest.mark.parametrize("mode", ["view", "copy"])
+def test_apply_weights_between_steps_switches_mid_rollout_with_every_frame_stamped(mode: str) -> None:
     net, policy = _policy(1000)
-    with _collector(policy, 200, apply_weights="between_steps") as collector:
+    scheme = SharedMemoryScheme(mode=mode)  # type: ignore[arg-type]
+    with _collector(policy, 200, apply_weights="between_steps", weight_sync=scheme) as collector:
         mixed = False
         for batch in collector:
             _check_frames(batch)

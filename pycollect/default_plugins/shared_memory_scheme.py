@@ -10,20 +10,33 @@ a buffer a worker reads, and a worker never sees a half-written set (see
   buffers are written with zeros when the sender is made, so a publish never page-faults.
 - **Workers**, between rollouts, when the version moved:
 
-  - ``mode="view"`` (the default): the worker pins the latest buffer and makes its policy's
-    parameters views of it, so no parameter byte is copied in the worker at all. It holds that
-    pin while it acts with those weights and moves it at the next update. With one pin per
-    worker and ``num_workers + 2`` buffers, the trainer always finds a free buffer: a publish
-    never waits. Buffers (batch-norm statistics) are copied, because a forward may write them;
-    a worker whose policy is not on the CPU copies everything (once, from the pinned buffer).
-  - ``mode="copy"``: the worker pins the latest buffer only while it copies it into its own
-    policy, once. Three buffers suffice whatever the number of workers (less shared memory
-    with many workers); a publish waits (at most the collector's ``weight_sync_timeout_s``)
-    only if readers pin every spare buffer at once.
+  - ``mode="copy"`` (the default): the worker pins the latest buffer only while it copies it
+    into its own policy, once, in place: every tensor keeps its storage, so whatever the
+    policy made from its parameters (``w.t()``, ``w.detach()``, a compiled graph) sees the
+    new weights, and what a forward writes into a parameter stays in that worker until the
+    next update. Three buffers suffice whatever the number of workers; a publish waits (at
+    most the collector's ``weight_sync_timeout_s``) only if readers pin every spare buffer at
+    once.
+  - ``mode="view"``: the worker pins the latest buffer and makes its policy's parameters
+    views of it (``param.data = view``), so no parameter byte is copied in the worker. It
+    holds that pin while it acts with those weights and moves it at the next update; with
+    one pin per worker and ``num_workers + 2`` buffers a publish never waits. Buffers
+    (batch-norm statistics) are copied, because a forward may write them; a worker whose
+    policy is not on the CPU copies everything (once, from the pinned buffer). The contract:
+    the policy never writes its parameters, and nothing but the parameters keeps their
+    storage. Both are enforced, loudly: the weights buffers are mapped read-only in the
+    worker, so a write kills it with SIGSEGV and a ``PolicyError`` naming the parameter in
+    its error text (and on stderr, with Python's faulthandler traceback); and each update
+    checks that the storage the parameters leave is referenced by nothing else (else a
+    ``PolicyError`` naming the parameter), so no frame is stamped with weights the policy did
+    not act with.
 """
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import mmap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,26 +54,36 @@ if TYPE_CHECKING:
 
 __all__ = ["SharedMemoryScheme"]
 
-_MODES = ("view", "copy")
+_MODES = ("copy", "view")
+_PAGE = 4096  # the segment aligns the weights buffers to 4 KiB (rust/pycollect-core/src/layout.rs)
 
 
 class SharedMemoryScheme(WeightSyncScheme):
     """Weights through the versioned buffers of the collector's shared-memory segment.
 
     Args:
-        mode: ``"view"``: workers use the published bytes in place (no copy in the worker,
-            ``num_workers + 2`` buffers of shared memory); ``"copy"``: workers copy them once
-            into their own policy (3 buffers).
+        mode: ``"copy"`` (the default): each worker copies the published bytes once into its
+            own policy, in place (3 buffers of shared memory). ``"view"``: workers' parameters
+            become read-only views of the published bytes (no copy in the worker,
+            ``num_workers + 2`` buffers); for policies that never write their parameters and
+            keep no tensor sharing their storage (a worker that does is stopped with a
+            ``PolicyError`` naming the parameter).
 
     Raises:
-        ConfigError: An unknown ``mode``.
+        ConfigError: An unknown ``mode``; ``"view"`` on a machine whose memory pages are larger
+            than the 4 KiB the buffers are aligned to (they could not be mapped read-only).
     """
 
     name = "shared_memory"
 
-    def __init__(self, mode: Literal["view", "copy"] = "view") -> None:
+    def __init__(self, mode: Literal["copy", "view"] = "copy") -> None:
         if mode not in _MODES:
             raise ConfigError(f"SharedMemoryScheme mode must be one of {_MODES}, got {mode!r}")
+        if mode == "view" and mmap.PAGESIZE > _PAGE:
+            raise ConfigError(
+                f"SharedMemoryScheme(mode='view') maps the weights read-only in workers, which needs memory "
+                f"pages of at most {_PAGE} bytes; this machine's are {mmap.PAGESIZE}: use mode='copy'"
+            )
         self.mode = mode
 
     def __repr__(self) -> str:
@@ -121,6 +144,14 @@ class _Receiver(WeightReceiver):
 
     def attach(self, context: ReceiverContext) -> None:
         self._reader = context.segment.weights_reader(context.worker)
+        if self._mode == "view":
+            # A policy that writes a parameter would write the weights every worker shares:
+            # make that a crash that names the parameter, and (faulthandler) where it happened.
+            if not faulthandler.is_enabled():
+                # Without a usable stderr the error text still names the parameter.
+                with contextlib.suppress(RuntimeError, ValueError, OSError):
+                    faulthandler.enable()
+            self._reader.protect(*_write_messages(self.layout, context.worker))
 
     def receive(self, module: torch.nn.Module) -> int | None:
         reader = self._reader
@@ -141,6 +172,26 @@ class _Receiver(WeightReceiver):
     def close(self) -> None:
         if self._reader is not None:
             self._reader.unpin()
+
+
+def _write_messages(layout: WeightsLayout, worker: int) -> tuple[list[tuple[int, int, str]], str]:
+    """What a write into the read-only weights says, per tensor's bytes and elsewhere."""
+    fix = (
+        "with SharedMemoryScheme(mode='view') a worker's parameters are read-only views of the weights every "
+        "worker shares. Write no parameter in forward, or use SharedMemoryScheme(mode='copy') (the default), "
+        "where each worker writes only its own copy, until the next update"
+    )
+    head = f"pycollect.exceptions.PolicyError: worker {worker} was stopped (SIGSEGV): the policy wrote"
+    entries = [
+        (
+            entry.offset,
+            entry.offset + entry.nbytes,
+            f"{head} in place into its {'parameter' if entry.parameter else 'buffer'} {entry.name!r}; {fix}",
+        )
+        for entry in layout.entries
+        if entry.nbytes
+    ]
+    return entries, f"{head} into the shared weights' header; {fix}"
 
 
 def _on_cpu(module: torch.nn.Module) -> bool:

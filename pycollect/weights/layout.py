@@ -3,13 +3,15 @@
 The weights of a module are its parameters and its buffers, named as in its ``state_dict``
 (``"0.weight"``), the set ``TensorDict.from_module`` collects: non-persistent buffers
 included, a tied parameter once. The trainer packs them into bytes at fixed offsets; each
-worker either copies the bytes into its own copy of the module (:meth:`WeightsLayout.unpack`)
-or makes the module's parameters views of them (:meth:`WeightsLayout.share`). Both sides
-derive the same :class:`WeightsLayout` from the module, so only the bytes travel.
+worker either copies the bytes into its own copy of the module, in place
+(:meth:`WeightsLayout.unpack`), or makes the module's parameters views of them
+(:meth:`WeightsLayout.share`). Both sides derive the same :class:`WeightsLayout` from the
+module, so only the bytes travel.
 """
 
 from __future__ import annotations
 
+import gc
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +22,10 @@ import torch
 from pycollect.exceptions import PolicyError
 
 __all__ = ["WeightEntry", "WeightsLayout", "module_weights"]
+
+# How many strong references a storage has (torch's own check that nothing but a graph's
+# tensors still uses a storage, in torch/_inductor/cudagraph_trees.py).
+_use_count = torch._C._storage_Use_Count
 
 _ALIGN = 64
 _HEADER = 64  # bytes before the first tensor: the policy version (int64), then padding
@@ -147,27 +153,58 @@ class WeightsLayout:
     def share(self, data: np.ndarray, module: torch.nn.Module) -> int:
         """Make ``module``'s parameters views of the flat bytes ``data``; copy its buffers.
 
-        No parameter bytes are copied: each parameter keeps its identity and points at its
-        place in ``data``, which must stay valid (pinned) for as long as the module is used.
-        Buffers are copied into the module's own, because a forward pass may write them
-        (batch-norm statistics) and ``data`` is shared with other readers. Every parameter
-        must be on the CPU.
+        No parameter bytes are copied: each parameter keeps its identity and is pointed at its
+        place in ``data`` (``parameter.data = view``; each gets a storage of its own), which
+        must stay valid (pinned) for as long as the module is used. Buffers are copied into
+        the module's own, because a forward pass may write them (batch-norm statistics) and
+        ``data`` is shared with other readers. Every parameter must be on the CPU.
+
+        A tensor that shares a parameter's storage but is not the parameter (``w.detach()``,
+        ``w.t()``, a slice, ``w.numpy()``, kept by the policy or a compiled graph) stays on
+        the old storage when the parameter is pointed at ``data``: it would act with the old
+        weights. So once every parameter points at ``data``, the storages they left must be
+        referenced by nothing else.
 
         Returns:
             The policy version they were packed with.
+
+        Raises:
+            PolicyError: Something besides the parameter itself still references the storage a
+                parameter left, naming the parameter (the module then already points at
+                ``data``; the caller must not act with it).
         """
         weights = module_weights(module)
-        sources = self._tensors(_readonly_tensor(data))
-        # Nothing is changed until every view exists: a failure leaves the module as it was.
+        # Nothing is changed until every view exists: a failure here leaves the module as it was.
+        sources = self._own_storages(data)
+        left: dict[int, tuple[torch.UntypedStorage, list[str]]] = {}  # storage -> the parameters that left it
         with torch.no_grad():
             for entry, source in zip(self.entries, sources, strict=True):
                 if source is None:
                     continue
+                tensor = weights[entry.name]
                 if entry.parameter:
-                    weights[entry.name].data = source
+                    storage = tensor.untyped_storage()
+                    left.setdefault(storage._cdata, (storage, []))[1].append(entry.name)
+                    tensor.data = source
                 else:
-                    weights[entry.name].copy_(source)
+                    tensor.copy_(source)
+        _refuse_kept_storages(left)
         return _version(data)
+
+    def _own_storages(self, data: np.ndarray) -> list[torch.Tensor | None]:
+        """Every entry's tensor as a view of ``data``, each on a storage of its own.
+
+        One storage per tensor lets :func:`_refuse_kept_storages` tell which parameter
+        something else still references.
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return [
+                torch.from_numpy(data[entry.offset : entry.offset + entry.nbytes]).view(entry.dtype).view(entry.shape)
+                if entry.nbytes
+                else None
+                for entry in self.entries
+            ]
 
     def _tensors(self, flat: torch.Tensor) -> list[torch.Tensor | None]:
         """Every entry's tensor as a view of ``flat`` (uint8); ``None`` for an empty one."""
@@ -188,6 +225,33 @@ def _readonly_tensor(data: np.ndarray) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(data)
+
+
+def _refuse_kept_storages(left: dict[int, tuple[torch.UntypedStorage, list[str]]]) -> None:
+    """Raise if anything but ``left``'s own handle still references a storage parameters left.
+
+    Each value holds the storage's Python object (one reference) and the names of the
+    parameters that used it. Garbage in reference cycles is collected once before an error.
+    """
+
+    def kept() -> list[str]:
+        return [name for cdata, (_, names) in left.items() if _use_count(cdata) > 1 for name in names]
+
+    names = kept()
+    if names:
+        gc.collect()
+        names = kept()
+    if names:
+        which = ", ".join(repr(name) for name in names)
+        raise PolicyError(
+            f"the policy keeps a reference to the storage of its parameter {which} besides the parameter "
+            "itself (a tensor made from it with .detach(), .t(), a slice or view, or .numpy(), kept in an "
+            "attribute, a closure or a compiled graph). With SharedMemoryScheme(mode='view') new weights are "
+            "not written into that storage: the parameter is pointed at the shared buffer of the new version, "
+            "so what the policy kept would go on acting with the old weights while its frames are stamped "
+            "with the new version. Make such tensors inside forward, or use SharedMemoryScheme(mode='copy') "
+            "(the default), which writes new weights into the parameters' own storage"
+        )
 
 
 def _version(data: np.ndarray) -> int:

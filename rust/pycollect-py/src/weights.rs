@@ -4,15 +4,24 @@
 //! place (`reserve` a free buffer, fill its view, `commit`). A worker either copies the latest
 //! weights out (`read_into`) or pins the latest buffer and reads it in place (`pin_latest`
 //! returns a view that stays valid until `unpin` or the next `pin_latest`).
+//!
+//! A worker whose parameters are views of the pinned buffer (the `shared_memory` scheme's
+//! `view` mode) maps the weights buffers read-only (`protect`): a policy that writes a
+//! parameter in place then faults instead of changing the weights every worker shares, and
+//! the fault handler installed here names what was written in the worker's error text.
 
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use pycollect_core::weights::{Pinned, Reservation, ShmBuffers};
 use pycollect_core::{
-    DType, Segment as CoreSegment, Waited, WeightsReader as CoreReader, WeightsWriter as CoreWriter,
+    DType, Mapping, Segment as CoreSegment, Waited, WeightsReader as CoreReader,
+    WeightsWriter as CoreWriter, WorkerCtl, WorkerState,
 };
 use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 use crate::blocking::non_negative_seconds;
@@ -223,6 +232,7 @@ impl WeightsWriter {
 #[pyclass(frozen, module = "pycollect._core")]
 pub struct WeightsReader {
     segment: Arc<CoreSegment>,
+    worker: usize,
     inner: Mutex<ReaderState>,
 }
 
@@ -238,6 +248,7 @@ impl WeightsReader {
         let reader = segment.weights_reader(worker).map_err(py_err)?;
         Ok(Self {
             segment: Arc::clone(segment),
+            worker,
             inner: Mutex::new(ReaderState {
                 reader,
                 pinned: None,
@@ -305,4 +316,170 @@ impl WeightsReader {
             state.reader.unpin(pinned);
         }
     }
+
+    /// Maps every weights buffer read-only in this process, for the rest of its life, and
+    /// names what a write into them hits.
+    ///
+    /// A write into a buffer then raises SIGSEGV. The handler installed here (once per
+    /// process) writes `message` of the entry `(start, end, message)` whose byte range of a
+    /// buffer holds the faulting address (else `other`) into this reader's worker error text
+    /// and onto stderr, marks the worker failed, restores the previous SIGSEGV disposition
+    /// and returns: the write faults again and the previous disposition (the default: death
+    /// by SIGSEGV, or e.g. Python's faulthandler) takes it. Other faults only restore the
+    /// previous disposition. The mapping stays mapped for the rest of the process.
+    fn protect(&self, entries: Vec<(usize, usize, String)>, other: String) -> PyResult<()> {
+        let layout = self.segment.layout();
+        let (offset, stride) = layout.weights_buffers();
+        let len = stride * layout.params().weight_buffers;
+        if len == 0 {
+            return Ok(()); // a store without payload: nothing to protect
+        }
+        let control = self.segment.worker(self.worker).map_err(py_err)?;
+        install_fault_guard(FaultGuard {
+            start: self.segment.base_ptr() as usize + offset,
+            end: self.segment.base_ptr() as usize + offset + len,
+            stride,
+            entries,
+            other,
+            control,
+            _mapping: self.segment.mapping(),
+            previous: None,
+        })
+    }
+}
+
+/// What the SIGSEGV handler needs to tell a write into the read-only weights from any other
+/// fault. Built once per process by `WeightsReader.protect`, leaked, and from then on only
+/// read: the handler may run at any moment for the rest of the process.
+struct FaultGuard {
+    /// The read-only range of this process's mapping: `start..end`.
+    start: usize,
+    end: usize,
+    /// Distance between two buffers (the entries' ranges are offsets inside a buffer).
+    stride: usize,
+    /// `(start, end, message)`: the bytes of each named tensor inside a buffer.
+    entries: Vec<(usize, usize, String)>,
+    /// The message for a write anywhere else in the range (a buffer's header).
+    other: String,
+    /// This worker's control block, where the message goes.
+    control: WorkerCtl,
+    /// Keeps the protected range mapped (no other mapping can take its addresses).
+    _mapping: Arc<Mapping>,
+    /// The SIGSEGV disposition before ours, put back once ours has run.
+    previous: Option<libc::sigaction>,
+}
+
+static FAULT_GUARD: AtomicPtr<FaultGuard> = AtomicPtr::new(ptr::null_mut());
+
+/// Publishes `guard`, installs [`on_segv`] and makes `guard`'s range read-only.
+fn install_fault_guard(mut guard: FaultGuard) -> PyResult<()> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = usize::try_from(page).unwrap_or(0);
+    if page == 0 || guard.start % page != 0 || guard.end % page != 0 {
+        return Err(config_error(format!(
+            "the weights buffers ({:#x}..{:#x}) are not aligned to this machine's {page}-byte pages, \
+             so they cannot be mapped read-only; use SharedMemoryScheme(mode='copy')",
+            guard.start, guard.end
+        )));
+    }
+    if !FAULT_GUARD.load(Ordering::Acquire).is_null() {
+        return Err(config_error(
+            "protect(): this process already protects a weights store",
+        ));
+    }
+    // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, empty mask, no flags).
+    let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `previous`.
+    if unsafe { libc::sigaction(libc::SIGSEGV, ptr::null(), &mut previous) } != 0 {
+        return Err(os_error("sigaction"));
+    }
+    guard.previous = Some(previous);
+    let (start, len) = (guard.start, guard.end - guard.start);
+    // Published before the handler is installed, and never freed or written again: the
+    // handler only ever reads a complete guard.
+    FAULT_GUARD.store(Box::into_raw(Box::new(guard)), Ordering::Release);
+    // SAFETY: as above, a zeroed sigaction is valid; every field we rely on is set below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_segv as extern "C" fn(_, _, _) as libc::sighandler_t;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    // SAFETY: sa_mask is a valid sigset_t owned by `action`.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: `action` is fully initialised and `on_segv` is async-signal-safe.
+    if unsafe { libc::sigaction(libc::SIGSEGV, &action, ptr::null_mut()) } != 0 {
+        return Err(os_error("sigaction"));
+    }
+    // SAFETY: `start..start + len` is page-aligned (checked) and lies inside the segment's
+    // mapping, which the guard keeps mapped for the rest of the process. Nothing in this
+    // process writes the weights buffers through this mapping (a reader only reads them).
+    if unsafe { libc::mprotect(start as *mut libc::c_void, len, libc::PROT_READ) } != 0 {
+        let error = os_error("mprotect");
+        // SAFETY: `previous` was read by sigaction above and is a valid disposition.
+        unsafe { libc::sigaction(libc::SIGSEGV, &previous, ptr::null_mut()) };
+        return Err(error);
+    }
+    Ok(())
+}
+
+fn os_error(call: &str) -> PyErr {
+    let error = std::io::Error::last_os_error();
+    PyOSError::new_err(format!(
+        "{call} failed while mapping the weights read-only: {error}"
+    ))
+}
+
+/// Writes all of `bytes` to stderr, as far as it goes (async-signal-safe).
+fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a valid slice; write(2) is async-signal-safe.
+        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        let Ok(n) = usize::try_from(n) else { return };
+        if n == 0 {
+            return;
+        }
+        bytes = &bytes[n..];
+    }
+}
+
+/// The SIGSEGV handler of a worker with read-only weights. Async-signal-safe: it reads the
+/// immutable guard, copies a prepared message into shared memory with atomic stores, calls
+/// write(2), sigaction(2) and raise(3), and allocates nothing.
+extern "C" fn on_segv(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    let guard = FAULT_GUARD.load(Ordering::Acquire);
+    // SAFETY: the guard was published complete before this handler was installed and is
+    // never freed or written again.
+    let Some(guard) = (unsafe { guard.as_ref() }) else {
+        return;
+    };
+    // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t.
+    let (code, address) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // A positive code is a fault the kernel raised for an access; zero or negative codes are
+    // signals a process sent (kill, tgkill, sigqueue), which carry no address.
+    let fault = code > 0;
+    if fault && (guard.start..guard.end).contains(&address) {
+        let at = (address - guard.start) % guard.stride;
+        let message = guard
+            .entries
+            .iter()
+            .find(|(start, end, _)| (*start..*end).contains(&at))
+            .map_or(guard.other.as_str(), |(_, _, message)| message.as_str());
+        guard.control.write_error(message);
+        guard.control.set_state(WorkerState::Failed);
+        write_stderr(message.as_bytes());
+        write_stderr(b"\n");
+    }
+    if let Some(previous) = &guard.previous {
+        // SAFETY: `previous` is the disposition sigaction reported before ours was installed.
+        unsafe { libc::sigaction(libc::SIGSEGV, previous, ptr::null_mut()) };
+    }
+    if !fault {
+        // SAFETY: raise(3) is async-signal-safe; the signal stays pending until we return,
+        // then meets the previous disposition.
+        unsafe { libc::raise(signal) };
+    }
+    // Returning re-runs the faulting instruction, which now meets the previous disposition.
 }
