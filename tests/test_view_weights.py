@@ -225,6 +225,27 @@ def test_view_mode_a_kept_tensor_sharing_a_parameter_is_a_named_error_not_stale_
         _run_keeper(collector, net)
 
 
+class _KeepsItsCacheWhenPickled(_KeepsADerivedTensor):
+    """The same, but the tensor made on its first call (the trainer's dry run) is pickled too."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the pool ships the policy with cloudpickle, which gives a tensor that shared a parameter's "
+    "storage in the trainer (made by the trainer's dry run) a storage of its own in the worker; "
+    "torch.save(..., pickle_module=cloudpickle) keeps the sharing (pycollect/_engines/workers/pool.py, spec.py)",
+)
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how", ["detach", "t"])
+def test_a_kept_tensor_made_in_the_trainer_before_the_policy_is_shipped_sees_every_update(how: str) -> None:
+    net = _KeepsItsCacheWhenPickled(how)
+    with _collector(net, "copy") as collector:
+        _run_keeper(collector, net)
+
+
 def test_copy_is_the_default_mode() -> None:
     assert SharedMemoryScheme().mode == "copy"
     assert SharedMemoryScheme().store_buffers(6) == 3
