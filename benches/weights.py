@@ -1,7 +1,11 @@
 """Policy-weight sync: ``update_policy_weights_()`` next to one memcpy and TorchRL, in one run.
 
 For each size P (``--sizes``, float32 parameters) the bench builds one policy and measures, in
-interleaved rounds (memcpy, pycollect, TorchRL, memcpy, pycollect, TorchRL, ...):
+interleaved rounds (memcpy, pycollect copy, pycollect view, TorchRL, memcpy, ...), pycollect
+once per mode of its ``shared_memory`` scheme (``--modes``, default both:
+``SharedMemoryScheme(mode="copy")``, the default, where each worker copies the published
+weights into its own policy, and ``mode="view"``, where workers' parameters are read-only views
+of the published buffer):
 
 ``memcpy``
     One ``dst.copy_(src)`` of the P float32 parameters (4P bytes) into already-touched memory,
@@ -13,6 +17,11 @@ interleaved rounds (memcpy, pycollect, TorchRL, memcpy, pycollect, TorchRL, ...)
     From calling ``update_policy_weights_()`` until every worker's frames in the delivered
     batches carry the new ``policy_version`` (the bench keeps calling ``next_batch()``); per
     worker, with the number of batches it took.
+``pycollect worker apply``
+    Inside each worker, the wall time of the scheme's ``receive()`` that took the new version
+    (pin, then copy into the policy, or point its parameters at the buffer and check nothing
+    else keeps their old storage): the bench's scheme wraps the receiver with a timer that
+    writes into a small shared file. The slower worker's time per round.
 ``TorchRL update``
     ``MultiSyncCollector(...).update_policy_weights_()`` with the same module class, the same
     env and 2 workers, its default weight sync (``SharedMemWeightSyncScheme``).
@@ -37,6 +46,11 @@ one batch) and reports what the workers saw. Its ``update_policy_weights_()`` th
 weights onto themselves, tells every worker's background thread to "receive" (which copies the
 shared tensors onto the worker's module, the same storage) and waits for each acknowledgement.
 
+After the rounds, per contender: ``frames/s`` over ``--fps-batches`` batches with an update
+after every batch (the trainer fills its module, then ``update_policy_weights_()``: the
+cadence of a training loop that updates after each batch, the worst case for the weight path),
+and over as many batches without updates.
+
 Env: CartPole-v1, 2 workers, ``--envs`` (default 2) envs per worker, ``--steps`` (default 8)
 steps per rollout, so a rollout is short and the time until workers act is the weight path.
 Both collectors of one size live side by side (their workers are idle between batches: a
@@ -47,6 +61,7 @@ trainer's module, a packed copy and 3 store buffers, and each worker a module an
 
 Run:
     python benches/weights.py                         # 1M, 25M, 100M; 5 rounds (1-3 min)
+    python benches/weights.py --sizes 1e6,4e7 --no-torchrl   # copy vs view mode
     python benches/weights.py --quick                 # 1M only, 3 rounds (20-40 s; for CI)
     python benches/weights.py --sizes 25e6 --rounds 9
     python benches/weights.py --replot benches/results/weights.json --plot docs/img/weights.png
@@ -73,6 +88,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+import numpy as np
 import psutil
 import torch
 from tensordict.nn import TensorDictModule
@@ -80,6 +96,8 @@ from torch import nn
 
 import pycollect
 from pycollect.config import SLOTS_PER_WORKER
+from pycollect.weights import SharedMemoryScheme, WeightReceiver, WeightSender
+from pycollect.weights.scheme import ReceiverContext, SenderContext
 
 sys.path.insert(0, str(Path(__file__).parent))
 from throughput import _git, _machine, _stats, _steal  # the house helpers; sets 1 torch thread
@@ -268,14 +286,68 @@ class MemcpyContender:
         del self.src, self.dst
 
 
+class _TimedReceiver(WeightReceiver):
+    """A worker's receiver that writes how long each ``receive()`` that took weights lasted.
+
+    Row ``worker`` of the shared float64 file ``path`` holds (receives that took weights, the
+    seconds of the last one).
+    """
+
+    def __init__(self, inner: WeightReceiver, path: str) -> None:
+        self.inner = inner
+        self.path = path
+        self._row: np.ndarray | None = None
+
+    def attach(self, context: ReceiverContext) -> None:
+        self.inner.attach(context)
+        self._row = np.memmap(self.path, np.float64, "r+", shape=(WORKERS, 2))[context.worker]
+
+    def receive(self, module: nn.Module) -> int | None:
+        t0 = time.perf_counter()
+        version = self.inner.receive(module)
+        if version is not None and self._row is not None:
+            self._row[1] = time.perf_counter() - t0
+            self._row[0] += 1
+        return version
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _TimedScheme(SharedMemoryScheme):
+    """The shared_memory scheme whose workers time their ``receive()`` (see :class:`_TimedReceiver`)."""
+
+    def __init__(self, mode: str, path: str) -> None:
+        super().__init__(mode)  # type: ignore[arg-type]
+        self.path = path
+
+    def sender(self, context: SenderContext) -> WeightSender:
+        inner, path = super().sender(context), self.path
+
+        class Sender(WeightSender):
+            def receiver(self) -> WeightReceiver:
+                return _TimedReceiver(inner.receiver(), path)
+
+            def send(self, state: Any, version: int, *, timeout_s: float) -> None:
+                inner.send(state, version, timeout_s=timeout_s)
+
+            def close(self) -> None:
+                inner.close()
+
+        return Sender()
+
+
 class PycollectContender:
-    """``Collector(CartPole-v1, WeightBank, num_workers=2, sync=True)``."""
+    """``Collector(CartPole-v1, WeightBank, num_workers=2, sync=True, weight_sync=SharedMemoryScheme(mode))``."""
 
-    name = "pycollect"
-
-    def __init__(self, params: int, k: int, steps: int) -> None:
+    def __init__(self, params: int, k: int, steps: int, mode: str) -> None:
+        self.name = f"pycollect {mode}"
         self.k = k
         self.policy = _policy(params, one_hot=False)
+        self.applies = RESULTS / f".apply-{os.getpid()}-{mode}.f64"
+        self.applies.parent.mkdir(parents=True, exist_ok=True)
+        self.applies.write_bytes(bytes(WORKERS * 2 * 8))
+        self.apply_times = np.memmap(self.applies, np.float64, "r", shape=(WORKERS, 2))
         t0 = time.perf_counter()
         self.collector = pycollect.Collector(
             "CartPole-v1",
@@ -285,6 +357,7 @@ class PycollectContender:
             num_workers=WORKERS,
             sync=True,
             seed=0,
+            weight_sync=_TimedScheme(mode, str(self.applies)),
         )
         self.collector.next_batch()
         self.startup_s = time.perf_counter() - t0
@@ -298,11 +371,26 @@ class PycollectContender:
         _bank(self.policy).fill_(value)
         version = self.collector.policy_version + 1
         assert version == value, (version, value)
+        applied = self.apply_times[:, 0].copy()
         t0 = time.perf_counter()
         self.collector.update_policy_weights_()
         update_s = time.perf_counter() - t0
         acted = _until_all_act(self.collector.next_batch, value, self.k, t0, self.torn, versioned=True)
-        return {"update_s": update_s, "batch_s": batch_s, **acted}
+        # every worker acted with the new version, so each took it exactly once since `applied`
+        took = self.apply_times[:, 0] - applied
+        apply_s = [float(s) if n == 1 else None for n, s in zip(took, self.apply_times[:, 1], strict=True)]
+        return {
+            "update_s": update_s,
+            "batch_s": batch_s,
+            "apply_s": _slowest(apply_s),
+            "per_worker_apply_s": apply_s,
+            **acted,
+        }
+
+    def fps(self, batches: int, first_value: float) -> dict[str, Any]:
+        return _fps(
+            self, self.collector.next_batch, batches, first_value, lambda: self.collector.update_policy_weights_()
+        )
 
     def probe(self, value: float) -> dict[str, Any]:
         return _probes(self, self.collector.next_batch, True, value)
@@ -311,7 +399,29 @@ class PycollectContender:
         t0 = time.perf_counter()
         self.collector.shutdown()
         self.close_s = time.perf_counter() - t0
-        del self.collector, self.policy
+        del self.collector, self.policy, self.apply_times
+        self.applies.unlink(missing_ok=True)
+
+
+def _slowest(values: list[float | None]) -> float | None:
+    return None if None in values else max(v for v in values if v is not None)
+
+
+def _fps(contender: Any, next_batch: Any, batches: int, first_value: float, update: Any) -> dict[str, Any]:
+    """Frames/s over ``batches`` batches with an update after each, then as many without."""
+    bank = _bank(contender.policy)
+    frames = 0
+    t0 = time.perf_counter()
+    for i in range(batches):
+        frames += next_batch().numel()
+        bank.fill_(first_value + i)
+        update()
+    updating = frames / (time.perf_counter() - t0)
+    frames = 0
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        frames += next_batch().numel()
+    return {"fps_updating": updating, "fps_plain": frames / (time.perf_counter() - t0), "batches": batches}
 
 
 class TorchRLContender:
@@ -346,7 +456,10 @@ class TorchRLContender:
         self.collector.update_policy_weights_()
         update_s = time.perf_counter() - t0
         acted = _until_all_act(lambda: next(self.iterator), value, self.k, t0, self.torn, versioned=False)
-        return {"update_s": update_s, "batch_s": batch_s, **acted}
+        return {"update_s": update_s, "batch_s": batch_s, "apply_s": None, **acted}
+
+    def fps(self, batches: int, first_value: float) -> dict[str, Any]:
+        return _fps(self, lambda: next(self.iterator), batches, first_value, self.collector.update_policy_weights_)
 
     def probe(self, value: float) -> dict[str, Any]:
         return _probes(self, lambda: next(self.iterator), False, value)
@@ -375,12 +488,14 @@ def _size_label(params: int) -> str:
     return f"{params / 1e6:g}M"
 
 
-def run_size(params: int, rounds: int, k: int, steps: int, skip_torchrl: bool) -> dict[str, Any]:
+def run_size(
+    params: int, rounds: int, k: int, steps: int, skip_torchrl: bool, modes: list[str], fps_batches: int
+) -> dict[str, Any]:
     """Every contender of one size, ``rounds`` interleaved rounds; everything freed at the end."""
     label = _size_label(params)
     print(f"== {label} float32 parameters ({params * 4 / 1e6:,.0f} MB): starting the collectors", flush=True)
     memcpy = MemcpyContender(params)
-    contenders: list[Any] = [PycollectContender(params, k, steps)]
+    contenders: list[Any] = [PycollectContender(params, k, steps, mode) for mode in modes]
     if not skip_torchrl:
         contenders.append(TorchRLContender(params, k, steps))
     startup = {c.name: c.startup_s for c in contenders}
@@ -409,7 +524,13 @@ def run_size(params: int, rounds: int, k: int, steps: int, skip_torchrl: bool) -
                 f"   {what} (load {entry['load1']:.1f}): memcpy {copy * 1e3:.2f} ms; "
                 + "; ".join(
                     f"{c.name} update {entry[c.name]['update_s'] * 1e3:.2f} ms "
-                    f"({entry[c.name]['x_memcpy_update']:.1f}x), until act "
+                    f"({entry[c.name]['x_memcpy_update']:.1f}x), "
+                    + (
+                        ""
+                        if entry[c.name]["apply_s"] is None
+                        else f"worker apply {entry[c.name]['apply_s'] * 1e3:.2f} ms, "
+                    )
+                    + "until act "
                     + (
                         "never"
                         if entry[c.name]["all_s"] is None
@@ -420,6 +541,16 @@ def run_size(params: int, rounds: int, k: int, steps: int, skip_torchrl: bool) -
                 ),
                 flush=True,
             )
+        fps = {}
+        for contender in contenders:
+            fps[contender.name] = contender.fps(fps_batches, float(rounds + 2))
+            got = fps[contender.name]
+            print(
+                f"   {contender.name}: {got['fps_updating']:,.0f} frames/s updating after every batch, "
+                f"{got['fps_plain']:,.0f} without updates",
+                flush=True,
+            )
+            peak_gib = max(peak_gib, _rss_gib())
         probe = {c.name: c.probe(-1000.0) for c in contenders}
     finally:
         torn = {c.name: {"frames": c.torn.frames, "torn": c.torn.torn, "examples": c.torn.examples} for c in contenders}
@@ -440,6 +571,7 @@ def run_size(params: int, rounds: int, k: int, steps: int, skip_torchrl: bool) -
         "aliasing_probe": probe,
         "first_call": first,
         "runs": runs,
+        "fps": fps,
         "summary": _summary(runs, torn),
     }
 
@@ -448,7 +580,7 @@ def _summary(runs: list[dict[str, Any]], torn: dict[str, dict[str, Any]]) -> dic
     out: dict[str, Any] = {"memcpy_s": _stats([e["memcpy"]["copy_s"] for e in runs])}
     for name in torn:
         row: dict[str, Any] = {"torn_frames": torn[name]["torn"], "frames_checked": torn[name]["frames"]}
-        for key in ("update_s", "all_s", "x_memcpy_update", "x_memcpy_act", "batch_s"):
+        for key in ("update_s", "all_s", "x_memcpy_update", "x_memcpy_act", "batch_s", "apply_s"):
             values = [e[name][key] for e in runs if e[name][key] is not None]
             row[key] = _stats(values) if values else None
         row["never_acted_rounds"] = sum(e[name]["all_s"] is None for e in runs)
@@ -463,8 +595,9 @@ def _summary(runs: list[dict[str, Any]], torn: dict[str, dict[str, Any]]) -> dic
 def _print_table(results: list[dict[str, Any]], rounds: int) -> None:
     print(f"\nmedian (min-max) over {rounds} rounds; ratios are per round, to that round's memcpy")
     header = (
-        f"{'size':>6s} {'contender':10s} {'update ms':>22s} {'x memcpy':>18s} {'until act ms':>24s} "
-        f"{'x memcpy':>20s} {'batches w0/w1':>13s} {'plain batch ms':>20s} {'torn':>9s}"
+        f"{'size':>6s} {'contender':15s} {'update ms':>22s} {'x memcpy':>18s} {'worker apply ms':>22s} "
+        f"{'until act ms':>24s} {'x memcpy':>20s} {'batches w0/w1':>13s} {'plain batch ms':>20s} "
+        f"{'frames/s upd':>12s} {'frames/s':>9s} {'torn':>9s}"
     )
     print(header)
     print("-" * len(header))
@@ -476,18 +609,19 @@ def _print_table(results: list[dict[str, Any]], rounds: int) -> None:
 
     for res in results:
         summary, label = res["summary"], _size_label(res["params"])
-        print(f"{label:>6s} {'memcpy':10s} {cell(summary['memcpy_s'], 1e3):>22s}")
-        for name in ("pycollect", "TorchRL"):
-            row = summary.get(name)
-            if row is None:
-                continue
+        print(f"{label:>6s} {'memcpy':15s} {cell(summary['memcpy_s'], 1e3):>22s}")
+        for name in _contenders(res):
+            row = summary[name]
             batches = "/".join(",".join(map(str, row[f"worker{w}_batches"])) for w in range(WORKERS))
             update, act = cell(row["update_s"], 1e3), cell(row["all_s"], 1e3, ".1f")
             x_update, x_act = cell(row["x_memcpy_update"], fmt=".1f"), cell(row["x_memcpy_act"], fmt=".1f")
             torn = f"{row['torn_frames']}/{row['frames_checked']}"
+            fps = res.get("fps", {}).get(name, {})
             print(
-                f"{label:>6s} {name:10s} {update:>22s} {x_update:>18s} {act:>24s} {x_act:>20s} "
-                f"{batches:>13s} {cell(row['batch_s'], 1e3, '.1f'):>20s} {torn:>9s}"
+                f"{label:>6s} {name:15s} {update:>22s} {x_update:>18s} {cell(row['apply_s'], 1e3):>22s} "
+                f"{act:>24s} {x_act:>20s} {batches:>13s} {cell(row['batch_s'], 1e3, '.1f'):>20s} "
+                f"{fps.get('fps_updating', float('nan')):>12,.0f} {fps.get('fps_plain', float('nan')):>9,.0f} "
+                f"{torn:>9s}"
             )
         for name, probe in res["aliasing_probe"].items():
             print(
@@ -501,35 +635,47 @@ def _print_table(results: list[dict[str, Any]], rounds: int) -> None:
             + ", ".join(
                 f"{n} update {first[n]['update_s'] * 1e3:.1f} ms, until act "
                 + ("never" if first[n]["all_s"] is None else f"{first[n]['all_s'] * 1e3:.1f} ms")
-                for n in ("pycollect", "TorchRL")
-                if n in first
+                for n in _contenders(res)
             )
         )
+
+
+def _contenders(res: dict[str, Any], pycollect_only: bool = False) -> list[str]:
+    """The contenders of a size's result, in run order (a result saved before modes: "pycollect")."""
+    names = [name for name in res["summary"] if name != "memcpy_s"]
+    return [name for name in names if name.startswith("pycollect")] if pycollect_only else names
 
 
 def _targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     checks = []
     for res in results:
-        row, label = res["summary"]["pycollect"], _size_label(res["params"])
-        if res["params"] >= 100_000_000 and row["x_memcpy_update"]:
-            value = row["x_memcpy_update"]["median"]
-            checks.append({"target": f"{label}: update <= 1.5x memcpy", "median": value, "met": value <= 1.5})
-        # A sync worker runs up to SLOTS_PER_WORKER rollouts ahead: when the update comes, one
-        # finished rollout may wait in its ring and one be in progress. The rollout it starts
-        # next is its "next rollout", so it reaches the trainer at the latest in batch
-        # SLOTS_PER_WORKER + 1.
-        batches = [b for w in range(WORKERS) for b in row[f"worker{w}_batches"]]
-        latest = SLOTS_PER_WORKER + 1
-        checks.append(
-            {
-                "target": f"{label}: every worker acts with the new version from its next rollout "
-                f"(batch <= {latest} after the call)",
-                "batches": batches,
-                "met": all(b is not None and b <= latest for b in batches),
-            }
-        )
-        torn = row["torn_frames"]
-        checks.append({"target": f"{label}: zero torn frames", "torn": torn, "met": not torn})
+        for name in _contenders(res, pycollect_only=True):
+            checks.extend(_size_targets(res, name))
+    return checks
+
+
+def _size_targets(res: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    checks = []
+    row, label = res["summary"][name], f"{_size_label(res['params'])} {name}"
+    if res["params"] >= 100_000_000 and row["x_memcpy_update"]:
+        value = row["x_memcpy_update"]["median"]
+        checks.append({"target": f"{label}: update <= 1.5x memcpy", "median": value, "met": value <= 1.5})
+    # A sync worker runs up to SLOTS_PER_WORKER rollouts ahead: when the update comes, one
+    # finished rollout may wait in its ring and one be in progress. The rollout it starts
+    # next is its "next rollout", so it reaches the trainer at the latest in batch
+    # SLOTS_PER_WORKER + 1.
+    batches = [b for w in range(WORKERS) for b in row[f"worker{w}_batches"]]
+    latest = SLOTS_PER_WORKER + 1
+    checks.append(
+        {
+            "target": f"{label}: every worker acts with the new version from its next rollout "
+            f"(batch <= {latest} after the call)",
+            "batches": batches,
+            "met": all(b is not None and b <= latest for b in batches),
+        }
+    )
+    torn = row["torn_frames"]
+    checks.append({"target": f"{label}: zero torn frames", "torn": torn, "met": not torn})
     return checks
 
 
@@ -542,6 +688,12 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=2, help="K: envs per worker")
     parser.add_argument("--steps", type=int, default=8, help="steps per env per rollout")
     parser.add_argument("--no-torchrl", action="store_true", help="leave TorchRL out")
+    parser.add_argument(
+        "--modes", default="copy,view", help="comma-separated SharedMemoryScheme modes, one pycollect contender each"
+    )
+    parser.add_argument(
+        "--fps-batches", type=int, default=20, help="batches per frames/s figure (with, then without updates)"
+    )
     parser.add_argument("--out", "--json", default=str(RESULTS / "weights.json"), help="the JSON result file")
     parser.add_argument("--plot", default=None, help="the PNG plot (default: next to --out)")
     parser.add_argument("--no-plot", action="store_true")
@@ -557,7 +709,8 @@ def main() -> None:
     rounds = args.rounds or (3 if args.quick else 5)
     started = time.perf_counter()
     steal0 = _steal()
-    results = [run_size(p, rounds, args.envs, args.steps, args.no_torchrl) for p in sizes]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    results = [run_size(p, rounds, args.envs, args.steps, args.no_torchrl, modes, args.fps_batches) for p in sizes]
     elapsed = time.perf_counter() - started
     steal_s = (_steal() - steal0) / os.sysconf("SC_CLK_TCK")
     _print_table(results, rounds)
@@ -576,6 +729,8 @@ def main() -> None:
         "envs_per_worker": args.envs,
         "steps_per_rollout": args.steps,
         "workers": WORKERS,
+        "modes": modes,
+        "fps_batches": args.fps_batches,
         "quick": args.quick,
         "machine": _machine(),
         "git": git,
@@ -593,7 +748,7 @@ def main() -> None:
         _plot(plot, results, rounds, record["label"])
         wrote += f" and {plot}"
     print(wrote)
-    if any(r["summary"]["pycollect"]["torn_frames"] for r in results):
+    if any(r["summary"][name]["torn_frames"] for r in results for name in _contenders(r, pycollect_only=True)):
         sys.exit("pycollect delivered torn frames")
 
 
@@ -605,13 +760,19 @@ def _plot(path: Path, results: list[dict[str, Any]], rounds: int, label: str) ->
     import numpy as np
     from matplotlib.patches import Patch
 
-    bars = [  # label, summary row, time key, ratio key, colour
-        ("memcpy", None, "memcpy_s", None, "#4C72B0"),
-        ("pycollect update", "pycollect", "update_s", "x_memcpy_update", "#C44E52"),
-        ("pycollect until workers act", "pycollect", "all_s", "x_memcpy_act", "#E8A0A2"),
-        ("TorchRL update", "TorchRL", "update_s", "x_memcpy_update", "#8172B2"),
-        ("TorchRL until workers act", "TorchRL", "all_s", "x_memcpy_act", "#C3B9DD"),
+    colours = {  # (update, until workers act)
+        "pycollect": ("#C44E52", "#E8A0A2"),
+        "pycollect copy": ("#C44E52", "#E8A0A2"),
+        "pycollect view": ("#55A868", "#A8D5B4"),
+        "TorchRL": ("#8172B2", "#C3B9DD"),
+    }
+    bars: list[tuple[str, str | None, str, str | None, str]] = [  # label, summary row, time key, ratio key, colour
+        ("memcpy", None, "memcpy_s", None, "#4C72B0")
     ]
+    for name in dict.fromkeys(n for res in results for n in _contenders(res)):
+        update, act = colours.get(name, ("#937860", "#D0BBA8"))
+        bars.append((f"{name} update", name, "update_s", "x_memcpy_update", update))
+        bars.append((f"{name} until workers act", name, "all_s", "x_memcpy_act", act))
     fig, ax = plt.subplots(figsize=(10, 4.8))
     width = 0.8 / len(bars)
     x = np.arange(len(results))
