@@ -54,6 +54,7 @@ from pycollect.envs.backend import EnvBackend
 from pycollect.exceptions import (
     ConfigError,
     PluginError,
+    PyCollectError,
     UnknownBackendError,
     UnknownDevicePolicyError,
     UnknownEngineError,
@@ -191,7 +192,7 @@ class _Registry:
             for entry_point, info in self._entry_points():
                 try:
                     plugin = entry_point.load()
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:  # sys.exit() in a plugin must not end the program
                     raise _broken(info, f"failed to import ({entry_point.value})", exc) from exc
                 self.add(plugin, info)
                 added.append(info.name)
@@ -259,7 +260,7 @@ class _Registry:
             info = self.info[impl.plugin_name]
             try:
                 returned = impl.function()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 raise _broken(info, f"raised in {point.hook}()", exc) from exc
             for cls in _classes(returned):
                 name = _checked(cls, point, info)
@@ -468,18 +469,50 @@ def engine(name: str) -> type[EngineFactory]:
 def instance(kind: Literal["scheme", "device_policy", "engine"], value: Any, argument: str) -> Any:
     """Resolve a ``weight_sync`` / ``device_policy`` / ``engine`` argument: a registered name, a class or an instance.
 
+    A name or a class is built with its defaults (no arguments).
+
     Raises:
-        ConfigError: (a subclass naming the kind) for an unknown name or a value of the wrong type.
+        ConfigError: (a subclass naming the kind) for an unknown name or a value of the wrong type;
+            a plain ``ConfigError`` naming the class if the constructor of a class given
+            directly raises (its own ``PyCollectError`` passes through).
+        PluginError: The constructor of a registered class raised; naming the plugin.
     """
     point = _POINTS[kind]
     if isinstance(value, point.interface):
         return value
     if isinstance(value, str):
-        factory: Callable[[], Any] = _lookup(kind, value)
-        return factory()
+        return _construct(point, _lookup(kind, value), argument)
     if isinstance(value, type) and issubclass(value, point.interface):
-        return value()  # a class, built with its defaults as a registered name would be
+        return _construct(point, value, argument)  # a class, built with its defaults as a registered name would be
     raise point.unknown(
         f"{argument}={value!r}: expected the name of a registered {point.noun}, or an instance of "
         f"{point.interface.__module__.rsplit('.', 1)[0]}.{point.interface.__qualname__}"
     )
+
+
+def _construct(point: _ExtensionPoint, cls: type, argument: str) -> Any:
+    """``cls()``, with what its constructor raises named: the plugin that registered it, or the class."""
+    try:
+        return cls()
+    except PyCollectError:
+        raise  # already says what is wrong (e.g. a ConfigError about the plugin's own setting)
+    except Exception as exc:
+        registration = _registered_as(point, cls)
+        call = f"{cls.__module__}.{cls.__qualname__}()"
+        cause = f"{type(exc).__name__}: {first_line(exc)}"
+        if registration is None:
+            raise ConfigError(
+                f"{argument}={cls.__module__}.{cls.__qualname__}: {cls.__name__}() raised {cause}"
+            ) from exc
+        info = registration.plugin
+        raise PluginError(
+            f"plugin {info.describe()}: {point.noun} {registration.name!r} ({call}) raised {cause}; "
+            f"{_how_to_disable(info)}",
+            plugin=info.name,
+        ) from exc
+
+
+@_synchronized
+def _registered_as(point: _ExtensionPoint, cls: type) -> Registration | None:
+    """The registration of ``cls`` at ``point``, if a plugin registered it."""
+    return next((r for r in _loaded().collect(point).values() if r.cls is cls), None)

@@ -11,6 +11,7 @@ import threading
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -332,3 +333,106 @@ def test_plugins_load_once_when_threads_race(fresh: None) -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert not errors and len(results) == 8 and all(r == results[0] for r in results)
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        ("import sys\nsys.exit(3)", r"'exiting' \(pycollect-exiting 1.0\) failed to import.*SystemExit: 3"),
+        (
+            "import pycollect, sys\n\n@pycollect.hookimpl\ndef register_scheme():\n    sys.exit('no licence')\n",
+            r"'exiting' \(pycollect-exiting 1.0\) raised in register_scheme\(\): SystemExit: no licence",
+        ),
+    ],
+    ids=["on-import", "in-a-hook"],
+)
+def test_a_plugin_that_calls_sys_exit_is_a_plugin_error(install: Callable[..., None], source: str, match: str) -> None:
+    install("pycollect-exiting", {"exiting": "exiting_plugin"}, {"exiting_plugin": source})
+    with pytest.raises(PluginError, match=match) as info:
+        Collector("CartPole-v1", frames_per_batch=8)
+    assert info.value.plugin == "exiting"
+
+
+FRAGILE = """
+    import pycollect
+    from pycollect.devices import DevicePolicy
+    from pycollect.engines import EngineFactory
+    from pycollect.weights import WeightSyncScheme
+
+    class FragileScheme(WeightSyncScheme):
+        name = "fragile_scheme"
+
+        def __init__(self):
+            raise RuntimeError("no transport configured")
+
+        def sender(self, context):
+            raise AssertionError("unreachable")
+
+    class FragileDevices(DevicePolicy):
+        name = "fragile_devices"
+
+        def __init__(self):
+            raise KeyError("CUDA_VISIBLE_DEVICES")
+
+        def place(self, worker, num_workers, devices):
+            raise AssertionError("unreachable")
+
+    class FragileEngine(EngineFactory):
+        name = "fragile_engine"
+
+        def __init__(self):
+            raise ImportError("no module named 'cluster'")
+
+        def start(self, config, env_source, policy, weights_module):
+            raise AssertionError("unreachable")
+
+    @pycollect.hookimpl
+    def register_scheme():
+        return FragileScheme
+
+    @pycollect.hookimpl
+    def register_device_policy():
+        return FragileDevices
+
+    @pycollect.hookimpl
+    def register_engine():
+        return FragileEngine
+"""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (
+            {"num_workers": 1, "weight_sync": "fragile_scheme"},
+            r"'fragile' \(pycollect-fragile 1.0\): weight-sync scheme 'fragile_scheme' "
+            r"\(fragile_plugin.FragileScheme\(\)\) raised RuntimeError: no transport configured",
+        ),
+        (
+            {"num_workers": 1, "device_policy": "fragile_devices"},
+            r"'fragile' .*device placement policy 'fragile_devices' .*raised KeyError: 'CUDA_VISIBLE_DEVICES'",
+        ),
+        ({"engine": "fragile_engine"}, r"'fragile' .*engine 'fragile_engine' .*raised ImportError: no module"),
+    ],
+    ids=["scheme", "device_policy", "engine"],
+)
+def test_a_plugin_class_whose_constructor_raises_is_a_plugin_error_naming_it(
+    install: Callable[..., None], kwargs: dict[str, Any], match: str
+) -> None:
+    install("pycollect-fragile", {"fragile": "fragile_plugin"}, {"fragile_plugin": FRAGILE})
+    before = pycollect.testing.snapshot()
+    with pytest.raises(PluginError, match=match) as info:
+        Collector(CountingEnv, frames_per_batch=8, **kwargs)
+    assert info.value.plugin == "fragile"
+    assert not pycollect.testing.leftovers(before, timeout_s=0)
+
+
+def test_a_class_given_directly_whose_constructor_raises_is_a_config_error_naming_it() -> None:
+    from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
+
+    class Unready(NoSyncScheme):
+        def __init__(self) -> None:
+            raise RuntimeError("not ready")
+
+    with pytest.raises(ConfigError, match=r"weight_sync=.*Unready.*: Unready\(\) raised RuntimeError: not ready"):
+        Collector(CountingEnv, frames_per_batch=8, num_workers=1, weight_sync=Unready)
