@@ -310,7 +310,10 @@ def _verify(keys: _Keys, flat: np.ndarray, nbytes: int) -> None:
 
 
 class _Throttled:
-    """Counts one kind of rejected input; logs it at debug level, and as a warning once a minute."""
+    """Counts one kind of rejected input; logs each at debug level, and a warning at most once a minute.
+
+    Anyone on the machine can send such input as fast as they like: the log must not grow with it.
+    """
 
     def __init__(self, what: str) -> None:
         self._what = what
@@ -322,12 +325,7 @@ class _Throttled:
         logger.debug("torch_distributed: %s: %s", self._what, reason)
         now = time.monotonic()
         if now - self._last >= _LOG_EVERY_S:
-            logger.warning(
-                "torch_distributed: %d %s (the last: %s); only the collector's own processes are served",
-                self._count,
-                self._what,
-                reason,
-            )
+            logger.warning("torch_distributed: %d %s (the last: %s)", self._count, self._what, reason)
             self._count, self._last = 0, now
 
 
@@ -515,7 +513,10 @@ class _Sender(WeightSender):
         self._sessions: dict[int, _Session] = {}
         self._served: dict[int, tuple[int, int]] = {}  # worker -> the last (generation, session) joined
         self._retired: list[threading.Thread] = []
-        self._skipped = _Throttled("request(s) on the trainer's store that did not parse or authenticate were skipped")
+        self._skipped = _Throttled(
+            "request(s) on the trainer's store that did not parse or authenticate were skipped: "
+            "only the collector's own workers are served"
+        )
         self._closed = False
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # close-on-exec: workers never hold it
         try:
