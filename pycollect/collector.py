@@ -22,7 +22,14 @@ from pycollect._batch.split import mark_rollout_ends, split_trajectories, stack_
 from pycollect._rollout.policy import Policy
 from pycollect.config import CollectorConfig, RestartPolicy, SupervisionConfig
 from pycollect.envs.source import EnvSource, resolve_env
-from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
+from pycollect.exceptions import (
+    CollectorClosedError,
+    ConfigError,
+    PolicyError,
+    PyCollectError,
+    PyCollectWarning,
+    TransportError,
+)
 from pycollect.weights.layout import WeightsLayout
 
 if TYPE_CHECKING:
@@ -306,6 +313,14 @@ class Collector:
             warnings.warn(
                 f"weight_sync={weight_sync!r} has no effect in-process (num_workers=0): the collector "
                 "calls the very policy object you train",
+        if not config.num_workers and config.engine is None and device_policy != _D.device_policy:
+            warnings.warn(
+                f"device_policy={_describe_choice(device_policy)} has no effect in-process (num_workers=0): it "
+                "places worker processes; choose where the policy runs with policy_device= (or device=) and "
+                "where batches arrive with storing_device=",
+                PyCollectWarning,
+                stacklevel=2,
+            )
                 PyCollectWarning,
                 stacklevel=2,
             )
@@ -449,7 +464,8 @@ class Collector:
         with workers, the policy's weights go out through the weight-sync scheme and every
         worker loads them before its next rollout (never in the middle of one). In-process
         the collector calls the very policy object it was given, so weights trained in place
-        are already live. Either way :attr:`policy_version` goes up by one.
+        are already live. Either way :attr:`policy_version` goes up by one, once the weights
+        are published: a publish that fails leaves it as it was.
 
         The weights are those of the policy if it is an ``nn.Module``, else of ``weights_from``.
         With workers and neither, nothing can be sent: the first call warns (naming the policy
@@ -463,7 +479,8 @@ class Collector:
         Raises:
             PolicyError: Weights were given but the policy is not an ``nn.Module``.
             ConfigError: ``worker_ids`` names a worker that does not exist.
-            TransportError: The scheme could not publish within ``weight_sync_timeout_s``.
+            TransportError: The scheme could not publish within ``weight_sync_timeout_s``, or
+                failed otherwise (its own error is the cause).
         """
         self._check_open()
         valid = list(range(max(self.num_workers, 1)))
@@ -472,10 +489,19 @@ class Collector:
             raise ConfigError(f"worker_ids={worker_ids!r}: this collector's workers are {valid}")
         if policy_or_weights is not None:
             self._load_weights(policy_or_weights)
-        self.policy_version += 1
         if self.num_workers and self.weights_module is None and self.policy is not None:
             self._warn_no_weights()
-        self._engine.publish_weights(self.weights_module, self.policy_version)
+        version = self.policy_version + 1
+        try:
+            self._engine.publish_weights(self.weights_module, version)
+        except PyCollectError:
+            raise
+        except Exception as exc:  # a plugin engine's or scheme's own error: keep the hierarchy's promise
+            raise TransportError(
+                f"update_policy_weights_(): publishing version {version} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        # Only now: a frame must never claim a version that was not published.
+        self.policy_version = version
 
     def _warn_no_weights(self) -> None:
         if self._warned_no_weights:
@@ -591,6 +617,11 @@ class Collector:
 
     def _check_open(self) -> None:
         if self._closed:
+def _describe_choice(value: Any) -> str:
+    """A plugin argument as given: a name quoted, an instance as ``Class(...)`` (no repr of its own)."""
+    return repr(value) if isinstance(value, str) else f"{type(value).__name__}(...)"
+
+
             raise CollectorClosedError("this Collector has been shut down")
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_WEIGHT_SYNC",
     "EXPLORATION_TYPES",
     "MAX_ENVS_PER_WORKER",
+    "MAX_SECONDS",
     "MAX_WEIGHT_BUFFERS",
     "SLOTS_PER_WORKER",
     "WEIGHT_BUFFERS",
@@ -63,6 +64,16 @@ MAX_ENVS_PER_WORKER = 65_536
 """With ``check_resources``, at most this many environments per worker."""
 
 
+MAX_SECONDS = 1e9
+"""The longest duration any ``*_s`` argument accepts (about 31 years).
+
+Every consumer takes it: Rust's ``Duration`` and its deadlines, ``datetime.timedelta`` (the
+``torch_distributed`` scheme's store and group timeouts), and Python's thread and ``select``
+timeouts (``threading.TIMEOUT_MAX``, about 9.2e9 s on Linux). A longer one would pass here and
+fail later, after the environments and the segment were built, or as a bare ``OverflowError``.
+"""
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -78,8 +89,10 @@ def _non_negative_int(name: str, value: Any) -> None:
 
 
 def _positive_seconds(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_SECONDS:
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, at most {MAX_SECONDS:g} s (MAX_SECONDS), got {value!r}"
+        )
 
 
 def _flag(name: str, value: Any) -> None:
@@ -138,6 +151,8 @@ class SupervisionConfig:
         check_interval_s: How often the supervisor thread looks at heartbeats.
         shutdown_grace_s: How long workers get to exit by themselves at shutdown.
         term_timeout_s: How long workers get after SIGTERM before SIGKILL.
+
+    Every duration is a positive number of seconds, at most :data:`MAX_SECONDS`.
     """
 
     restart: RestartPolicy = "permanent"
@@ -199,7 +214,8 @@ class CollectorConfig:
             delivering worker in async mode).
         weight_sync: With workers: the weight-sync scheme, a registered name, a class or an
             instance (``None``: :data:`DEFAULT_WEIGHT_SYNC`).
-        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
+        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block (at most
+            :data:`MAX_SECONDS`).
         apply_weights: With workers: when a worker applies new weights, ``"between_rollouts"``
             (the default: a rollout is collected with one version) or ``"between_steps"``
             (before any step, never during a policy call: fresher weights, mixed versions

@@ -105,7 +105,9 @@ class ImageEnv(gym.Env):
 
 def test_a_segment_that_cannot_fit_is_refused_before_it_is_allocated() -> None:
     before = pycollect.testing.snapshot()
-    with pytest.raises(ConfigError, match=r"shared memory .*would take [\d.]+ PiB, but only .* available"):
+    with pytest.raises(
+        ConfigError, match=r"shared memory .*would take (at least )?[\d.]+ [PT]iB.*, but only .* available"
+    ):
         Collector("CartPole-v1", frames_per_batch=10**13, num_workers=1)
     with pytest.raises(ConfigError, match=r"would take [\d.]+ TiB"):
         Collector(ImageEnv, frames_per_batch=10**8, num_workers=2)

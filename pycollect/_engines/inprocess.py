@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
-from pycollect._engines.base import Engine, RolloutPlan, plan_rollout
+from pycollect._engines.base import Engine, RolloutPlan, check_fits_before_env, close_within, plan_rollout
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
 from pycollect._rollout.keys import NEXT_DONE
 from pycollect._rollout.observations import fill_observations, observation_pairs
@@ -61,6 +61,8 @@ class InProcessEngine(Engine):
         cls, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: torch.nn.Module | None = None
     ) -> InProcessEngine:
         """Build ``envs_per_worker`` environments and check the policy on the first one's specs."""
+        frames = config.envs_per_worker * config.steps_per_batch
+        check_fits_before_env(config, "the in-process batches", BATCHES_HELD * frames)
         policy, device_copy = _on_policy_device(config, policy, weights_module)
         envs = [env_source.make()]
         try:
@@ -70,8 +72,8 @@ class InProcessEngine(Engine):
             for _ in range(config.envs_per_worker - 1):
                 envs.append(env_source.make())
         except BaseException:
-            for env in envs:
-                env.close()
+            for env in envs:  # bounded: a close that hangs must not hide the error
+                close_within(env, env_source, config.supervision.shutdown_grace_s)
             raise
         runner = EnvRunner(
             envs,
@@ -121,11 +123,12 @@ class InProcessEngine(Engine):
             self.runner.load_state(state["runner"])
 
     def close(self) -> None:
-        """Close the environments (once)."""
+        """Close the environments (once) and let go of the batch memory kept for reuse."""
         if not self._closed:
             self._closed = True
             self._copier.settle()
             self.runner.close()
+            self._memory = staging_memory(self.storing_device)  # the recycled batch buffers go now
 
 
 def _on_policy_device(

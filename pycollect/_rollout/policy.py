@@ -21,6 +21,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 
+from pycollect._messages import first_line
 from pycollect._rollout.actions import PolicyOutput, RandomActions
 from pycollect._rollout.keys import IS_INIT, Key
 from pycollect.envs.specs import EnvSpecs, FieldSpec
@@ -95,7 +96,7 @@ class PolicyRunner:
         with torch.no_grad():
             raw = self._call(observation, carried)
         action, extras = self._split(raw)
-        return self._action_array(action), {key: value.detach().cpu() for key, value in extras.items()}
+        return self._action_array(action), {key: self._on_cpu(key, value) for key, value in extras.items()}
 
     # -- internals -------------------------------------------------------------------------
 
@@ -136,10 +137,25 @@ class PolicyRunner:
         A policy that starts returning floats for a discrete space (or another shape) mid-run
         is refused rather than cast (``0.9`` would become action 0).
         """
-        array = np.asarray(action.detach().cpu().numpy() if isinstance(action, torch.Tensor) else action)
+        array = np.asarray(self._on_cpu(("action",), action).numpy() if isinstance(action, torch.Tensor) else action)
         if array.shape != self._action_shape or array.dtype.kind not in self._action_kinds:
             _check_action(action, self.specs.action, self.num_envs, self.policy)  # raises, naming both
         return array.astype(self.specs.action.dtype, copy=False)
+
+    def _on_cpu(self, key: Key, value: torch.Tensor) -> torch.Tensor:
+        """``value`` copied to the CPU (where batches are assembled), or a :class:`PolicyError` naming its device.
+
+        A tensor on the ``meta`` device (or any device whose tensors cannot be copied out)
+        would otherwise fail with a bare ``NotImplementedError`` at the first batch.
+        """
+        try:
+            return value.detach().cpu()
+        except Exception as exc:
+            raise PolicyError(
+                f"policy {_describe(self.policy)} returned {'/'.join(key)!r} on device {value.device}, which "
+                f"cannot be copied to the CPU ({type(exc).__name__}: {first_line(exc)}); return tensors on the "
+                "CPU or a CUDA device (a policy on 'meta' must be materialised first: to_empty() and load weights)"
+            ) from exc
 
     def _dry_run(self) -> tuple[PolicyOutput, ...]:
         """Call the policy on example observations, check what it returns, find its recurrent state.
@@ -177,10 +193,14 @@ class PolicyRunner:
     def _outputs(self, raw: Any) -> tuple[PolicyOutput, ...]:
         action, extras = self._split(raw)
         _check_action(action, self.specs.action, self.num_envs, self.policy)
+        if isinstance(action, torch.Tensor):
+            self._on_cpu(("action",), action)  # refused here, before any worker starts
         outputs = []
         for key, value in extras.items():
             if not isinstance(value, torch.Tensor | np.ndarray):
                 raise PolicyError(f"policy output {'/'.join(key)!r} is a {type(value).__name__}, not a tensor")
+            if isinstance(value, torch.Tensor):
+                self._on_cpu(key, value)
             tensor = torch.as_tensor(value)
             if tensor.ndim == 0 or tensor.shape[0] != self.num_envs:
                 raise PolicyError(

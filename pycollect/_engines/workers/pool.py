@@ -34,7 +34,14 @@ from tensordict import TensorDict
 from pycollect import _core, plugins
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
-from pycollect._engines.base import Engine, RolloutPlan, Supervision, plan_rollout
+from pycollect._engines.base import (
+    Engine,
+    RolloutPlan,
+    Supervision,
+    check_fits_before_env,
+    close_within,
+    plan_rollout,
+)
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
 from pycollect._engines.workers import contract, forkserver
 from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
@@ -45,7 +52,14 @@ from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFER
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
 from pycollect.envs.source import EnvSource
-from pycollect.exceptions import CollectorClosedError, ConfigError, PolicyError, PyCollectWarning
+from pycollect.exceptions import (
+    CollectorClosedError,
+    ConfigError,
+    PolicyError,
+    PyCollectError,
+    PyCollectWarning,
+    TransportError,
+)
 from pycollect.weights.layout import WeightsLayout, module_weights
 from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
@@ -102,10 +116,13 @@ class WorkerPool(Engine):
         self._next_worker = 0  # async round-robin start
         self._closed = False
         self._layout = weights.layout if weights is not None else None
+        self._scheme_name = weights.scheme.name if weights is not None else ""
         self._sender: WeightSender | None = None
         self.supervisor: _core.Supervisor | None = None
         self._log: SupervisionLog | None = None
         self._spec_fd = -1
+        self._final: Supervision | None = None  # what supervision() reports once closed
+        self.consumers: list[Any] = []
 
         _core.sweep_stale_segments()  # named fallbacks left by crashed trainers (memfd leaves none)
         self.segment = _core.Segment.create(**segment_layout, backing="auto")
@@ -175,6 +192,13 @@ class WorkerPool(Engine):
             ConfigError: Anything that would fail in a worker, named, before any worker starts.
         """
         weights = None
+        slot_frames = config.num_workers * SLOTS_PER_WORKER * config.envs_per_worker * config.steps_per_batch
+        owned_frames = 0 if config.zero_copy else BATCHES_HELD * config.rows * config.steps_per_batch
+        check_fits_before_env(
+            config,
+            f"the shared memory of {config.num_workers} worker(s) and the trainer's batches",
+            slot_frames + owned_frames,
+        )
         scheme = plugins.instance("scheme", config.scheme, "weight_sync")
         device_policy = plugins.instance("device_policy", config.device_policy, "device_policy")
         placements = place_workers(device_policy, config)
@@ -184,7 +208,7 @@ class WorkerPool(Engine):
         try:
             plan = plan_rollout(config, env_source, probe, policy)
         finally:
-            probe.close()
+            close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
         _picklable(env_source, f"env {env_source.describe()!r}")
         try:
             # Pickled as one pair: in the worker the function and the module it closes over
@@ -247,21 +271,35 @@ class WorkerPool(Engine):
                 lease.release()
         return batch
 
+    def _live(self) -> tuple[list[Any], Any]:
+        """The consumers and the segment, or :class:`CollectorClosedError` once :meth:`close` let them go.
+
+        Read in this order (:meth:`_release` drops the segment first): a thread waiting for a
+        batch while another shuts the collector down gets the error, never a half-released pool.
+        """
+        consumers, segment = self.consumers, getattr(self, "segment", None)
+        if segment is None or not consumers:
+            raise CollectorClosedError("the collector is shut down")
+        return consumers, segment
+
     def _poll(self) -> SupervisionLog:
-        assert self._log is not None
-        self._log.poll()
+        log = self._log
+        if log is None:
+            raise CollectorClosedError("the collector is shut down")
+        log.poll()
         if not self.sync:
-            for worker in self._log.newly_stopped():
-                left = sum(not self._log.stopped(w) for w in range(self.num_workers))
+            for worker in log.newly_stopped():
+                left = sum(not log.stopped(w) for w in range(self.num_workers))
                 warnings.warn(
-                    f"{self._log.describe_stop(worker)}; collecting from {left} of {self.num_workers} workers",
+                    f"{log.describe_stop(worker)}; collecting from {left} of {self.num_workers} workers",
                     PyCollectWarning,
                     stacklevel=5,
                 )
-        return self._log
+        return log
 
     def _pop(self, worker: int) -> Any:
-        consumer = self.consumers[worker]
+        consumers, segment = self._live()
+        consumer = consumers[worker]
         while True:
             log = self._poll()
             lease = consumer.pop(timeout_s=_POLL_S)
@@ -269,25 +307,27 @@ class WorkerPool(Engine):
                 return lease
             if log.stopped(worker) and not consumer.available():  # what it committed was delivered
                 raise log.stopped_error(worker, "and a sync batch needs a rollout of every worker")
-            if self.segment.is_shutdown:
+            if segment.is_shutdown:
                 raise CollectorClosedError("the collector is shutting down")
 
     def _pop_any(self) -> Any:
+        consumers, segment = self._live()
         while True:
             log = self._poll()
-            if all(log.stopped(w) and not self.consumers[w].available() for w in range(self.num_workers)):
+            if all(log.stopped(w) and not consumers[w].available() for w in range(self.num_workers)):
                 raise log.stopped_error(self.num_workers - 1, "and no worker is left")
-            which = _core.wait_any(self.consumers, timeout_s=_POLL_S, start=self._next_worker)
+            which = _core.wait_any(consumers, timeout_s=_POLL_S, start=self._next_worker)
             if which is not None:
-                lease = self.consumers[which].try_pop()
+                lease = consumers[which].try_pop()
                 if lease is not None:
                     self._next_worker = (which + 1) % self.num_workers
                     return lease
-            if self.segment.is_shutdown:
+            if segment.is_shutdown:
                 raise CollectorClosedError("the collector is shutting down")
 
     def _assemble(self, leases: list[Any]) -> TensorDict:
-        k, t = self.segment.envs_per_worker, self.segment.steps
+        consumers, segment = self._live()
+        k, t = segment.envs_per_worker, segment.steps
         self._copier.settle()  # the previous batch's staging memory may be reused from here
         rows = k * len(leases)
         one_block = self.sync and len({lease.slot for lease in leases}) == 1 and len(leases) == self.num_workers
@@ -299,7 +339,7 @@ class WorkerPool(Engine):
         for field in self._fields:
             name = self._names[field.key]
             if one_block:  # writable: torch warns about read-only buffers; the slots are leased
-                sources = [np.asarray(self.segment.batch_view(name, leases[0].slot, writable=True))]
+                sources = [np.asarray(segment.batch_view(name, leases[0].slot, writable=True))]
             else:
                 sources = [np.asarray(lease.view(name)) for lease in leases]
             if owned is not None:
@@ -323,7 +363,7 @@ class WorkerPool(Engine):
                 fill_observations(source, arrays[next_key][block], arrays[NEXT_DONE][block], out=arrays[key][block])
         td = to_tensordict(arrays)
         for i, lease in enumerate(leases):
-            if self._generation_ended(lease):
+            if self._generation_ended(lease, consumers):
                 _mark_cut(td, slice(i * k, (i + 1) * k))
         storing = self._storing[leases[0].worker]  # sync: worker 0's; async: the delivering worker's
         if storing.type == "cpu":
@@ -332,12 +372,14 @@ class WorkerPool(Engine):
             return td.to(storing)
         return self._copier.copy(td, storing)
 
-    def _generation_ended(self, lease: Any) -> bool:
+    def _generation_ended(self, lease: Any, consumers: list[Any]) -> bool:
         """Whether ``lease`` is the last rollout its (dead) worker generation committed."""
-        assert self._log is not None
-        if not self._log.ended(lease.worker, lease.generation):
+        log = self._log
+        if log is None:
+            raise CollectorClosedError("the collector is shut down")
+        if not log.ended(lease.worker, lease.generation):
             return False
-        following = self.consumers[lease.worker].peek()
+        following = consumers[lease.worker].peek()
         return following is None or following[1] != lease.generation
 
     def _release_held(self) -> None:
@@ -349,6 +391,8 @@ class WorkerPool(Engine):
 
     def supervision(self) -> Supervision:
         """Each worker's :class:`~pycollect._core.WorkerStats` and the recent events."""
+        if self._final is not None:
+            return self._final
         if self.supervisor is None or self._log is None:
             return Supervision()
         if not self._closed:
@@ -360,13 +404,22 @@ class WorkerPool(Engine):
 
         Raises:
             PolicyError: The state dict no longer has the layout the workers were started with.
-            TransportError: The scheme could not publish within ``weight_sync_timeout_s``.
+            TransportError: The scheme could not publish within ``weight_sync_timeout_s``, or
+                raised an error of its own (the cause).
         """
         if self._sender is None or self._layout is None or weights is None:
             return  # no weights module: the collector has warned that nothing moves
         state = module_weights(weights)
         self._layout.check(state)
-        self._sender.send(state, version, timeout_s=self.config.weight_sync_timeout_s)
+        try:
+            self._sender.send(state, version, timeout_s=self.config.weight_sync_timeout_s)
+        except PyCollectError:
+            raise
+        except Exception as exc:  # a scheme's own error (a plugin's, a bare OverflowError): named
+            raise TransportError(
+                f"weight-sync scheme {self._scheme_name!r} failed to publish version {version}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -386,6 +439,24 @@ class WorkerPool(Engine):
         if self._spec_fd >= 0:
             os.close(self._spec_fd)
             self._spec_fd = -1
+        self._release()
+
+    def _release(self) -> None:
+        """Let go of the segment and the batch memory now, not when the collector is collected.
+
+        A shut-down collector the program still refers to would otherwise keep the segment
+        (rollout slots and weights buffers: hundreds of MB with a large policy) mapped. What
+        :meth:`supervision` reports is kept; a zero-copy batch the caller still holds keeps
+        the mapping it views alive by itself.
+        """
+        self._final = self.supervision()
+        if hasattr(self, "segment"):
+            del self.segment  # first: _live() reads the consumers, then the segment
+        self.consumers = []
+        self._sender = None  # the weights store's writer maps the segment
+        self._log = None
+        self.supervisor = None  # holds the segment for the workers it started
+        self._memory = staging_memory(torch.device("cpu"))  # the recycled batch buffers go
 
 
 def place_workers(policy: DevicePolicy, config: CollectorConfig) -> list[Placement]:
