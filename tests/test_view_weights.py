@@ -260,6 +260,9 @@ class _Two(torch.nn.Module):
         self.linear = torch.nn.Linear(3, 2)
         self.norm = torch.nn.BatchNorm1d(2)
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.linear(x))
+
 
 def _packed(module: torch.nn.Module, value: float, version: int) -> tuple[WeightsLayout, np.ndarray]:
     layout = WeightsLayout.from_module(module)
@@ -312,6 +315,22 @@ def test_share_forgets_references_that_only_garbage_keeps() -> None:
     cycle.append(cycle)  # unreachable once dropped, but only the cycle collector frees it
     del cycle
     assert layout.share(second, worker) == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_compiled_policy_acts_with_shared_weights_and_is_not_refused() -> None:
+    # torch.compile passes a module's parameters to its graph at each call (it keeps none):
+    # repointing them is seen, and nothing is left on the old storage to refuse.
+    worker = _Two().eval()
+    compiled = torch.compile(worker, backend="aot_eager")
+    x = torch.ones(2, 3)
+    with torch.no_grad():
+        compiled(x)
+        for version, value in ((1, 1.0), (2, 2.0)):
+            layout, data = _packed(_Two(), value, version)
+            assert layout.share(data, worker) == version
+            out = compiled(x)
+            assert torch.equal(out, worker(x)) and bool((out == out[0, 0]).all())
 
 
 def test_unpack_writes_into_the_storage_every_derived_tensor_sees() -> None:
