@@ -7,7 +7,7 @@ version number that workers stamp on every frame. Write one by subclassing
 (:mod:`pycollect.hookspecs`). The built-in ``shared_memory`` (the default with workers),
 ``no_sync`` and ``torch_distributed`` schemes live in :mod:`pycollect.default_plugins` and
 register the same way; their classes are exported here too, to configure them
-(``SharedMemoryScheme(mode="copy")``, ``TorchDistributedScheme(timeout_s=30)``).
+(``SharedMemoryScheme(mode="view")``, ``TorchDistributedScheme(timeout_s=30)``).
 
 Modules:
     scheme: the interface (:class:`WeightSyncScheme`, :class:`WeightSender`,
