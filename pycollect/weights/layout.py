@@ -249,7 +249,7 @@ def _refuse_kept_storages(left: dict[int, tuple[torch.UntypedStorage, list[str]]
             "attribute, a closure or a compiled graph). With SharedMemoryScheme(mode='view') new weights are "
             "not written into that storage: the parameter is pointed at the shared buffer of the new version, "
             "so what the policy kept would go on acting with the old weights while its frames are stamped "
-            "with the new version. Make such tensors inside forward, or use SharedMemoryScheme(mode='copy') "
+            "with the new version. Make such tensors anew in each forward call, or use SharedMemoryScheme(mode='copy') "
             "(the default), which writes new weights into the parameters' own storage"
         )
 
