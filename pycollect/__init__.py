@@ -12,6 +12,9 @@ Extension points, each a subpackage with its interface, extended through pluggy 
 * :mod:`pycollect.devices`: device placement policies (:class:`DevicePolicy`).
 
 :mod:`pycollect.testing` has conformance checkers and test environments for plugin authors.
+
+Importing pycollect starts no process; :func:`prestart` starts the fork server (what forks
+worker processes) early, so that its imports overlap yours.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from pycollect.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from pycollect._batch.episodes import EpisodeRecord
+    from pycollect._engines.workers._prestart import prestart
     from pycollect._rollout.seeding import env_seeds
     from pycollect.collector import Collector, CollectorStats
     from pycollect.config import CollectorConfig, SupervisionConfig
@@ -72,6 +76,7 @@ _LAZY = {
     "WeightSyncScheme": "pycollect.weights",
     "EpisodeRecord": "pycollect._batch.episodes",
     "env_seeds": "pycollect._rollout.seeding",
+    "prestart": "pycollect._engines.workers._prestart",
 }
 
 
@@ -119,5 +124,6 @@ __all__ = [
     "__version__",
     "env_seeds",
     "hookimpl",
+    "prestart",
     "specs_from_spaces",
 ]

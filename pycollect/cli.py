@@ -294,9 +294,9 @@ def _run(args: argparse.Namespace, started: float) -> int:
         _say("error", flag_names(str(exc)))
         return 2
     if args.workers:
-        from pycollect._engines.workers import forkserver
+        from pycollect import prestart
 
-        forkserver.start()  # its imports overlap ours (tqdm, torch); a no-op if turned off
+        prestart()  # the fork server's imports overlap ours (tqdm, torch); a no-op if turned off
     if args.frames is None:  # the default is the command's choice: whole batches, nothing to warn about
         settings["total_frames"] = math.ceil(DEFAULT_FRAMES / config.batch_frames) * config.batch_frames
     interrupted = False

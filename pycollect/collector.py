@@ -9,10 +9,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-# Before torch: starts the fork server, whose own imports then run while this process imports torch.
-from pycollect._engines.workers import _prestart  # noqa: F401
-
-# isort: split
 import torch
 from tensordict import TensorDict, TensorDictBase
 

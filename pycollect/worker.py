@@ -1,11 +1,12 @@
-"""The worker process: ``python -m pycollect.worker``, started by a collector's supervisor.
+"""The worker process: ``python -P -m pycollect.worker``, started by a collector's supervisor.
 
 This module is the process's entry point and nothing else; the loop it runs is
-:mod:`pycollect._engines.workers.main`, and what a worker is started with is
+:mod:`pycollect._engines.workers.main`, and what a worker is started with (``-P`` and the
+trainer's path, so that it imports the trainer's pycollect wherever the trainer runs) is
 :mod:`pycollect._engines.workers.contract`. It is a public name so that ``ps`` shows what a
-worker is: ``python -m pycollect.worker``.
+worker is: ``python -P -m pycollect.worker``.
 
-``python -m pycollect.worker --fork-server`` runs the fork server instead
+``python -P -m pycollect.worker --fork-server`` runs the fork server instead
 (:mod:`pycollect._engines.workers.forkserver`); the workers it forks show that command line
 too, and the process name ``pycollect-wkr``.
 """

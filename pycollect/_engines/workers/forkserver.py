@@ -1,16 +1,37 @@
 """The fork server: worker processes that start in milliseconds instead of seconds.
 
 A worker that imports torch takes about three seconds to start with fork+exec. The fork
-server is a process the trainer starts early and in the background (when
-:mod:`pycollect.collector` is imported, before the trainer's own ``import torch``, so the two
-overlap) that imports numpy, torch, gymnasium and pycollect's worker modules once, with one
-compute thread and without ever initialising CUDA, and then forks a worker per request. The
-trainer itself is never forked (it is multi-threaded and may hold a CUDA context).
+server is a process that imports numpy, torch, gymnasium and pycollect's worker modules once,
+with one compute thread and without ever initialising CUDA, and then forks a worker per
+request. The trainer itself is never forked (it is multi-threaded and may hold a CUDA
+context).
 
-It runs as ``python -m pycollect.worker --fork-server``, in its own process group, and exits
-when the trainer goes: it watches its control socket for end of file, and it has a parent-death
-signal when it was started from the main thread. ``PYCOLLECT_FORK_SERVER=0`` turns it off
-(every worker is then started with fork+exec).
+Importing pycollect starts nothing. The server is started where it is needed: by the first
+collector with workers (:func:`connect`), which waits for its imports (in short slices, so
+Ctrl-C gets through, and for at most :data:`_READY_TIMEOUT_S`) and then uses it, or earlier
+by :func:`pycollect.prestart` (:func:`start`), which returns at once, so that the server's
+imports overlap the caller's own (the ``pycollect`` command calls it first thing).
+``PYCOLLECT_FORK_SERVER=0`` turns it off (every worker is then started with fork+exec).
+
+It runs as ``python -P -m pycollect.worker --fork-server`` (the trainer's ``sys.path``, not the
+working directory, decides which ``pycollect`` it imports: see :mod:`.contract`), in ``/``, in
+its own process group, and exits when the trainer goes, whatever thread started it: it
+watches the trainer's pidfd, and its control socket for end of file (the trainer's end is
+closed in every ``os.fork()`` child, which cannot use it anyway); it also has a parent-death
+signal when it was started from the main thread.
+
+Every collector asks the server for its own connection over the control socket and waits a
+few seconds at most (:data:`_ACK_TIMEOUT_S`) for the acknowledgement. A server that does not
+answer in time, or that is stopped (SIGSTOP, a debugger, a frozen container), is killed,
+reaped and replaced by a fresh one for the collectors that come later; that collector's
+workers start with fork+exec. A supervisor then waits at most 10 s for each reply
+(``REPLY_TIMEOUT`` in ``forkserver.rs``).
+
+The server trusts nothing but its trainer: it takes a message only when the kernel-reported
+credentials of its sender (``SO_PASSCRED``) are the trainer's pid and uid, and a connection
+only when it is a unix ``SOCK_SEQPACKET`` socket that the trainer made (``SO_PEERCRED``); it
+closes whatever else it is sent (a pipe instead of a socket, a socket of another process) and
+never ends on bad input.
 
 Supervision is unchanged: the Rust supervisor sends each launch over its own connection
 (``SCM_RIGHTS`` for stdio, the lifeline and every passed fd, plus the complete environment and
@@ -24,24 +45,29 @@ parent, arms its parent-death signal, waits for the supervisor's go byte on its 
 runs :func:`pycollect._engines.workers.main.run`.
 
 A server that is not single-threaded when a request comes refuses it; a refusal, a dead
-server or no reply makes the supervisor fall back to fork+exec (``python -m pycollect.worker``).
+server or no reply makes the supervisor fall back to fork+exec (``python -P -m pycollect.worker``).
 """
 
 from __future__ import annotations
 
+import array
 import atexit
 import contextlib
+import json
 import logging
 import os
 import select
 import signal
 import socket
+import stat
+import struct
 import subprocess
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from pycollect._engines.workers import contract
 
@@ -68,11 +94,15 @@ COMM_WORKER = "pycollect-wkr"
 _ENV_CONTROL_FD = "PYCOLLECT_FORK_SERVER_FD"
 _ENV_PARENT = "PYCOLLECT_FORK_SERVER_PARENT"
 _ENV_PDEATHSIG = "PYCOLLECT_FORK_SERVER_PDEATHSIG"
+_READY_TIMEOUT_S = 60.0  # its imports (torch): seconds, more on a busy machine
+_ACK_TIMEOUT_S = 5.0  # a server in its loop answers in microseconds; this is for a busy machine
+_SLICE_S = 0.1  # the trainer's waits: Ctrl-C, a stopped or dead server are seen this often
 _REPARENT_TIMEOUT_S = 10.0  # the middle child exits right after its fork
 _GO_TIMEOUT_S = 120.0  # the supervisor writes the go byte right after it got the pid
 _MAX_REQUEST = 1 << 20  # bytes: the environment is the bulk of a request
 _MAX_FDS = 64
 _STOP_TIMEOUT_S = 2.0
+_UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 log = logging.getLogger("pycollect.workers")
 
@@ -90,30 +120,45 @@ class _Server:
                 _ENV_CONTROL_FD: str(theirs.fileno()),
                 _ENV_PARENT: str(os.getpid()),
                 # The kernel ties the parent-death signal to the thread that forks: only the
-                # main thread lives as long as the trainer.
+                # main thread lives as long as the trainer. The server watches the trainer's
+                # pidfd in any case.
                 _ENV_PDEATHSIG: "1" if threading.current_thread() is threading.main_thread() else "0",
-                contract.ENV_SYS_PATH: contract.worker_env(hide_cuda=False)[contract.ENV_SYS_PATH],
+                **contract.path_env(),
                 "OMP_NUM_THREADS": "1",
                 "MKL_NUM_THREADS": "1",
             }
         )
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "pycollect.worker", "--fork-server"],
+                [sys.executable, "-P", "-m", "pycollect.worker", "--fork-server"],
                 env=env,
+                cwd="/",  # it must not keep the trainer's directory busy; workers get theirs per request
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
                 process_group=0,  # Ctrl-C in the terminal is the trainer's; we leave with it
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.control = ours
         self.owner = os.getpid()
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one exchange on the control socket at a time
         self.ready = False
+        self._sequence = 0
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def stopped(self) -> bool:
+        """Whether it is stopped (SIGSTOP, a debugger): it cannot answer until someone resumes it."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state in (b"T", b"t")
 
     def stop(self) -> None:
         """Close the control socket (the server exits on end of file) and reap the server."""
@@ -121,43 +166,83 @@ class _Server:
         try:
             self.process.wait(timeout=_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self.kill()
 
-    def wait_ready(self, timeout_s: float) -> bool:
-        """Wait until the server has done its imports (it then says ``ready`` once)."""
+    def kill(self) -> None:
+        """Kill it (SIGKILL ends a stopped process too) and reap it."""
+        self.control.close()
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        self.process.wait()
+
+    def _await(self, wanted: Callable[[bytes], bool], timeout_s: float) -> tuple[str, bytes]:
+        """Read the server's messages until one is ``wanted``; call with :attr:`lock` held.
+
+        Returns ``("ok", message)``, or ``("gone" | "stopped" | "timeout", b"")``. The wait is
+        cut into short slices: a signal handler (Ctrl-C's ``KeyboardInterrupt``) runs between
+        them, and a server that dies or is stopped is noticed within one.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if select.select([self.control], [], [], _SLICE_S)[0]:
+                try:
+                    message = self.control.recv(64)
+                except OSError:
+                    return "gone", b""
+                if not message:
+                    return "gone", b""
+                if message == b"ready":
+                    self.ready = True
+                if wanted(message):
+                    return "ok", message
+                continue
+            if not self.alive():
+                return "gone", b""
+            if self.stopped():
+                return "stopped", b""
+            if time.monotonic() >= deadline:
+                return "timeout", b""
+
+    def wait_ready(self, timeout_s: float) -> str:
+        """Wait until the server has done its imports (it then says ``ready`` once): ``"ok"`` or why not."""
         with self.lock:
             if self.ready:
-                return True
-            deadline = time.monotonic() + timeout_s
-            while not self.ready and self.alive():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                if select.select([self.control], [], [], min(left, 0.1))[0]:
-                    self.ready = self.control.recv(16) == b"ready"
-                    if not self.ready:
-                        break  # end of file: it exited
-            return self.ready
+                return "ok"
+            return self._await(lambda message: message == b"ready", timeout_s)[0]
 
-    def connect(self) -> int | None:
-        """A new connection for one supervisor (the caller closes it), or None."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            with self.lock:
-                socket.send_fds(self.control, [b"conn"], [theirs.fileno()])
-        except OSError as exc:
+    def connect(self, timeout_s: float) -> tuple[int | None, str]:
+        """A new connection for one supervisor (the caller closes it), or None and why not.
+
+        The server acknowledges every connection it takes; no acknowledgement within
+        ``timeout_s`` means it does not answer.
+        """
+        with self.lock:
+            self._sequence += 1
+            tag = b"conn %d" % self._sequence
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                # DONTWAIT: a stopped server's full queue must not block us.
+                socket.send_fds(self.control, [tag], [theirs.fileno()], socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except OSError as exc:
+                ours.close()
+                return None, f"unreachable ({exc})"
+            finally:
+                theirs.close()
+            status, reply = self._await(lambda message: message.startswith(tag + b" "), timeout_s)
+            if reply == tag + b" ok":
+                return ours.detach(), ""
             ours.close()
-            log.debug("fork server unreachable (%s)", exc)
-            return None
-        finally:
-            theirs.close()
-        return ours.detach()
+            if status == "ok":
+                return None, f"refused the connection ({reply[len(tag) + 1 :].decode(errors='replace')})"
+            if status == "timeout":
+                return None, f"did not answer in {timeout_s:g} s"
+            return None, "stopped" if status == "stopped" else "exited"
 
 
 _server: _Server | None = None
 _lock = threading.Lock()
 _in_server = False  # true in the server and in every process it forks
+_at_exit = False
 
 
 def enabled() -> bool:
@@ -173,59 +258,98 @@ def enabled() -> bool:
 def start() -> None:
     """Start this process's fork server in the background, unless it runs or is turned off.
 
-    Returns at once: the server does its imports while the caller goes on with its own.
+    Returns at once: the server does its imports while the caller goes on with its own. This
+    is :func:`pycollect.prestart`.
     """
-    global _server
-    if not enabled():
-        return
+    if enabled():
+        _running()
+
+
+def _running() -> _Server | None:
+    """This process's running fork server, started now if there is none (or it has exited)."""
+    global _server, _at_exit
     with _lock:
         if (server := _own_server()) is not None and server.alive():
-            return
+            return server
+        if server is not None:
+            log.debug("the fork server has exited (status %s); starting another", server.process.returncode)
+            server.kill()  # reaps it
         try:
             _server = _Server()
         except OSError as exc:
             log.debug("cannot start the fork server (%s); workers start with fork+exec", exc)
             _server = None
-        else:
-            atexit.register(_stop_at_exit, _server)
+            return None
+        if not _at_exit:
+            atexit.register(_stop_at_exit)
+            _at_exit = True
+        return _server
 
 
-def _stop_at_exit(server: _Server) -> None:
+def _stop_at_exit() -> None:
     # At exit the server would see end of file anyway; closing first and waiting reaps it, so
     # that it is not left a zombie of a process that lives on (an embedding program).
-    if server.owner == os.getpid():
+    if (server := _own_server()) is not None:
         server.stop()
+
+
+def _close_in_fork_child() -> None:
+    # An os.fork() child of the trainer cannot use the trainer's server (_own_server), and the
+    # server must see end of file when the trainer goes, not when the last child does.
+    if _server is not None:
+        with contextlib.suppress(OSError):
+            _server.control.close()
+
+
+os.register_at_fork(after_in_child=_close_in_fork_child)
+
+
+def _replace(server: _Server, why: str) -> None:
+    """Kill an unusable server and start a fresh one in the background for later collectors."""
+    global _server
+    log.warning(
+        "the fork server (pid %d) %s; it is replaced, and these workers start with fork+exec", server.process.pid, why
+    )
+    with _lock:
+        if _server is server:
+            _server = None
+    server.kill()
+    start()
 
 
 def connect() -> int | None:
     """A connection to the fork server for one supervisor, or None (then fork+exec).
 
-    None when the server is turned off, was started by another process (this one is a fork of
-    the trainer), or is not running; a server that died is started again for the collectors
-    that come later.
+    Starts the server if this process has none running (the first collector with workers)
+    and waits for its imports. None when the server is turned off, cannot start, does not
+    finish its imports in time, or does not answer (it is then replaced, see the module
+    docs).
     """
     if not enabled():
         return None
-    server = _own_server()
+    server = _running()
     if server is None:
-        log.debug("no fork server in this process; workers start with fork+exec")
-        start()
         return None
-    if not server.alive():
-        log.debug("the fork server has exited (status %s); workers start with fork+exec", server.process.returncode)
-        start()
+    status = server.wait_ready(_READY_TIMEOUT_S)
+    if status == "timeout":
+        log.warning("the fork server is not ready after %g s; these workers start with fork+exec", _READY_TIMEOUT_S)
+        return None  # still importing: later collectors will find it ready
+    if status != "ok":
+        _replace(server, "exited before it was ready" if status == "gone" else "is stopped")
         return None
-    return server.connect()
+    fd, why = server.connect(_ACK_TIMEOUT_S)
+    if fd is None:
+        _replace(server, why)
+    return fd
 
 
 def wait_ready(timeout_s: float = 60.0) -> bool:
     """Wait until this process's fork server has done its imports; False if it is not running.
 
-    Collectors do not need this (a request that comes early just waits for the imports); it
-    is for benchmarks and tests that want a warm server.
+    Collectors do this themselves; it is for benchmarks and tests that want a warm server.
     """
     server = _own_server()
-    return server is not None and server.wait_ready(timeout_s)
+    return server is not None and server.wait_ready(timeout_s) == "ok"
 
 
 def server_pid() -> int | None:
@@ -271,20 +395,172 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+@dataclass
+class _Message:
+    """One message received on a unix socket, with what the kernel says about its sender."""
+
+    data: bytes
+    fds: list[int] = field(default_factory=list)
+    sender: tuple[int, int] | None = None  # (pid, uid), from SCM_CREDENTIALS
+    truncated: bool = False
+    eof: bool = False  # the other end is closed (an empty message still carries credentials)
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _receive(sock: socket.socket, size: int, max_fds: int) -> _Message:
+    """Receive one message; its descriptors are close-on-exec and the caller's to close."""
+    space = socket.CMSG_SPACE(max_fds * 4) + socket.CMSG_SPACE(_UCRED.size)
+    data, ancillary, flags, _ = sock.recvmsg(size, space, socket.MSG_CMSG_CLOEXEC)
+    message = _Message(data, truncated=bool(flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)))
+    for level, kind, payload in ancillary:
+        if level != socket.SOL_SOCKET:
+            continue
+        if kind == socket.SCM_RIGHTS:
+            fds = array.array("i")
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            message.fds.extend(fds)
+        elif kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
+            pid, uid, _ = _UCRED.unpack_from(payload)
+            message.sender = (pid, uid)
+    message.eof = not data and not ancillary
+    return message
+
+
+def _accept(fd: int, trainer: int) -> socket.socket | str:
+    """The connection behind a received descriptor, or why it is refused (the caller closes ``fd`` then)."""
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        return "not a socket"
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_SEQPACKET:
+            sock.close()
+            return "not a unix SOCK_SEQPACKET socket"
+        pid, uid, _ = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+        if (pid, uid) != (trainer, os.getuid()):
+            sock.close()
+            return f"made by pid {pid}, uid {uid}, not by the trainer"
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before the ack, so before any request
+    except BaseException:
+        sock.close()
+        raise
+    os.set_inheritable(sock.fileno(), False)
+    return sock
+
+
+class _Loop:
+    """The server's event loop: the control socket, one connection per supervisor, the trainer's pidfd."""
+
+    def __init__(self, control: socket.socket, trainer: int, trainer_fd: int | None) -> None:
+        self.control = control
+        self.trainer = trainer
+        self.trainer_fd = trainer_fd
+        self.me = (trainer, os.getuid())
+        self.conns: dict[int, socket.socket] = {}
+
+    def run(self) -> int:
+        watched = [self.control.fileno()] + ([self.trainer_fd] if self.trainer_fd is not None else [])
+        # Without a pidfd (an old kernel) the trainer's pid is checked once a second instead.
+        timeout = None if self.trainer_fd is not None else 1.0
+        while True:
+            readable, _, _ = select.select([*watched, *self.conns], [], [], timeout)
+            if self.trainer_fd is None and os.getppid() != self.trainer:
+                return 0
+            for fd in readable:
+                if fd == self.trainer_fd:
+                    return 0  # the trainer has exited
+                if fd == self.control.fileno():
+                    if not self._on_control():
+                        return 0
+                elif fd in self.conns:
+                    self._on_request(fd)
+
+    def _on_control(self) -> bool:
+        """Handle one message on the control socket; False at end of file (the trainer is gone)."""
+        try:
+            message = _receive(self.control, 64, 4)
+        except OSError:
+            return False
+        if message.eof:
+            return False
+        try:
+            if message.sender != self.me:
+                return True  # not the trainer (a forked child of it): no reply, it would reach the trainer
+            parts = message.data.split(b" ")
+            if len(parts) != 2 or parts[0] != b"conn" or not parts[1].isdigit():
+                return True  # nothing to answer
+            try:
+                if message.truncated or len(message.fds) != 1:
+                    reply = b"refused: expected one descriptor"
+                else:
+                    accepted = _accept(message.fds[0], self.trainer)
+                    if isinstance(accepted, str):
+                        reply = b"refused: " + accepted.encode()
+                    else:
+                        self.conns[accepted.fileno()] = accepted
+                        reply = b"ok"
+            except Exception as exc:  # bad input must not end the server, and the trainer waits for an answer
+                reply = f"refused: {type(exc).__name__}: {exc}".encode()
+            with contextlib.suppress(OSError):
+                self.control.send(message.data + b" " + reply)
+        finally:
+            message.close_fds()  # a connection taken is a duplicate
+        return True
+
+    def _on_request(self, fd: int) -> None:
+        """Handle one request of a supervisor (one worker to fork)."""
+        conn = self.conns[fd]
+        try:
+            message = _receive(conn, _MAX_REQUEST, _MAX_FDS)
+        except OSError:
+            message = _Message(b"", eof=True)
+        if message.eof:  # that supervisor is done
+            conn.close()
+            del self.conns[fd]
+            return
+        try:
+            if message.sender != self.me:
+                return  # not the trainer's supervisor: dropped without a reply
+            if message.truncated:
+                reply = b"error: request too large"
+            else:
+                reply = _spawn(message.data, message.fds, self.trainer, [self.control, *self.conns.values()])
+        except Exception as exc:  # a bad request must not end the server
+            reply = f"error: {type(exc).__name__}: {exc}".encode()
+        finally:
+            message.close_fds()
+        with contextlib.suppress(OSError):
+            conn.send(reply)
+
+
 def serve() -> int:
     """Run the fork server (``python -m pycollect.worker --fork-server``); returns its exit status."""
     global _in_server
     _in_server = True
     _set_comm(COMM_SERVER)
-    trainer = int(os.environ[_ENV_PARENT])
-    if os.environ.get(_ENV_PDEATHSIG) == "1":
+    contract.restore_user_env()
+    if contract.ENV_SYS_PATH in os.environ:
+        sys.path[:] = json.loads(os.environ.pop(contract.ENV_SYS_PATH))
+    trainer = int(os.environ.pop(_ENV_PARENT))
+    if os.environ.pop(_ENV_PDEATHSIG, None) == "1":
         from pycollect import _core
 
         _core.set_parent_death_signal(signal.SIGKILL)
+    try:
+        # Readable once the trainer has exited, whichever of its threads started us.
+        trainer_fd: int | None = os.pidfd_open(trainer)
+    except ProcessLookupError:
+        return 0
+    except OSError:
+        trainer_fd = None
     if os.getppid() != trainer:
-        return 0  # the trainer is already gone
+        return 0  # the trainer is already gone (the pid may be another process's now)
     control = socket.socket(fileno=int(os.environ.pop(_ENV_CONTROL_FD)))
     os.set_inheritable(control.fileno(), False)
+    control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     try:
         _preload()
     except Exception:
@@ -292,42 +568,7 @@ def serve() -> int:
         return 1
     with contextlib.suppress(OSError):
         control.send(b"ready")
-    conns: dict[int, socket.socket] = {}
-    while True:
-        readable, _, _ = select.select([control.fileno(), *conns], [], [])
-        for fd in readable:
-            if fd == control.fileno():
-                try:
-                    msg, fds, _, _ = socket.recv_fds(control, 16, 4)
-                except OSError:
-                    msg, fds = b"", []
-                if not msg:
-                    return 0  # end of file: the trainer is gone
-                for new in fds:
-                    os.set_inheritable(new, False)
-                    conns[new] = socket.socket(fileno=new)
-                continue
-            conn = conns[fd]
-            try:
-                msg, fds, flags, _ = socket.recv_fds(conn, _MAX_REQUEST, _MAX_FDS)
-            except OSError:
-                msg, fds, flags = b"", [], 0
-            if not msg:  # that supervisor is done
-                conn.close()
-                del conns[fd]
-                continue
-            try:
-                if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                    reply = b"error: request too large"
-                else:
-                    reply = _spawn(msg, fds, trainer, [control, *conns.values()])
-            except Exception as exc:  # a bad request must not end the server
-                reply = f"error: {type(exc).__name__}: {exc}".encode()
-            finally:
-                for received in fds:
-                    os.close(received)
-            with contextlib.suppress(OSError):
-                conn.send(reply)
+    return _Loop(control, trainer, trainer_fd).run()
 
 
 def _spawn(msg: bytes, fds: list[int], trainer: int, sockets: Sequence[socket.socket]) -> bytes:

@@ -50,10 +50,13 @@ use rustix::process::{
 
 use super::reaper::{wait_readable, LiveChild};
 
-/// How long the supervisor waits for the server's reply. Generous because the first request
-/// may arrive while the server is still importing (it was started at the same moment as the
-/// trainer's own imports); a dead server answers at once (EOF).
-const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the supervisor waits for the server's reply. The embedding program hands over a
+/// connection only once the server is done with its imports and has answered on it (pycollect
+/// checks both right before it starts the supervisor), so a healthy server answers within
+/// milliseconds (one fork); this bounds what a server that stops answering later (stopped,
+/// wedged) costs: one wait, after which this supervisor uses fork+exec. A dead server answers
+/// at once (EOF).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The supervisor's connection to a fork server and whether it still uses it.
 #[derive(Debug)]
@@ -119,10 +122,7 @@ impl ForkServer {
             send.push(fd.as_fd());
             targets.push(*target);
         }
-        let cwd = match command.get_current_dir() {
-            Some(dir) => dir.to_path_buf(),
-            None => std::env::current_dir().map_err(|e| format!("current dir: {e}"))?,
-        };
+        let cwd = worker_dir(command);
         let message = encode_request(parent, &cwd, &targets, resolved_env(command));
 
         let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(send.len()))];
@@ -217,6 +217,15 @@ impl Drop for SubreaperGuard {
     }
 }
 
+/// Where the worker runs: the command's directory, else ours, else (ours was removed) `/`,
+/// as for an exec'd worker (see `spawn_worker`).
+fn worker_dir(command: &Command) -> std::path::PathBuf {
+    match command.get_current_dir() {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir().unwrap_or_else(|_| "/".into()),
+    }
+}
+
 /// The environment the exec'd child would get: ours now, with the command's changes.
 fn resolved_env(command: &Command) -> BTreeMap<OsString, OsString> {
     let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
@@ -284,6 +293,14 @@ mod tests {
             env,
         );
         assert_eq!(msg, b"spawn\x0042\x00/tmp\x000,1,2,3,4\x00A=1=2\x00");
+    }
+
+    #[test]
+    fn the_workers_directory_is_the_commands_else_ours() {
+        let mut command = Command::new("true");
+        assert_eq!(worker_dir(&command), std::env::current_dir().unwrap());
+        command.current_dir("/tmp");
+        assert_eq!(worker_dir(&command), std::path::Path::new("/tmp"));
     }
 
     #[test]

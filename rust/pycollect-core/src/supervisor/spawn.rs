@@ -20,6 +20,8 @@
 //! * A worker forked by a fork server gets the same process group, lifeline, env vars and fds;
 //!   it arms its parent-death signal itself once it has been reparented to the supervisor's
 //!   process, and first reads one byte from its lifeline (see `forkserver.rs`).
+//! * It runs in the command's working directory, else in the supervisor process's, else (that
+//!   one was removed) in `/`.
 //! * Each fd passed with [`WorkerLaunch::pass_fd`] is open at exactly the requested number,
 //!   without `FD_CLOEXEC`. Every other fd of the supervisor process that is marked close-on-exec
 //!   stays out of the child.
@@ -163,6 +165,11 @@ pub(crate) fn spawn_worker(
         .command
         .env(LIFELINE_FD_ENV, ctx.lifeline_fd.to_string())
         .env(SUPERVISOR_PID_ENV, ctx.parent.as_raw_pid().to_string());
+    if launch.command.get_current_dir().is_none() && std::env::current_dir().is_err() {
+        // Our working directory was removed: no process can start in it (and a fork-server
+        // request must name one), so the worker starts in `/`. pycollect warns about it.
+        launch.command.current_dir("/");
+    }
     let mut launched_by = LaunchedBy::Exec;
     if let Some(server) = ctx.fork_server.as_mut() {
         if server.broken().is_none() {
