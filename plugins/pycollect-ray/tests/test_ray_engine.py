@@ -168,3 +168,31 @@ def test_async_batches_are_one_actors_rollout_as_it_comes_from_every_actor(ray_c
             return seen == {0, 1}
 
         wait_until(both_actors_delivered, timeout_s=120, what="rollouts from both actors")
+
+
+@pytest.mark.timeout(120)
+def test_actors_that_never_started_are_not_waited_for_again_at_close(
+    ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Actors Ray cannot place (64 CPUs each on a 2-CPU cluster) fail after timeout_s, once: close
+    does not wait another timeout_s on close() calls that the never-started actors cannot run."""
+    import ray
+
+    waits: list[float | None] = []
+    real_wait = ray.wait
+
+    def counting_wait(refs: list[Any], *args: Any, **kwargs: Any) -> Any:
+        waits.append(kwargs.get("timeout"))
+        return real_wait(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", counting_wait)
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=64, timeout_s=3)
+    with pytest.raises(ConfigError, match="ray actor 0 did not start within 3 s"):
+        Collector(ENV, frames_per_batch=8, engine=engine)
+    assert not [timeout for timeout in waits if timeout is None or timeout > 0]
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, float("inf"), 1e300, True, "10"])
+def test_timeout_s_out_of_range_is_refused(timeout_s: Any) -> None:
+    with pytest.raises(ConfigError, match=r"RayEngine\(timeout_s=.*at most 1e\+09 s"):
+        RayEngine(timeout_s=timeout_s)

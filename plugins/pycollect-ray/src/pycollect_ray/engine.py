@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pycollect.config import MAX_SECONDS
 from pycollect.engines import Engine, EngineFactory, RolloutPlan, Supervision, plan_rollout
 from pycollect.exceptions import ConfigError, PyCollectWarning, WorkerCrashedError
 from pycollect_ray.scheme import RayScheme
@@ -110,7 +111,9 @@ class RayEngine(EngineFactory):
         runtime_env: The actors' Ray runtime env (e.g. ``{"working_dir": ".", "py_modules": [...]}``
             so they import the user's env module; ``{"env_vars": {...}}``).
         actor_options: More ``.options()`` for the actors (``resources``, ``scheduling_strategy``...).
-        timeout_s: The longest the trainer waits for actors to start or to close.
+        timeout_s: The longest the trainer waits for actors to start or to close (at most
+            ``pycollect.config.MAX_SECONDS``). Actors that never started are not waited for at
+            close, so actors Ray cannot place fail after ``timeout_s``, not twice that.
     """
 
     name = "ray"
@@ -135,8 +138,10 @@ class RayEngine(EngineFactory):
         for name, value in (("num_cpus_per_actor", num_cpus_per_actor), ("num_gpus_per_actor", num_gpus_per_actor)):
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(f"RayEngine({name}={value!r}): expected a non-negative number")
-        if not (isinstance(timeout_s, int | float) and timeout_s > 0):
-            raise ConfigError(f"RayEngine(timeout_s={timeout_s!r}): expected a positive number of seconds")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s <= MAX_SECONDS:
+            raise ConfigError(
+                f"RayEngine(timeout_s={timeout_s!r}): expected a positive number of seconds, at most {MAX_SECONDS:g} s"
+            )
         self.num_actors = num_actors
         self.replicas = num_actors
         self.num_cpus_per_actor = float(num_cpus_per_actor)
@@ -211,6 +216,7 @@ class RayRun(Engine):
         self.actors: list[Any] = []
         self.deaths = [0] * factory.num_actors
         self._pids = [0] * factory.num_actors  # a new pid after a lost rollout: Ray restarted the actor
+        self._ready: list[Any] = []  # per actor, the ObjectRef of its first ready() (done: it started)
         self._pending: dict[int, Any] = {}  # actor index -> ObjectRef of its collect() in flight
         self._latest: tuple[int, Any] | None = None  # the newest (version, ObjectRef of its state dict)
         self._owns_ray = False
@@ -263,7 +269,7 @@ class RayRun(Engine):
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        refs = [actor.ready.remote() for actor in self.actors]
+        refs = self._ready = [actor.ready.remote() for actor in self.actors]
         for index, ref in enumerate(refs):
             try:
                 self._pids[index] = ray.get(ref, timeout=self.factory.timeout_s)
@@ -397,7 +403,16 @@ class RayRun(Engine):
 
         if not ray.is_initialized():
             return
-        refs = [actor.close.remote() for actor in self.actors]
+        # Only actors that started have a collector to close: one Ray never placed (or still
+        # builds) would run close() only after it started, so waiting on it would cost another
+        # timeout_s for nothing; ray.kill below ends it either way.
+        started: set[Any] = set()
+        if self._ready:
+            done, _ = ray.wait(self._ready, num_returns=len(self._ready), timeout=0)
+            started = set(done)
+        refs = [
+            actor.close.remote() for actor, ready in zip(self.actors, self._ready, strict=False) if ready in started
+        ]
         if refs:
             # The local collectors stop and reap their workers; a dead actor's workers died with
             # it (PDEATHSIG), so errors here only mean there was nothing left to close.
