@@ -232,12 +232,6 @@ class _KeepsItsCacheWhenPickled(_KeepsADerivedTensor):
         return dict(self.__dict__)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the pool ships the policy with cloudpickle, which gives a tensor that shared a parameter's "
-    "storage in the trainer (made by the trainer's dry run) a storage of its own in the worker; "
-    "torch.save(..., pickle_module=cloudpickle) keeps the sharing (pycollect/_engines/workers/pool.py, spec.py)",
-)
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("how", ["detach", "t"])
 def test_a_kept_tensor_made_in_the_trainer_before_the_policy_is_shipped_sees_every_update(how: str) -> None:

@@ -44,7 +44,7 @@ from pycollect._engines.base import (
 )
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
 from pycollect._engines.workers import contract, forkserver
-from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
+from pycollect._engines.workers.spec import WorkerSpec, field_name, pack_policy, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
@@ -211,9 +211,7 @@ class WorkerPool(Engine):
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
         _picklable(env_source, f"env {env_source.describe()!r}")
         try:
-            # Pickled as one pair: in the worker the function and the module it closes over
-            # stay one object, so weights loaded into the module reach the function.
-            policy_blob = None if policy is None else cloudpickle.dumps((policy, weights_module))
+            policy_blob = None if policy is None else pack_policy(policy, weights_module)
         except Exception as exc:
             raise PolicyError(
                 f"policy {type(policy).__name__} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"

@@ -26,7 +26,38 @@ if TYPE_CHECKING:
     from pycollect.weights.layout import WeightsLayout
     from pycollect.weights.scheme import WeightReceiver
 
-__all__ = ["WorkerSpec", "field_name", "read_spec", "write_spec"]
+__all__ = ["WorkerSpec", "field_name", "pack_policy", "read_spec", "unpack_policy", "write_spec"]
+
+
+def pack_policy(policy: Any, weights_module: Any) -> bytes:
+    """Pickle ``(policy, weights module)`` for the workers, as one object.
+
+    One object: in the worker a function and the module it closes over stay one, so weights
+    loaded into the module reach the function. Through ``torch.save`` (with cloudpickle, so
+    lambdas and local classes work): it pickles each storage once, so a tensor that shares a
+    parameter's storage in the trainer (``w.detach()``, ``w.t()`` kept by a policy since the
+    trainer's check call) shares it in the worker too and sees every weight update. Plain
+    pickling would give it a copy that no update reaches.
+    """
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save((policy, weights_module), buffer, pickle_module=cloudpickle)
+    return buffer.getvalue()
+
+
+def unpack_policy(blob: bytes) -> tuple[Any, Any]:
+    """The ``(policy, weights module)`` of :func:`pack_policy`, in a worker."""
+    import io
+
+    import torch
+
+    # The trainer's own pickle, handed over privately (a sealed file, an actor argument): trusted,
+    # so not restricted to weights.
+    policy, weights = torch.load(io.BytesIO(blob), weights_only=False)
+    return policy, weights
 
 
 def field_name(key: Key) -> str:
@@ -81,8 +112,7 @@ class WorkerSpec:
         """Unpickle ``(policy, weights module)``; ``(None, None)`` for random actions."""
         if self.policy is None:
             return None, None
-        policy, weights = cloudpickle.loads(self.policy)
-        return policy, weights
+        return unpack_policy(self.policy)
 
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
