@@ -148,7 +148,9 @@ class Collector:
             a registered weight-sync scheme (``"shared_memory"``, the default, or
             ``"no_sync"``, or one a plugin adds) or a
             :class:`~pycollect.weights.WeightSyncScheme` instance.
-        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
+        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block. This and every
+            other duration is a positive number of seconds, at most
+            :data:`~pycollect.config.MAX_SECONDS` (1e9 s).
         apply_weights: With workers: when a worker applies new weights. ``"between_rollouts"``
             (the default): before a rollout, so each rollout is collected with one version;
             ``"between_steps"``: before any step (never during a policy call), so a rollout
@@ -203,7 +205,8 @@ class Collector:
             (:class:`UnknownEnvError`, :class:`UnknownBackendError`,
             :class:`UnknownSchemeError`, :class:`UnknownDevicePolicyError`,
             :class:`UnsupportedSpaceError`, :class:`PolicyError`, :class:`EnvCreationError`).
-        PluginError: An installed plugin fails to import or register.
+        PluginError: An installed plugin fails to import or register, or a plugin's scheme,
+            device policy or engine raises in its constructor.
 
     Example:
         >>> with Collector("CartPole-v1", frames_per_batch=256, total_frames=1024) as collector:
@@ -309,14 +312,14 @@ class Collector:
             warnings.warn(
                 f"weight_sync={weight_sync!r} has no effect in-process (num_workers=0): the collector "
                 "calls the very policy object you train",
+                PyCollectWarning,
+                stacklevel=2,
+            )
         if not config.num_workers and config.engine is None and device_policy != _D.device_policy:
             warnings.warn(
                 f"device_policy={_describe_choice(device_policy)} has no effect in-process (num_workers=0): it "
                 "places worker processes; choose where the policy runs with policy_device= (or device=) and "
                 "where batches arrive with storing_device=",
-                PyCollectWarning,
-                stacklevel=2,
-            )
                 PyCollectWarning,
                 stacklevel=2,
             )
@@ -613,12 +616,12 @@ class Collector:
 
     def _check_open(self) -> None:
         if self._closed:
+            raise CollectorClosedError("this Collector has been shut down")
+
+
 def _describe_choice(value: Any) -> str:
     """A plugin argument as given: a name quoted, an instance as ``Class(...)`` (no repr of its own)."""
     return repr(value) if isinstance(value, str) else f"{type(value).__name__}(...)"
-
-
-            raise CollectorClosedError("this Collector has been shut down")
 
 
 def _describe(policy: Any) -> str:
