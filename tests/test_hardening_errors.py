@@ -181,6 +181,16 @@ def test_a_batch_size_that_cannot_fit_is_refused_before_any_env_is_built(num_wor
         Collector(_unbuildable, frames_per_batch=10**13, num_workers=num_workers)
 
 
+def test_the_env_independent_bytes_per_frame_are_those_of_every_rollout() -> None:
+    from pycollect._engines.base import FIXED_FRAME_BYTES
+
+    with Collector(CountingEnv, frames_per_batch=8) as collector:
+        env_keys = {spec.key for spec in collector.specs.observation} | {("action",)}
+        env_keys |= {("next", *key) for key in env_keys}
+        fixed = [field for field in collector.fields if field.key not in env_keys]
+        assert sum(math.prod(field.shape) * field.dtype.itemsize for field in fixed) == FIXED_FRAME_BYTES
+
+
 # -- 18. device_policy in-process ----------------------------------------------------------------
 
 
