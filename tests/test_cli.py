@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +238,42 @@ def test_an_error_while_collecting_is_reported_with_status_1(capsys: pytest.Capt
     assert errors[0].startswith("pycollect: error: worker 0 (generation 4) exited with status 1;"), errors
     assert errors[0].endswith("gave up after 3 restart(s): ZeroDivisionError: boom at step 7"), errors
     assert sum(line.startswith("pycollect: warning: restarting worker 0") for line in lines) == 3, lines
+
+
+def _source_copy(into: Path) -> Path:
+    """What a fresh clone's root holds: pycollect's source tree, without the built extension."""
+    import pycollect
+
+    shutil.copytree(
+        Path(pycollect.__file__).parent, into / "pycollect", ignore=shutil.ignore_patterns("_core*.so", "__pycache__")
+    )
+    return into
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["in-process", "workers"])
+def test_the_readmes_quick_start_works_from_the_clones_root(tmp_path: Path, workers: list[str]) -> None:
+    # `pip install . && pycollect run` leaves the user in the clone's root, whose pycollect/
+    # (no _core extension) must not shadow the installed package in the workers or the server.
+    clone = _source_copy(tmp_path)
+    command = Path(sys.executable).with_name("pycollect")  # the installed console script
+    assert command.exists(), command
+    result = subprocess.run(
+        [str(command), "run", *workers, "--frames", "2000", "--no-progress"],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "frames/s" in result.stdout
+
+
+@pytest.mark.timeout(180)
+def test_run_with_workers_forks_them_from_the_server_it_prestarts() -> None:
+    result = _run("run", "--workers", "2", "--frames", "2000", "--no-progress", "--verbose")
+    assert result.returncode == 0, result.stderr
+    starts = [line for line in result.stderr.splitlines() if "started, pid" in line]
+    assert len(starts) == 2 and all("(forked by the fork server)" in line for line in starts), result.stderr

@@ -141,7 +141,9 @@ class WorkerPool(Engine):
             self._spec_fd = write_spec(spec)
             self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
             supervision = config.supervision
-            fork_server = forkserver.connect()  # None: fork+exec (logged at debug level)
+            # Starts the fork server if none runs and waits for it (interruptibly); None: fork+exec
+            # (why is logged), e.g. the server is turned off, or did not answer and was replaced.
+            fork_server = forkserver.connect()
             try:
                 self.supervisor = self._supervisor(config, placements, fork_server)
             finally:
