@@ -16,6 +16,7 @@ from pycollect import _engines, _lifetime
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._batch.split import mark_rollout_ends, split_trajectories, stack_workers
 from pycollect._rollout.policy import Policy
+from pycollect._rollout.seeding import torch_seed
 from pycollect.config import CollectorConfig, RestartPolicy, SupervisionConfig
 from pycollect.envs.source import EnvSource, resolve_env
 from pycollect.exceptions import (
@@ -339,8 +340,8 @@ class Collector:
         self.episodes = EpisodeRecord()
         self._frames = 0
         self._batches = 0
-        if config.seed is not None and policy is not None:
-            torch.manual_seed(config.seed)
+        if policy is not None and (seed := torch_seed(config.seed)) is not None:
+            torch.manual_seed(seed)  # in-process: the stream of worker 0's first generation
         self._engine: Engine = _engines.start(config, self.env_source, policy, self.weights_module)
         self._closed = False
         _lifetime.track(self)  # shut down at interpreter exit and on SIGTERM; forgotten by a fork
