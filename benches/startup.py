@@ -4,20 +4,20 @@ Each measurement runs in a fresh Python process that has already imported torch 
 (as a training script has) and times ``Collector(...)`` plus its first ``next_batch()``:
 
 ``fork server, warm``
-    The fork server (started when ``pycollect.collector`` is imported) has finished its imports.
+    ``pycollect.prestart()`` was called and the fork server has finished its imports.
 ``fork server, cold``
-    The fork server is started at the same moment as the timer (its imports are in the time).
+    No server runs: the collector starts it and waits for its imports (they are in the time).
+    Importing pycollect starts no process.
 ``fork server, script``
-    As a training script runs: ``from pycollect import Collector`` first (which starts the
-    server), then the script's own ``import torch``, then the timer; the server's imports
-    overlap the script's.
+    As a training script that calls ``pycollect.prestart()`` first thing: then the script's
+    own ``import torch``, then the timer; the server's imports overlap the script's.
 ``fork+exec``
-    ``PYCOLLECT_FORK_SERVER=0``: every worker is ``python -m pycollect.worker``.
+    ``PYCOLLECT_FORK_SERVER=0``: every worker is ``python -P -m pycollect.worker``.
 ``TorchRL MultiSync``
     ``MultiSyncCollector`` with 2 workers (one ``GymEnv`` each), the reference (it forks the
     trainer).
 
-Usage: ``python benches/startup.py [--rounds 5] [--modes warm cold exec torchrl] [--json]``.
+Usage: ``python benches/startup.py [--rounds 5] [--modes warm cold script exec torchrl] [--json]``.
 The figure to compare with issue 12's target (1.0 s) is the median.
 """
 
@@ -43,10 +43,12 @@ WORKERS, ENVS, STEPS = 2, 4, 16
 
 def _measure(mode: str) -> float:
     """One measurement in this process (a fresh one); seconds from constructor to first batch."""
-    if mode in ("cold", "exec"):
-        os.environ["PYCOLLECT_FORK_SERVER"] = "0"  # no server at import
+    if mode == "exec":
+        os.environ["PYCOLLECT_FORK_SERVER"] = "0"
     if mode == "script":
-        from pycollect import Collector  # starts the server before torch is imported
+        import pycollect
+
+        pycollect.prestart()  # before torch is imported: the server's imports overlap the script's
     import startup_policy  # the script's own imports: torch, gymnasium
 
     if mode == "torchrl":
@@ -63,15 +65,16 @@ def _measure(mode: str) -> float:
         collector.shutdown()
         return elapsed
 
-    from pycollect import Collector  # starts the fork server (unless turned off)
+    import pycollect
+    from pycollect import Collector  # starts no process
     from pycollect._engines.workers import forkserver
 
     if mode == "warm":
+        pycollect.prestart()
         assert forkserver.wait_ready(120.0), "the fork server did not start"
-    t0 = time.perf_counter()
     if mode == "cold":
-        del os.environ["PYCOLLECT_FORK_SERVER"]
-        forkserver.start()
+        assert forkserver.server_pid() is None, "a fork server runs before the collector starts one"
+    t0 = time.perf_counter()
     collector = Collector(
         startup_policy.make_env,
         startup_policy.MLPPolicy(),
