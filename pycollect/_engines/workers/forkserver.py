@@ -186,7 +186,7 @@ class _Server:
         while True:
             if select.select([self.control], [], [], _SLICE_S)[0]:
                 try:
-                    message = self.control.recv(64)
+                    message = self.control.recv(4096)
                 except OSError:
                     return "gone", b""
                 if not message:
@@ -228,7 +228,11 @@ class _Server:
                 return None, f"unreachable ({exc})"
             finally:
                 theirs.close()
-            status, reply = self._await(lambda message: message.startswith(tag + b" "), timeout_s)
+            try:
+                status, reply = self._await(lambda message: message.startswith(tag + b" "), timeout_s)
+            except BaseException:  # Ctrl-C
+                ours.close()
+                raise
             if reply == tag + b" ok":
                 return ours.detach(), ""
             ours.close()
