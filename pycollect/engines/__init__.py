@@ -10,11 +10,23 @@ post-processing (``set_truncated``, ``split_trajs``, ``postproc``, the replay bu
 The built-in engines are ``inprocess`` (``num_workers=0``) and ``workers`` (supervised worker
 processes over shared memory); ``engine=None`` picks one of them by ``num_workers``. An
 engine that runs several local collectors elsewhere (such as ``pycollect-ray``'s) builds them
-from the same settings and can use :func:`plan_rollout` to check env and policy up front.
+from the same settings and can use :func:`plan_rollout` to check env and policy up front,
+:func:`close_within` to close its probe env under a deadline, and :func:`pack_policy` /
+:func:`unpack_policy` to ship the policy as the built-in workers get it.
 """
 
 from __future__ import annotations
 
-from pycollect._engines.base import Engine, EngineFactory, RolloutPlan, Supervision, plan_rollout
+from pycollect._engines.base import Engine, EngineFactory, RolloutPlan, Supervision, close_within, plan_rollout
+from pycollect._engines.workers.spec import pack_policy, unpack_policy
 
-__all__ = ["Engine", "EngineFactory", "RolloutPlan", "Supervision", "plan_rollout"]
+__all__ = [
+    "Engine",
+    "EngineFactory",
+    "RolloutPlan",
+    "Supervision",
+    "close_within",
+    "pack_policy",
+    "plan_rollout",
+    "unpack_policy",
+]

@@ -31,20 +31,20 @@ class CollectorActor:
     Args:
         index: The actor's index (its place in a sync batch).
         env_source: The resolved env (``pycollect.envs.source.EnvSource``).
-        policy_blob: ``cloudpickle.dumps((policy, weights_module))`` or ``None`` (random actions):
-            one blob, so a function policy and the module it closes over stay one object here.
+        policy_blob: ``pycollect.engines.pack_policy(policy, weights_module)`` or ``None`` (random
+            actions): one blob, so a function policy and the module it closes over stay one
+            object here, and tensors that share a parameter's storage keep sharing it.
         kwargs: The local collector's keyword arguments.
         scheme: The :class:`~pycollect_ray.RayScheme` that fetches weights.
     """
 
     def __init__(self, index: int, env_source: Any, policy_blob: bytes | None, kwargs: dict[str, Any], scheme: Any):
-        import cloudpickle
-
         from pycollect import Collector
+        from pycollect.engines import unpack_policy
 
         self.index = index
         self.scheme = scheme
-        policy, weights_module = cloudpickle.loads(policy_blob) if policy_blob is not None else (None, None)
+        policy, weights_module = unpack_policy(policy_blob) if policy_blob is not None else (None, None)
         self.collector = Collector(env_source, policy, weights_from=weights_module, **kwargs)
 
     def ready(self) -> int:

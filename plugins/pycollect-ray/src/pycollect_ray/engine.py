@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pycollect.config import MAX_SECONDS
-from pycollect.engines import Engine, EngineFactory, RolloutPlan, Supervision, plan_rollout
+from pycollect.engines import Engine, EngineFactory, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
 from pycollect.exceptions import ConfigError, PyCollectWarning, WorkerCrashedError
 from pycollect_ray.scheme import RayScheme
 
@@ -204,7 +204,6 @@ class RayRun(Engine):
     def __init__(
         self, factory: RayEngine, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any
     ) -> None:
-        import cloudpickle
         import ray
 
         from pycollect_ray.actor import CollectorActor
@@ -225,9 +224,9 @@ class RayRun(Engine):
         try:
             self.plan: RolloutPlan = plan_rollout(config, env_source, probe, policy)
         finally:
-            probe.close()
+            close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
         try:
-            blob = None if policy is None else cloudpickle.dumps((policy, weights_module))
+            blob = None if policy is None else pack_policy(policy, weights_module)
         except Exception as exc:
             from pycollect.exceptions import PolicyError
 
