@@ -1073,6 +1073,10 @@ def _profile_workers(workload: Workload, k: int, seconds: float, rate: int, nati
 
 def main() -> None:
     """Run the benchmark and print, save and plot the results."""
+    # As the CLI does: the fork server imports while this process parses arguments and builds
+    # its first contenders, so pycollect's startup_s is a collector's, not the server's cold start
+    # (benches/startup.py measures that one).
+    pycollect.prestart()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
     parser.add_argument("--contenders", default="", help="comma-separated substrings selecting contenders")

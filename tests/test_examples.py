@@ -2,6 +2,8 @@
 
 Each example runs as its own process (``python examples/<name>.py``, as a reader would run it)
 with a tiny budget and must exit 0; its last ``RESULT {...}`` line carries its figures.
+``dmcontrol_cheetah.py`` needs the pycollect-dmcontrol plugin: its test is the plugin's
+(``plugins/pycollect-dmcontrol/tests/test_dmc_example.py``), run once the plugin is installed.
 """
 
 from __future__ import annotations
@@ -61,13 +63,6 @@ def test_custom_env_runs_and_its_walker_beats_random_play() -> None:
     result = run_example("custom_env.py", "--frames", "1024", "--size", "5", timeout_s=140)
     assert result["size"] == 5  # the env_kwargs reached the env
     assert result["walker_return"] > 0.5 > result["random_return"]
-
-
-@pytest.mark.timeout(150)
-def test_dmcontrol_cheetah_runs_with_a_tiny_budget() -> None:
-    result = run_example("dmcontrol_cheetah.py", "--total-frames", "2000", "--frames-per-batch", "1000", timeout_s=140)
-    assert result["frames"] == 2000
-    assert result["frames_per_s"] > 0
 
 
 @pytest.mark.timeout(300)

@@ -9,10 +9,12 @@ are already exiting.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Leftovers", "Snapshot", "child_processes", "leftovers", "shm_segments", "snapshot"]
@@ -101,13 +103,15 @@ class Leftovers:
 
     processes: frozenset[int]
     segments: frozenset[str]
+    commands: Mapping[int, str] = field(default_factory=dict)
+    """The command line of each process, read when it was found (a killed one has none)."""
 
     def __bool__(self) -> bool:
         return bool(self.processes or self.segments)
 
     def describe(self) -> str:
         """One line per leftover: each process with its command line, each segment."""
-        lines = [f"process {pid}: {_cmdline(pid) or '?'}" for pid in sorted(self.processes)]
+        lines = [f"process {pid}: {self.commands.get(pid) or _cmdline(pid) or '?'}" for pid in sorted(self.processes)]
         lines += [f"shared-memory segment /dev/shm/{name}" for name in sorted(self.segments)]
         return "\n".join(lines)
 
@@ -129,6 +133,8 @@ def leftovers(before: Snapshot, *, timeout_s: float = 5.0, kill: bool = True) ->
         if not found or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # polling for processes that are still exiting, under the deadline
+    # Read before any kill: the command line of a killed process is gone.
+    found = dataclasses.replace(found, commands={pid: _cmdline(pid) for pid in found.processes})
     if kill:
         for pid in found.processes:
             with contextlib.suppress(ProcessLookupError):

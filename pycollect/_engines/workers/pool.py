@@ -204,6 +204,9 @@ class WorkerPool(Engine):
         scheme = plugins.instance("scheme", config.scheme, "weight_sync")
         device_policy = plugins.instance("device_policy", config.device_policy, "device_policy")
         placements = place_workers(device_policy, config)
+        # The settings hold: the fork server (if this process has none yet) does its imports
+        # while the probe env is built and the policy checked, instead of after.
+        forkserver.start()
         # One environment here reports the specs and lets the policy be checked on an
         # example batch, so that bad input fails before any worker starts.
         probe = env_source.make()
