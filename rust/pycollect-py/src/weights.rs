@@ -383,6 +383,7 @@ fn install_fault_guard(mut guard: FaultGuard) -> PyResult<()> {
             guard.start, guard.end
         )));
     }
+    // SYNC POINT: Acquire pairs with the Release store below (a second protect() sees the first).
     if !FAULT_GUARD.load(Ordering::Acquire).is_null() {
         return Err(config_error(
             "protect(): this process already protects a weights store",
@@ -396,8 +397,8 @@ fn install_fault_guard(mut guard: FaultGuard) -> PyResult<()> {
     }
     guard.previous = Some(previous);
     let (start, len) = (guard.start, guard.end - guard.start);
-    // Published before the handler is installed, and never freed or written again: the
-    // handler only ever reads a complete guard.
+    // SYNC POINT: Release publishes the complete guard before the handler is installed; it is
+    // never freed or written again, so the handler only ever reads a complete guard.
     FAULT_GUARD.store(Box::into_raw(Box::new(guard)), Ordering::Release);
     // SAFETY: as above, a zeroed sigaction is valid; every field we rely on is set below.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -449,6 +450,7 @@ extern "C" fn on_segv(
     info: *mut libc::siginfo_t,
     _context: *mut libc::c_void,
 ) {
+    // SYNC POINT: Acquire pairs with the Release store in install_fault_guard.
     let guard = FAULT_GUARD.load(Ordering::Acquire);
     // SAFETY: the guard was published complete before this handler was installed and is
     // never freed or written again.
