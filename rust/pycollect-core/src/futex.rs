@@ -28,7 +28,7 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> FutexWake {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
         tv_nsec: i64::from(timeout.subsec_nanos()),
     };
-    match futex::wait(word, futex::Flags::empty(), expected, Some(&ts)) {
+    match futex::wait(word.as_std(), futex::Flags::empty(), expected, Some(&ts)) {
         Ok(()) => FutexWake::Woken,
         Err(rustix::io::Errno::AGAIN) => FutexWake::Changed,
         Err(rustix::io::Errno::TIMEDOUT) => FutexWake::TimedOut,
@@ -43,7 +43,7 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> FutexWake {
 #[cfg(not(loom))]
 pub fn wake_all(word: &AtomicU32) -> usize {
     use rustix::thread::futex;
-    futex::wake(word, futex::Flags::empty(), i32::MAX as u32).unwrap_or(0)
+    futex::wake(word.as_std(), futex::Flags::empty(), i32::MAX as u32).unwrap_or(0)
 }
 
 /// Loom model of a futex: a mutex-protected check plus a condition variable.

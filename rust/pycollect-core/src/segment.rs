@@ -19,14 +19,13 @@ use crate::eventcount::EventCount;
 use crate::header::{self, HeaderError, STATE_READY};
 use crate::layout::{Layout, LayoutError, LINE, RING_CTL_SIZE, WORKER_ERROR_TEXT_OFFSET};
 use crate::ring::{Consumer, Producer, RingCtl, RingError, RingMem, SlotHeader};
-use crate::shared::{Owner, SharedRef, SharedSlice};
+use crate::shared::{Owner, SharedRef, SharedSlice, ShmSafe};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, Padded};
 use crate::weights::{ShmBuffers, WeightsError, WeightsMem, WeightsReader, WeightsWriter, NO_PIN};
 use crate::worker::{WorkerCtl, WorkerCtlMem};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -215,7 +214,11 @@ pub struct Segment {
     home: u32,
 }
 
-static NAME_COUNTER: StdAtomicU64 = StdAtomicU64::new(0);
+/// Distinguishes the named segments one process creates.
+// clippy.toml exception: a process-local counter, never in shared memory and part of no
+// cross-process protocol, so loom has nothing to model (and `segment` is not built under loom).
+#[allow(clippy::disallowed_types)]
+static NAME_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Start time of process `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat).
 pub fn process_start_time(pid: u32) -> Option<u64> {
@@ -469,8 +472,9 @@ impl Segment {
     }
 
     /// # Safety
-    /// `off + size_of::<T>() ≤ total_len`, `off` aligned for T, and T all-atomic.
-    unsafe fn shared<T>(&self, off: usize) -> SharedRef<T> {
+    /// `off + size_of::<T>() ≤ total_len`, `off` aligned for T, and the bytes there belong to
+    /// a `T` (all-zero bytes are a valid [`ShmSafe`] value).
+    unsafe fn shared<T: ShmSafe>(&self, off: usize) -> SharedRef<T> {
         debug_assert!(off + std::mem::size_of::<T>() <= self.layout.total_len());
         // SAFETY: caller's contract; the base is non-null and the offset is in range.
         unsafe {
@@ -481,7 +485,7 @@ impl Segment {
 
     /// # Safety
     /// As for `shared`, for `len` consecutive elements.
-    unsafe fn shared_slice<T>(&self, off: usize, len: usize) -> SharedSlice<T> {
+    unsafe fn shared_slice<T: ShmSafe>(&self, off: usize, len: usize) -> SharedSlice<T> {
         debug_assert!(off + len * std::mem::size_of::<T>() <= self.layout.total_len());
         // SAFETY: caller's contract.
         unsafe {

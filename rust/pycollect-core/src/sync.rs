@@ -3,12 +3,108 @@
 //! Normal builds use `std::sync::atomic`; `--cfg loom` builds swap in loom's model-checked
 //! atomics so the lock-free protocols in `ring`, `eventcount` and `weights` can be explored
 //! exhaustively. Code in this crate must never name `std::sync::atomic` directly.
+//!
+//! The atomics are thin `#[repr(transparent)]` wrappers rather than re-exports, so they are
+//! types of their own: the workspace's `clippy.toml` forbids the `std::sync::atomic` types and
+//! `fence` everywhere, and this module is the one place allowed to name them (a re-export
+//! would carry the forbidden type into every user). `Ordering` is re-exported as is: loom uses
+//! std's `Ordering` too, so it means the same thing in both builds.
+
+// The one module allowed to name std's atomics: everything else goes through the wrappers.
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+pub use std::sync::atomic::Ordering;
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic as imp;
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use loom::sync::atomic as imp;
+
+/// A memory fence (std's, or loom's under `--cfg loom`).
+#[inline]
+pub fn fence(order: Ordering) {
+    imp::fence(order);
+}
+
+macro_rules! atomic_int {
+    ($name:ident, $int:ty) => {
+        #[doc = concat!("`", stringify!($name), "` from std, or from loom under `--cfg loom`.")]
+        ///
+        /// `#[repr(transparent)]`: same size, alignment and bit validity as the wrapped atomic,
+        /// so all-zero bytes in shared memory are a valid value.
+        #[repr(transparent)]
+        #[derive(Debug, Default)]
+        pub struct $name(imp::$name);
+
+        impl $name {
+            /// A new atomic holding `v`.
+            #[cfg(not(loom))]
+            #[inline]
+            pub const fn new(v: $int) -> Self {
+                Self(imp::$name::new(v))
+            }
+
+            /// A new atomic holding `v`.
+            #[cfg(loom)]
+            pub fn new(v: $int) -> Self {
+                Self(imp::$name::new(v))
+            }
+
+            /// See the wrapped type's `load`.
+            #[inline]
+            pub fn load(&self, order: Ordering) -> $int {
+                self.0.load(order)
+            }
+
+            /// See the wrapped type's `store`.
+            #[inline]
+            pub fn store(&self, v: $int, order: Ordering) {
+                self.0.store(v, order)
+            }
+
+            /// See the wrapped type's `swap`.
+            #[inline]
+            pub fn swap(&self, v: $int, order: Ordering) -> $int {
+                self.0.swap(v, order)
+            }
+
+            /// See the wrapped type's `fetch_add`.
+            #[inline]
+            pub fn fetch_add(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_add(v, order)
+            }
+
+            /// See the wrapped type's `fetch_sub`.
+            #[inline]
+            pub fn fetch_sub(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_sub(v, order)
+            }
+
+            /// See the wrapped type's `compare_exchange`.
+            #[inline]
+            pub fn compare_exchange(
+                &self,
+                current: $int,
+                new: $int,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$int, $int> {
+                self.0.compare_exchange(current, new, success, failure)
+            }
+
+            /// The std atomic itself, for system calls that take one (the futex).
+            #[cfg(not(loom))]
+            #[inline]
+            pub fn as_std(&self) -> &imp::$name {
+                &self.0
+            }
+        }
+    };
+}
+
+atomic_int!(AtomicU32, u32);
+atomic_int!(AtomicU64, u64);
 
 /// Gives up the CPU for a moment inside a wait loop.
 ///

@@ -2,7 +2,7 @@
 //! producer only when released or garbage-collected.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pycollect_core::{
@@ -10,6 +10,12 @@ use pycollect_core::{
     Segment as CoreSegment, SlotRef, WaitOutcome, WaitPolicy,
 };
 use pyo3::prelude::*;
+
+// clippy.toml exception: a lease's "released" flag is process-local (a field of a Python
+// object, never in shared memory, part of no cross-process protocol), so loom has nothing to
+// model and pycollect_core::sync, built for shared memory, is not needed.
+#[allow(clippy::disallowed_types)]
+type AtomicBool = std::sync::atomic::AtomicBool;
 
 use crate::blocking::{deadline, wait_for, wait_sliced, Slice};
 use crate::errors::{config_error, py_err};

@@ -11,7 +11,7 @@
 //! the fault handler installed here names what was written in the worker's error text.
 
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -369,7 +369,13 @@ struct FaultGuard {
     previous: Option<libc::sigaction>,
 }
 
-static FAULT_GUARD: AtomicPtr<FaultGuard> = AtomicPtr::new(ptr::null_mut());
+/// The installed fault guard, published for the SIGSEGV handler.
+// clippy.toml exception: process-local (a pointer into this process's heap, never in shared
+// memory); its publish/acquire pairs with this process's SIGSEGV handler, which loom does not
+// model.
+#[allow(clippy::disallowed_types)]
+static FAULT_GUARD: std::sync::atomic::AtomicPtr<FaultGuard> =
+    std::sync::atomic::AtomicPtr::new(ptr::null_mut());
 
 /// Publishes `guard`, installs [`on_segv`] and makes `guard`'s range read-only.
 fn install_fault_guard(mut guard: FaultGuard) -> PyResult<()> {
