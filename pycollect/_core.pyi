@@ -1,7 +1,7 @@
 """Type stubs for the native module ``pycollect._core`` (built from rust/pycollect-py).
 
 The shared-memory transport: a segment per collector, one SPSC ring of rollout slots per
-worker, control blocks, command rings and a weights store. All blocking calls release the
+worker, control blocks and a weights store. All blocking calls release the
 GIL, wait in slices of at most 50 ms, run Python signal handlers between slices (so Ctrl-C
 raises KeyboardInterrupt promptly), and return early (``None``) when the segment's shutdown
 flag is set.
@@ -118,9 +118,6 @@ class Segment:
         """The producing end of ``worker``'s data ring (one per process)."""
     def consumer(self, worker: int) -> Consumer: ...
     def worker_control(self, worker: int) -> WorkerControl: ...
-    def command_sender(self, worker: int) -> CommandSender: ...
-    def command_receiver(self, worker: int) -> CommandReceiver:
-        """Receives ``worker``'s commands addressed to its current generation or later."""
     def weights_writer(self) -> WeightsWriter: ...
     def weights_reader(self, worker: int) -> WeightsReader: ...
     def shutdown(self) -> None:
@@ -247,7 +244,7 @@ class WorkerControl:
     @property
     def worker(self) -> int: ...
     state: str
-    """"empty", "starting", "running", "paused", "exiting" or "failed"."""
+    """"empty", "starting", "running", "exiting" or "failed"."""
     pid: int
     @property
     def generation(self) -> int: ...
@@ -268,16 +265,6 @@ class WorkerControl:
         """
     def read_error(self) -> str | None:
         """The stored text, or None if empty; bytes torn by a concurrent write read as U+FFFD."""
-
-@final
-class CommandSender:
-    def send(self, command: str, arg: int = 0, *, generation: int) -> None:
-        """command: "shutdown" "pause" "resume" "reset" (arg=seed) "weights" (arg=version)."""
-
-@final
-class CommandReceiver:
-    def try_recv(self) -> tuple[str, int] | None: ...
-    def recv(self, timeout_s: float | None = None) -> tuple[str, int] | None: ...
 
 @final
 class WeightsWriter:

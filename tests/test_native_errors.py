@@ -125,8 +125,6 @@ def test_bad_indices_and_names_are_config_errors() -> None:
         lambda: segment.producer(2, 0),
         lambda: segment.consumer(2),
         lambda: segment.worker_control(2),
-        lambda: segment.command_sender(2),
-        lambda: segment.command_receiver(2),
         lambda: segment.weights_reader(2),
     ):
         with raises_exactly(ConfigError, "worker 2 out of range: the segment has 2 workers"):
@@ -138,8 +136,6 @@ def test_bad_indices_and_names_are_config_errors() -> None:
     control = segment.worker_control(0)
     with raises_exactly(ConfigError, "unknown worker state 'sleeping'"):
         control.state = "sleeping"
-    with raises_exactly(ConfigError, "unknown command 'jump'"):
-        segment.command_sender(0).send("jump", generation=1)
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), 1e300])
@@ -152,8 +148,6 @@ def test_bad_timeouts_are_config_errors(bad: float) -> None:
         consumer.pop(timeout_s=bad)
     with raises_exactly(ConfigError, "timeout_s must be a non-negative number"):
         _core.wait_any([consumer], timeout_s=bad)
-    with raises_exactly(ConfigError, "timeout_s must be a non-negative number"):
-        segment.command_receiver(0).recv(timeout_s=bad)
     with raises_exactly(ConfigError, "timeout_s must be a non-negative number"):
         segment.weights_writer().publish(b"abc", timeout_s=bad)
     with raises_exactly(ConfigError, "timeout_s must be a non-negative number"):
@@ -339,15 +333,6 @@ def test_a_segment_never_marked_ready_is_a_transport_error() -> None:
 def test_a_missing_named_segment_is_a_transport_error() -> None:
     with raises_exactly(TransportError, "shm_open failed"):
         _core.Segment.attach_named(f"/pycollect-{os.getpid()}-0-missing", timeout_s=1)
-
-
-def test_a_full_command_ring_is_a_transport_error() -> None:
-    segment = _create()
-    generation = segment.worker_control(0).begin_generation()
-    sender = segment.command_sender(0)
-    with raises_exactly(TransportError, "command ring is full"):
-        for _ in range(1 << 16):  # nobody reads: the ring fills up
-            sender.send("pause", generation=generation)
 
 
 def _kill_while_reading(segment: _core.Segment, worker: int) -> None:

@@ -223,20 +223,6 @@ def test_weights_round_trip_and_errors() -> None:
         writer.publish(b"x" * 17, timeout_s=1)
 
 
-def test_commands_round_trip() -> None:
-    segment = _segment(64)
-    control = segment.worker_control(0)
-    generation = control.begin_generation()
-    sender, receiver = segment.command_sender(0), segment.command_receiver(0)
-    sender.send("weights", 7, generation=generation)
-    sender.send("reset", 123, generation=generation)
-    assert receiver.try_recv() == ("weights", 7)
-    assert receiver.recv(timeout_s=1) == ("reset", 123)
-    assert receiver.recv(timeout_s=0.05) is None
-    with pytest.raises(ConfigError, match="'jump'"):
-        sender.send("jump", generation=generation)
-
-
 def test_worker_control_fields() -> None:
     control = _segment(64).worker_control(0)
     control.state = "running"

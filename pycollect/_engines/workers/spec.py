@@ -2,8 +2,8 @@
 
 The trainer pickles one :class:`WorkerSpec` (with cloudpickle, so lambdas and local classes
 work) into an anonymous memory file whose descriptor every worker inherits. It is trusted
-data from the parent, read once at start; commands during the run are fixed-size records in
-shared memory, never pickles. Everything in it was resolved in the trainer (the env backend,
+data from the parent, read once at start; what moves during the run (rollouts, weights) goes
+through shared memory, never as pickles. Everything in it was resolved in the trainer (the env backend,
 the weight-sync scheme's receiver, each worker's placement): a worker never looks plugins up.
 """
 

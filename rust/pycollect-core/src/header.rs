@@ -15,7 +15,7 @@ use crate::sync::{AtomicU32, Ordering};
 /// `"PYCOLRB1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PYCOLRB1");
 /// Bumped whenever the meaning of any byte in the segment changes.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 /// Header state: still being initialised (all-zero memory starts here).
 pub const STATE_INIT: u32 = 0;
 /// Header state: fully initialised; attachers may proceed.
@@ -47,8 +47,8 @@ pub struct SegmentHeader {
     pub steps: u64,
     /// Ring slots per worker.
     pub slots_per_worker: u64,
-    /// Command slots per worker.
-    pub cmd_slots: u64,
+    /// Unused (zero); keeps the offsets of the words after it.
+    _unused: u64,
     /// Bytes per weights buffer.
     pub weights_capacity: u64,
     /// Number of weights buffers.
@@ -163,7 +163,6 @@ pub unsafe fn write_header(base: *mut u8, layout: &Layout, pid: u64, start_time:
         std::ptr::addr_of_mut!((*hdr).envs_per_worker).write(p.envs_per_worker as u64);
         std::ptr::addr_of_mut!((*hdr).steps).write(p.steps as u64);
         std::ptr::addr_of_mut!((*hdr).slots_per_worker).write(p.slots_per_worker as u64);
-        std::ptr::addr_of_mut!((*hdr).cmd_slots).write(p.cmd_slots as u64);
         std::ptr::addr_of_mut!((*hdr).weights_capacity).write(p.weights_capacity as u64);
         std::ptr::addr_of_mut!((*hdr).weight_buffers).write(p.weight_buffers as u64);
         std::ptr::addr_of_mut!((*hdr).n_fields).write(p.fields.len() as u64);
@@ -310,7 +309,6 @@ pub unsafe fn decode(base: *const u8, map_len: usize) -> Result<DecodedHeader, H
         envs_per_worker: usize_of("envs_per_worker", rd(base, off!(envs_per_worker)))?,
         steps: usize_of("steps", rd(base, off!(steps)))?,
         slots_per_worker: usize_of("slots_per_worker", rd(base, off!(slots_per_worker)))?,
-        cmd_slots: usize_of("cmd_slots", rd(base, off!(cmd_slots)))?,
         weights_capacity: usize_of("weights_capacity", rd(base, off!(weights_capacity)))?,
         weight_buffers: usize_of("weight_buffers", rd(base, off!(weight_buffers)))?,
     };
@@ -387,18 +385,18 @@ mod tests {
         let r = unsafe { decode(base, len) };
         assert!(matches!(r, Err(HeaderError::BadMagic { .. })));
         mem[0] ^= 1;
-        // abi_version = 2 (and state 0).
-        mem[1] = 2;
+        // abi_version = ABI_VERSION + 1 (and state 0).
+        mem[1] = u64::from(ABI_VERSION + 1);
         // SAFETY: as above.
         let e = unsafe { decode(base, len) }.unwrap_err();
         assert_eq!(
             e,
             HeaderError::AbiMismatch {
-                expected: 1,
-                found: 2
+                expected: ABI_VERSION,
+                found: ABI_VERSION + 1
             }
         );
-        mem[1] = 1;
+        mem[1] = u64::from(ABI_VERSION);
         // Corrupt the layout hash.
         mem[2] ^= 0xff;
         // SAFETY: as above.

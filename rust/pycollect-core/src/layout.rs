@@ -3,9 +3,8 @@
 //! ```text
 //! header          SegmentHeader + field table                         (4 KiB aligned)
 //! global ctl      doorbell eventcount | shutdown flag | trainer heartbeat
-//! worker ctl[w]   state, pid, generation | heartbeat | command bell | error text (8 KiB)
+//! worker ctl[w]   state, pid, generation | heartbeat | error text (8 KiB)
 //! data ring[w]    RingCtl (tail | head | space bell) + SlotHeader[slots]
-//! cmd ring[w]     RingCtl + SlotHeader[cmd_slots] + CommandRecord[cmd_slots]
 //! weights ctl     latest | len[buffers] | pin[n_workers]
 //! weights bufs    buffers × round_up(capacity, 4 KiB)
 //! field[f]        [slot][worker][K][T][*shape] elements
@@ -42,10 +41,6 @@ pub const WORKER_ERROR_TEXT_OFFSET: usize = REGION_ALIGN;
 pub const RING_CTL_SIZE: usize = 3 * LINE;
 /// Bytes of one slot header.
 pub const SLOT_HEADER_SIZE: usize = 64;
-/// Bytes of one command record.
-pub const COMMAND_RECORD_SIZE: usize = 64;
-/// Default number of command slots per worker.
-pub const DEFAULT_CMD_SLOTS: usize = 16;
 /// Default number of weight buffers (triple buffering).
 pub const DEFAULT_WEIGHT_BUFFERS: usize = 3;
 
@@ -203,8 +198,6 @@ pub struct LayoutParams {
     pub steps: usize,
     /// Rollout slots per worker ring (power of two).
     pub slots_per_worker: usize,
-    /// Command slots per worker (power of two).
-    pub cmd_slots: usize,
     /// Bytes per weights buffer (0: no weights store payload).
     pub weights_capacity: usize,
     /// Number of weights buffers (≥ 3).
@@ -212,7 +205,7 @@ pub struct LayoutParams {
 }
 
 impl LayoutParams {
-    /// Params with default command slots, no weights payload and 3 weight buffers.
+    /// Params with no weights payload and 3 weight buffers.
     pub fn new(
         fields: Vec<FieldSpec>,
         n_workers: usize,
@@ -226,7 +219,6 @@ impl LayoutParams {
             envs_per_worker,
             steps,
             slots_per_worker,
-            cmd_slots: DEFAULT_CMD_SLOTS,
             weights_capacity: 0,
             weight_buffers: DEFAULT_WEIGHT_BUFFERS,
         }
@@ -325,8 +317,6 @@ pub struct Layout {
     worker_ctl: usize,
     data_rings: usize,
     data_ring_stride: usize,
-    cmd_rings: usize,
-    cmd_ring_stride: usize,
     weights_ctl: usize,
     weights_bufs: usize,
     weights_stride: usize,
@@ -364,19 +354,16 @@ impl Layout {
             ("envs_per_worker", p.envs_per_worker),
             ("steps", p.steps),
             ("slots_per_worker", p.slots_per_worker),
-            ("cmd_slots", p.cmd_slots),
         ] {
             if v == 0 {
                 return Err(LayoutError::Zero(what));
             }
         }
-        for (what, value) in [
-            ("slots_per_worker", p.slots_per_worker),
-            ("cmd_slots", p.cmd_slots),
-        ] {
-            if !value.is_power_of_two() {
-                return Err(LayoutError::NotPowerOfTwo { what, value });
-            }
+        if !p.slots_per_worker.is_power_of_two() {
+            return Err(LayoutError::NotPowerOfTwo {
+                what: "slots_per_worker",
+                value: p.slots_per_worker,
+            });
         }
         if p.n_workers > u32::MAX as usize {
             return Err(LayoutError::TooLarge {
@@ -422,21 +409,13 @@ impl Layout {
             mul(WORKER_CTL_SIZE, p.n_workers, "worker control")?,
             "worker",
         )?;
-        let ring_bytes = |slots: usize, extra: usize| -> Result<usize, LayoutError> {
-            let per_slot = SLOT_HEADER_SIZE + extra;
-            let body = mul(per_slot, slots, "ring")?.checked_add(RING_CTL_SIZE);
-            round_up(body.ok_or(LayoutError::Overflow("ring"))?, REGION_ALIGN)
-                .ok_or(LayoutError::Overflow("ring"))
-        };
-        let data_ring_stride = ring_bytes(p.slots_per_worker, 0)?;
+        let data_ring_stride = mul(SLOT_HEADER_SIZE, p.slots_per_worker, "ring")?
+            .checked_add(RING_CTL_SIZE)
+            .and_then(|body| round_up(body, REGION_ALIGN))
+            .ok_or(LayoutError::Overflow("ring"))?;
         let data_rings = c.take(
             mul(data_ring_stride, p.n_workers, "data rings")?,
             "data rings",
-        )?;
-        let cmd_ring_stride = ring_bytes(p.cmd_slots, COMMAND_RECORD_SIZE)?;
-        let cmd_rings = c.take(
-            mul(cmd_ring_stride, p.n_workers, "command rings")?,
-            "commands",
         )?;
         let wctl = LINE + round_up(8 * p.weight_buffers, LINE).unwrap_or(usize::MAX);
         let wctl = wctl
@@ -478,8 +457,6 @@ impl Layout {
             worker_ctl,
             data_rings,
             data_ring_stride,
-            cmd_rings,
-            cmd_ring_stride,
             weights_ctl,
             weights_bufs,
             weights_stride,
@@ -501,7 +478,6 @@ impl Layout {
             p.envs_per_worker,
             p.steps,
             p.slots_per_worker,
-            p.cmd_slots,
             p.weights_capacity,
             p.weight_buffers,
             p.fields.len(),
@@ -521,8 +497,6 @@ impl Layout {
             self.worker_ctl,
             self.data_rings,
             self.data_ring_stride,
-            self.cmd_rings,
-            self.cmd_ring_stride,
             self.weights_ctl,
             self.weights_bufs,
             self.weights_stride,
@@ -530,7 +504,6 @@ impl Layout {
             WORKER_CTL_SIZE,
             RING_CTL_SIZE,
             SLOT_HEADER_SIZE,
-            COMMAND_RECORD_SIZE,
         ] {
             h.u64(v as u64);
         }
@@ -613,12 +586,6 @@ impl Layout {
     pub fn data_ring_offset(&self, w: usize) -> usize {
         assert!(w < self.params.n_workers, "worker {w} out of range");
         self.data_rings + w * self.data_ring_stride
-    }
-
-    /// Offset of worker `w`'s command ring (RingCtl, slot headers, then records).
-    pub fn cmd_ring_offset(&self, w: usize) -> usize {
-        assert!(w < self.params.n_workers, "worker {w} out of range");
-        self.cmd_rings + w * self.cmd_ring_stride
     }
 
     /// Offset of the weights control words (latest line, lens, pins).
@@ -750,7 +717,6 @@ mod tests {
                 (l.global_ctl, 4 * LINE),
                 (l.worker_ctl, WORKER_CTL_SIZE * n_workers),
                 (l.data_rings, l.data_ring_stride * n_workers),
-                (l.cmd_rings, l.cmd_ring_stride * n_workers),
                 (l.weights_ctl, LINE),
                 (l.weights_bufs, l.weights_stride * 3),
             ];

@@ -8,9 +8,8 @@
 //! * [`sync`]: atomics facade (std, or loom under `--cfg loom`) and cache-line padding.
 //! * [`shared`]: references into shared (or, for loom, heap) memory that keep it alive.
 //! * [`futex`], [`eventcount`], [`wait`]: blocking without lost wake-ups.
-//! * [`ring`]: SPSC ring of slot indices (data rings and command rings).
+//! * [`ring`]: SPSC ring of slot indices (one data ring per worker).
 //! * [`weights`]: versioned multi-buffer weights store with reader pins.
-//! * [`commands`]: 64-byte POD command records on a ring.
 //! * [`worker`]: per-worker control block (state, generation, heartbeat, error text).
 //! * [`layout`], [`header`], [`segment`]: where everything lives, and the memfd itself.
 //!
@@ -21,7 +20,6 @@ compile_error!(
     "pycollect-core needs lock-free 64-bit atomics (cross-process atomics must be address-free)"
 );
 
-pub mod commands;
 pub mod eventcount;
 pub mod futex;
 pub mod header;
@@ -37,7 +35,6 @@ pub mod wait;
 pub mod weights;
 pub mod worker;
 
-pub use commands::{Command, CommandError, CommandReceiver, CommandSender};
 pub use eventcount::EventCount;
 pub use layout::{DType, FieldSpec, Layout, LayoutError, LayoutParams};
 pub use ring::{Claim, ClaimBatch, Consumer, Producer, RingError, RingMem, SlotRef};

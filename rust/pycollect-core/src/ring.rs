@@ -24,9 +24,6 @@ use crate::wait::{wait_until, WaitOutcome, WaitPolicy, Waited};
 use std::fmt;
 use std::time::Instant;
 
-/// Slot flag: the rollout in this slot was cut short (episode truncated by a restart).
-pub const FLAG_TRUNCATED: u64 = 1;
-
 /// Control words of one ring (lives in shared memory; 384 bytes outside loom).
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -329,7 +326,8 @@ impl Producer {
         self.commit_with_flags(claim, 0)
     }
 
-    /// Publishes a claimed slot with `flags` (e.g. [`FLAG_TRUNCATED`]) in its header.
+    /// Publishes a claimed slot with `flags` (a word the ring carries for the caller and never
+    /// reads) in its header.
     pub fn commit_with_flags(&mut self, claim: Claim, flags: u64) -> Result<(), RingError> {
         if claim.seq != self.tail || self.claimed == 0 {
             return Err(RingError::OutOfOrder {

@@ -14,7 +14,6 @@
 //! like any other, but its [`Segment::shutdown`], [`Segment::unlink_name`] and drop do nothing,
 //! so a forked child cannot stop its parent's workers or take its segment's name.
 
-use crate::commands::{CommandReceiver, CommandRecord, CommandSender};
 use crate::eventcount::EventCount;
 use crate::header::{self, HeaderError, STATE_READY};
 use crate::layout::{Layout, LayoutError, LINE, RING_CTL_SIZE, WORKER_ERROR_TEXT_OFFSET};
@@ -520,7 +519,7 @@ impl Segment {
         unsafe { self.shared(self.layout.global_ctl_offset() + 2 * LINE) }
     }
 
-    /// Sets the shutdown flag and wakes every waiter (trainer, producers, command readers).
+    /// Sets the shutdown flag and wakes every waiter (trainer, producers).
     ///
     /// Does nothing in a process forked from the one that made this handle: the workers are
     /// the parent's, and only the parent stops them.
@@ -532,9 +531,6 @@ impl Segment {
         self.shutdown_word().store(1, Ordering::Release);
         self.doorbell().notify_all();
         for w in 0..self.layout.n_workers() {
-            if let Ok(ctl) = self.worker(w) {
-                ctl.cmd_bell().notify_all();
-            }
             if let Ok(ring) = self.data_ring(w) {
                 ring.ctl().space_bell().notify_all();
             }
@@ -586,40 +582,6 @@ impl Segment {
     /// The consuming end of worker `w`'s data ring.
     pub fn consumer(&self, w: usize) -> Result<Consumer, SegmentError> {
         Ok(Consumer::new(self.data_ring(w)?))
-    }
-
-    fn cmd_ring(&self, w: usize) -> Result<(RingMem, *mut CommandRecord), SegmentError> {
-        let ctl = self.worker(w)?;
-        let off = self.layout.cmd_ring_offset(w);
-        let n = self.layout.params().cmd_slots;
-        // SAFETY: a command ring region is RingCtl, `n` SlotHeaders, then `n` 64-byte
-        // CommandRecords, inside its 4 KiB-aligned region (layout.rs).
-        let (rc, hdrs, recs) = unsafe {
-            (
-                self.shared::<RingCtl>(off),
-                self.shared_slice::<SlotHeader>(off + RING_CTL_SIZE, n),
-                self.base_ptr()
-                    .add(off + RING_CTL_SIZE + n * 64)
-                    .cast::<CommandRecord>(),
-            )
-        };
-        let ring = RingMem::new(rc, hdrs, ctl.cmd_bell()).map_err(SegmentError::Ring)?;
-        Ok((ring, recs))
-    }
-
-    /// The trainer's sending end of worker `w`'s command ring (one per process).
-    pub fn command_sender(&self, w: usize) -> Result<CommandSender, SegmentError> {
-        let (ring, recs) = self.cmd_ring(w)?;
-        // SAFETY: `recs` points to cmd_slots records inside the mapping our owner keeps alive.
-        Ok(unsafe { CommandSender::new(ring, recs, self.owner()) })
-    }
-
-    /// Worker `w`'s receiving end of its command ring (for its current generation).
-    pub fn command_receiver(&self, w: usize) -> Result<CommandReceiver, SegmentError> {
-        let gen = self.worker(w)?.generation();
-        let (ring, recs) = self.cmd_ring(w)?;
-        // SAFETY: as for command_sender.
-        Ok(unsafe { CommandReceiver::new(ring, recs, self.owner(), gen) })
     }
 
     fn weights_mem_raw(
@@ -850,7 +812,7 @@ mod tests {
     }
 
     #[test]
-    fn weights_commands_errors_and_shutdown() {
+    fn weights_errors_and_shutdown() {
         let seg = Segment::create(layout(2)).unwrap();
         let att = Segment::attach(seg.fd(), AttachOptions::default()).unwrap();
         let mut w = seg.weights_writer().unwrap();
@@ -863,16 +825,6 @@ mod tests {
         assert!(w.publish(&[0u8; 101]).is_err());
 
         let ctl = att.worker(0).unwrap();
-        let gen = ctl.generation();
-        let mut tx = seg.command_sender(0).unwrap();
-        let mut rx = att.command_receiver(0).unwrap();
-        tx.send(crate::Command::WeightsReady { version: v }, gen)
-            .unwrap();
-        assert_eq!(
-            rx.try_recv().unwrap(),
-            Some(crate::Command::WeightsReady { version: v })
-        );
-
         ctl.write_error("Traceback …\nValueError: boom");
         assert_eq!(
             seg.worker(0).unwrap().read_error().unwrap(),

@@ -1,10 +1,9 @@
-//! Per-worker control block: state, pid, generation, heartbeat, command bell, error text.
+//! Per-worker control block: state, pid, generation, heartbeat, error text.
 //!
 //! Written by the worker (state, pid, heartbeat, error) and by the supervisor (generation,
 //! resets). All words are atomics; the error text is plain bytes published by a Release store
 //! of its length and read only after an Acquire load of it.
 
-use crate::eventcount::EventCount;
 use crate::layout::ERROR_TEXT_CAP;
 use crate::shared::SharedRef;
 use crate::sync::{AtomicU32, AtomicU64, Ordering, Padded};
@@ -19,9 +18,7 @@ pub enum WorkerState {
     Starting = 1,
     /// Ready and producing.
     Running = 2,
-    /// Paused by a command.
-    Paused = 3,
-    /// Shutting down cleanly.
+    /// Shutting down cleanly (3 is unused: it was a paused state that nothing set).
     Exiting = 4,
     /// Failed; the error text holds the reason.
     Failed = 5,
@@ -34,7 +31,6 @@ impl WorkerState {
             0 => Self::Empty,
             1 => Self::Starting,
             2 => Self::Running,
-            3 => Self::Paused,
             4 => Self::Exiting,
             5 => Self::Failed,
             _ => return None,
@@ -50,9 +46,7 @@ pub struct WorkerCtlMem {
     ident: Padded<Ident>,
     /// Heartbeat (line 1, written every step, so alone on its line).
     heartbeat: Padded<Heartbeat>,
-    /// Bell rung when a command is pushed (line 2).
-    cmd_bell: Padded<EventCount>,
-    /// Bytes of valid error text (line 3).
+    /// Bytes of valid error text (line 2).
     error_len: Padded<AtomicU32>,
 }
 
@@ -148,8 +142,8 @@ impl WorkerCtl {
 
     /// Supervisor: starts a new generation for a (re)started worker and returns it.
     ///
-    /// Resets state, pid, heartbeat and error text, and forgets sleepers of the dead process
-    /// on the command bell. Call only while no process of this worker is alive.
+    /// Resets state, pid, heartbeat and error text. Call only while no process of this worker
+    /// is alive.
     pub fn begin_generation(&self) -> u64 {
         let m = &self.mem;
         m.ident
@@ -159,7 +153,6 @@ impl WorkerCtl {
         m.heartbeat.ns.store(0, Ordering::Relaxed);
         m.heartbeat.count.store(0, Ordering::Relaxed);
         m.error_len.store(0, Ordering::Relaxed);
-        m.cmd_bell.reset_sleepers();
         // SYNC POINT: Release publishes the resets above with the new generation.
         m.ident.generation.fetch_add(1, Ordering::Release) + 1
     }
@@ -177,18 +170,6 @@ impl WorkerCtl {
             self.mem.heartbeat.ns.load(Ordering::Relaxed),
             self.mem.heartbeat.count.load(Ordering::Relaxed),
         )
-    }
-
-    /// The bell rung when a command is pushed to this worker.
-    pub fn cmd_bell(&self) -> SharedRef<EventCount> {
-        // SAFETY: cmd_bell is a field of the WorkerCtlMem that `self.mem` keeps alive, so the
-        // pointer is valid, aligned and initialised as long as the cloned owner lives.
-        unsafe {
-            SharedRef::from_raw(
-                std::ptr::NonNull::from(&self.mem.cmd_bell.0),
-                self.mem.owner().clone(),
-            )
-        }
     }
 
     /// Worker: stores an error text (e.g. a traceback), truncated at a char boundary to

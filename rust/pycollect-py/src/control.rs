@@ -1,16 +1,12 @@
-//! A worker's control block and its command channel.
+//! A worker's control block.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use pycollect_core::worker::monotonic_ns;
-use pycollect_core::{
-    Command, CommandReceiver as CoreReceiver, CommandSender as CoreSender, Segment as CoreSegment,
-    WaitPolicy, WorkerCtl, WorkerState,
-};
+use pycollect_core::{Segment as CoreSegment, WorkerCtl, WorkerState};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::blocking::{deadline, wait_for};
 use crate::errors::{config_error, py_err};
 
 fn state_name(state: Option<WorkerState>) -> &'static str {
@@ -18,7 +14,6 @@ fn state_name(state: Option<WorkerState>) -> &'static str {
         Some(WorkerState::Empty) => "empty",
         Some(WorkerState::Starting) => "starting",
         Some(WorkerState::Running) => "running",
-        Some(WorkerState::Paused) => "paused",
         Some(WorkerState::Exiting) => "exiting",
         Some(WorkerState::Failed) => "failed",
         None => "corrupt",
@@ -30,13 +25,12 @@ fn parse_state(name: &str) -> PyResult<WorkerState> {
         "empty" => WorkerState::Empty,
         "starting" => WorkerState::Starting,
         "running" => WorkerState::Running,
-        "paused" => WorkerState::Paused,
         "exiting" => WorkerState::Exiting,
         "failed" => WorkerState::Failed,
         other => {
             return Err(config_error(format!(
-                "unknown worker state '{other}'; expected empty, starting, running, paused, exiting or failed"
-            )))
+            "unknown worker state '{other}'; expected empty, starting, running, exiting or failed"
+        )))
         }
     })
 }
@@ -142,110 +136,5 @@ impl WorkerControl {
     /// come back as U+FFFD).
     fn read_error(&self) -> Option<String> {
         self.inner.read_error()
-    }
-}
-
-fn encode(command: &str, arg: u64) -> PyResult<Command> {
-    Ok(match command {
-        "shutdown" => Command::Shutdown,
-        "pause" => Command::Pause,
-        "resume" => Command::Resume,
-        "reset" => Command::Reset { seed: arg },
-        "weights" => Command::WeightsReady { version: arg },
-        other => {
-            return Err(config_error(format!(
-                "unknown command '{other}'; expected shutdown, pause, resume, reset or weights"
-            )))
-        }
-    })
-}
-
-fn decode(command: Command) -> (&'static str, u64) {
-    match command {
-        Command::Shutdown => ("shutdown", 0),
-        Command::Pause => ("pause", 0),
-        Command::Resume => ("resume", 0),
-        Command::Reset { seed } => ("reset", seed),
-        Command::WeightsReady { version } => ("weights", version),
-    }
-}
-
-/// Sends fixed-size command records to one worker.
-#[derive(Debug)]
-#[pyclass(frozen, module = "pycollect._core")]
-pub struct CommandSender {
-    inner: Mutex<CoreSender>,
-}
-
-impl CommandSender {
-    pub(crate) fn new(segment: &Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
-        Ok(Self {
-            inner: Mutex::new(segment.command_sender(worker).map_err(py_err)?),
-        })
-    }
-}
-
-#[pymethods]
-impl CommandSender {
-    /// Sends `command` ("shutdown", "pause", "resume", "reset" with a seed, "weights" with a
-    /// version) to the worker's `generation`.
-    #[pyo3(signature = (command, arg=0, *, generation))]
-    fn send(&self, command: &str, arg: u64, generation: u64) -> PyResult<()> {
-        let command = encode(command, arg)?;
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(command, generation)
-            .map_err(py_err)
-    }
-}
-
-/// Receives a worker's commands (in the worker process).
-#[derive(Debug)]
-#[pyclass(frozen, module = "pycollect._core")]
-pub struct CommandReceiver {
-    segment: Arc<CoreSegment>,
-    inner: Mutex<CoreReceiver>,
-}
-
-impl CommandReceiver {
-    pub(crate) fn new(segment: &Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
-        let inner = segment.command_receiver(worker).map_err(py_err)?;
-        Ok(Self {
-            segment: Arc::clone(segment),
-            inner: Mutex::new(inner),
-        })
-    }
-}
-
-#[pymethods]
-impl CommandReceiver {
-    /// The next command as `(name, arg)`, if one is waiting.
-    fn try_recv(&self) -> PyResult<Option<(&'static str, u64)>> {
-        let received = self
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .try_recv()
-            .map_err(py_err)?;
-        Ok(received.map(decode))
-    }
-
-    /// Waits up to `timeout_s` (GIL released) for a command; `None` on timeout or shutdown.
-    #[pyo3(signature = (timeout_s=None))]
-    fn recv(
-        &self,
-        py: Python<'_>,
-        timeout_s: Option<f64>,
-    ) -> PyResult<Option<(&'static str, u64)>> {
-        let deadline = deadline(timeout_s)?;
-        let policy = WaitPolicy::BLOCKING;
-        let segment = &self.segment;
-        let inner = &self.inner;
-        let got = wait_for(py, deadline, |slice_end| {
-            let mut receiver = inner.lock().unwrap_or_else(|e| e.into_inner());
-            receiver.recv_wait(&policy, Some(slice_end), || segment.is_shutdown())
-        })?;
-        Ok(got.map(decode))
     }
 }

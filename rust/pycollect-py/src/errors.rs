@@ -19,7 +19,7 @@ use std::fmt::Display;
 
 use pycollect_core::header::HeaderError;
 use pycollect_core::supervisor::SupervisorError as CoreSupervisorError;
-use pycollect_core::{CommandError, LayoutError, RingError, SegmentError, WeightsError};
+use pycollect_core::{LayoutError, RingError, SegmentError, WeightsError};
 use pyo3::PyErr;
 
 /// The Python classes, private to this file so that nothing else constructs them.
@@ -169,16 +169,6 @@ impl NativeError for WeightsError {
     }
 }
 
-impl NativeError for CommandError {
-    fn kind(&self) -> Kind {
-        match self {
-            // The worker is not reading its commands, or a record in shared memory is corrupt.
-            Self::Full { .. } | Self::UnknownKind(_) => Kind::Transport,
-            Self::Ring(e) => e.kind(),
-        }
-    }
-}
-
 impl NativeError for CoreSupervisorError {
     fn kind(&self) -> Kind {
         match self {
@@ -218,8 +208,7 @@ mod tests {
             expected: 1,
             found: 2,
         };
-        assert_eq!(CommandError::Ring(corrupt).kind(), Kind::Transport);
-        assert_eq!(CommandError::Full { capacity: 8 }.kind(), Kind::Transport);
+        assert_eq!(corrupt.kind(), Kind::Transport);
         assert_eq!(
             WeightsError::AllPinned { buffers: 3 }.kind(),
             Kind::Transport

@@ -29,8 +29,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::Consumer>()?;
     m.add_class::<ring::Lease>()?;
     m.add_class::<control::WorkerControl>()?;
-    m.add_class::<control::CommandSender>()?;
-    m.add_class::<control::CommandReceiver>()?;
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;

@@ -9,7 +9,7 @@ use pycollect_core::{
 use pyo3::prelude::*;
 
 use crate::blocking::non_negative_seconds;
-use crate::control::{CommandReceiver, CommandSender, WorkerControl};
+use crate::control::WorkerControl;
 use crate::errors::{config_error, py_err, transport_error};
 use crate::ring::{Consumer, Producer};
 use crate::view::SlotView;
@@ -401,18 +401,6 @@ impl Segment {
     fn worker_control(&self, worker: usize) -> PyResult<WorkerControl> {
         self.check_worker(worker)?;
         WorkerControl::new(&self.inner, worker)
-    }
-
-    /// Sends commands to `worker`.
-    fn command_sender(&self, worker: usize) -> PyResult<CommandSender> {
-        self.check_worker(worker)?;
-        CommandSender::new(&self.inner, worker)
-    }
-
-    /// Receives `worker`'s commands addressed to its current generation or later.
-    fn command_receiver(&self, worker: usize) -> PyResult<CommandReceiver> {
-        self.check_worker(worker)?;
-        CommandReceiver::new(&self.inner, worker)
     }
 
     /// The weights store's writing end (the trainer).
