@@ -12,6 +12,8 @@
 //! * [`weights`]: versioned multi-buffer weights store with reader pins.
 //! * [`worker`]: per-worker control block (state, generation, heartbeat, error text).
 //! * [`layout`], [`header`], [`segment`]: where everything lives, and the memfd itself.
+//! * [`supervisor`]: spawns the worker processes (fork+exec or the fork server), sees them exit
+//!   or hang, restarts them by policy and stops them; it knows nothing of the transport.
 //!
 //! See `README.md` in this crate for the memory-ordering protocol.
 

@@ -219,7 +219,7 @@ pub struct Segment {
 #[allow(clippy::disallowed_types)]
 static NAME_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Start time of process `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat).
+/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
 pub fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and ')', so parse after the last ')'.
