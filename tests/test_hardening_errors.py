@@ -78,18 +78,20 @@ def test_durations_past_the_maximum_are_refused_before_anything_is_built(name: s
         Collector(_unbuildable, frames_per_batch=8, num_workers=1, **{name: value})
 
 
+def _linear_policy_collector(**settings: Any) -> Collector:
+    """One worker acting with a linear function policy whose module is ``weights_from``."""
+    net = torch.nn.Linear(2, 3)
+    return Collector(
+        CountingEnv, lambda td: net(td["observation"]).argmax(-1), weights_from=net, frames_per_batch=8, num_workers=1,
+        **settings,
+    )  # fmt: skip
+
+
 def test_the_maximum_duration_is_taken_by_every_consumer() -> None:
     timedelta(seconds=MAX_SECONDS)  # the torch_distributed scheme's TCPStore and group timeouts
     assert MAX_SECONDS <= threading.TIMEOUT_MAX  # Event.wait, Thread.join, socket and select timeouts
-    net = torch.nn.Linear(2, 3)
-    with Collector(
-        CountingEnv,
-        lambda td: net(td["observation"]).argmax(-1),
-        weights_from=net,
-        frames_per_batch=8,
-        num_workers=1,
-        weight_sync_timeout_s=MAX_SECONDS,
-        **{name: MAX_SECONDS for name in DURATIONS},
+    with _linear_policy_collector(
+        weight_sync_timeout_s=MAX_SECONDS, **{name: MAX_SECONDS for name in DURATIONS}
     ) as collector:  # the supervisor (Rust Durations, deadlines) takes them
         collector.next_batch()
         collector.update_policy_weights_()  # the shared-memory store's reserve takes it
@@ -132,15 +134,7 @@ class _NothingReceiver(WeightReceiver):
     "error", [TransportError("every buffer is held"), OverflowError("date value out of range")], ids=type
 )
 def test_a_failed_publish_leaves_the_version_alone_and_raises_from_the_hierarchy(error: BaseException) -> None:
-    net = torch.nn.Linear(2, 3)
-    with Collector(
-        CountingEnv,
-        lambda td: net(td["observation"]).argmax(-1),
-        weights_from=net,
-        frames_per_batch=8,
-        num_workers=1,
-        weight_sync=FailingScheme(error),
-    ) as collector:
+    with _linear_policy_collector(weight_sync=FailingScheme(error)) as collector:
         with pytest.raises(TransportError, match="date value out of range|every buffer is held") as info:
             collector.update_policy_weights_()
         assert collector.policy_version == 0

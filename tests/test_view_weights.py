@@ -379,13 +379,9 @@ def _protected_store() -> _core.Segment:
     return segment
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize(
-    ("what", "message"), [("entry", "the first entry"), ("header", "the header"), ("traced", "the first entry")]
-)
-def test_a_write_into_protected_weights_is_a_segfault_that_names_what_was_written(what: str, message: str) -> None:
-    segment = _protected_store()
-    child = subprocess.run(
+def _run_child(segment: Any, what: str) -> subprocess.CompletedProcess[str]:
+    """Run ``_CHILD`` on ``segment`` (it protects the weights, then does ``what``)."""
+    return subprocess.run(
         [sys.executable, "-c", _CHILD, str(segment.fd), what],
         pass_fds=[segment.fd],
         capture_output=True,
@@ -393,6 +389,15 @@ def test_a_write_into_protected_weights_is_a_segfault_that_names_what_was_writte
         timeout=60,
         check=False,
     )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("what", "message"), [("entry", "the first entry"), ("header", "the header"), ("traced", "the first entry")]
+)
+def test_a_write_into_protected_weights_is_a_segfault_that_names_what_was_written(what: str, message: str) -> None:
+    segment = _protected_store()
+    child = _run_child(segment, what)
     assert child.returncode == -signal.SIGSEGV, child
     assert "survived" not in child.stdout
     assert segment.worker_control(0).read_error() == message
@@ -407,13 +412,6 @@ def test_a_write_into_protected_weights_is_a_segfault_that_names_what_was_writte
 def test_other_faults_and_reads_are_left_alone() -> None:
     segment = _protected_store()
     for what, code in (("read", 0), ("elsewhere", -signal.SIGSEGV)):
-        child = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(segment.fd), what],
-            pass_fds=[segment.fd],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        child = _run_child(segment, what)
         assert child.returncode == code, child
         assert segment.worker_control(0).read_error() is None
