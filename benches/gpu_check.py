@@ -23,8 +23,7 @@ import time
 
 import torch
 
-from pycollect import Collector
-from pycollect.devices import ExplicitPolicy
+from pycollect import Collector, ExplicitPolicy
 
 
 class Policy(torch.nn.Module):

@@ -95,8 +95,9 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 import pycollect
+from pycollect import SharedMemoryScheme
 from pycollect.config import SLOTS_PER_WORKER
-from pycollect.weights import SharedMemoryScheme, WeightReceiver, WeightSender
+from pycollect.weights import WeightReceiver, WeightSender
 from pycollect.weights.scheme import ReceiverContext, SenderContext
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -9,7 +9,12 @@ Extension points, each a subpackage with its interface, extended through pluggy 
 
 * :mod:`pycollect.envs`: env backends (:class:`EnvBackend`);
 * :mod:`pycollect.weights`: weight-sync schemes (:class:`WeightSyncScheme`);
-* :mod:`pycollect.devices`: device placement policies (:class:`DevicePolicy`).
+* :mod:`pycollect.devices`: device placement policies (:class:`DevicePolicy`);
+* :mod:`pycollect.engines`: engines, what runs the environments (``EngineFactory``).
+
+The built-in plugins (:mod:`pycollect.default_plugins`) register through the same hooks; their
+classes are exported here to configure them (:class:`SharedMemoryScheme`,
+:class:`ExplicitPolicy`...).
 
 :mod:`pycollect.testing` has conformance checkers and test environments for plugin authors.
 
@@ -55,6 +60,14 @@ if TYPE_CHECKING:
     from pycollect._rollout.seeding import env_seeds
     from pycollect.collector import Collector, CollectorStats
     from pycollect.config import CollectorConfig, SupervisionConfig
+    from pycollect.default_plugins import (
+        CpuPolicy,
+        ExplicitPolicy,
+        NoSyncScheme,
+        RoundRobinPolicy,
+        SharedMemoryScheme,
+        TorchDistributedScheme,
+    )
     from pycollect.devices import DevicePolicy, Placement
     from pycollect.envs import EnvBackend, EnvSpecs, FieldSpec, GymLikeEnv, specs_from_spaces
     from pycollect.weights import WeightSyncScheme
@@ -77,6 +90,9 @@ _LAZY = {
     "EpisodeRecord": "pycollect._batch.episodes",
     "env_seeds": "pycollect._rollout.seeding",
     "prestart": "pycollect._engines.workers._prestart",
+    # The built-in plugins' classes, to configure them (SharedMemoryScheme(mode="view")).
+    **{name: "pycollect.default_plugins" for name in ("CpuPolicy", "ExplicitPolicy", "RoundRobinPolicy")},
+    **{name: "pycollect.default_plugins" for name in ("NoSyncScheme", "SharedMemoryScheme", "TorchDistributedScheme")},
 }
 
 
@@ -95,22 +111,28 @@ __all__ = [
     "CollectorStats",
     "ConfigError",
     "ConformanceError",
+    "CpuPolicy",
     "DevicePolicy",
     "EnvBackend",
     "EnvCreationError",
     "EnvOutputError",
     "EnvSpecs",
     "EpisodeRecord",
+    "ExplicitPolicy",
     "FieldSpec",
     "GymLikeEnv",
     "LayoutMismatchError",
+    "NoSyncScheme",
     "Placement",
     "PluginError",
     "PolicyError",
     "PyCollectError",
     "PyCollectWarning",
+    "RoundRobinPolicy",
+    "SharedMemoryScheme",
     "SupervisionConfig",
     "SupervisorError",
+    "TorchDistributedScheme",
     "TransportError",
     "UnknownBackendError",
     "UnknownDevicePolicyError",

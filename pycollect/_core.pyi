@@ -24,7 +24,7 @@ the child's copy.
 """
 
 from collections.abc import Callable, Sequence
-from typing import Literal, TypeAlias, final
+from typing import Literal, Protocol, TypeAlias, final
 
 from typing_extensions import Buffer
 
@@ -445,6 +445,30 @@ class WorkerEnding:
     @property
     def signal(self) -> int | None: ...
 
+class _Supervision(Protocol):
+    """What :class:`Supervisor` reads from its ``supervision`` (a ``pycollect.SupervisionConfig``)."""
+
+    @property
+    def restart(self) -> str: ...  # "permanent" | "transient" | "never"
+    @property
+    def max_restarts(self) -> int: ...
+    @property
+    def restart_window_s(self) -> float: ...
+    @property
+    def backoff_initial_s(self) -> float: ...
+    @property
+    def backoff_max_s(self) -> float: ...
+    @property
+    def startup_timeout_s(self) -> float: ...
+    @property
+    def heartbeat_timeout_s(self) -> float: ...
+    @property
+    def check_interval_s(self) -> float: ...
+    @property
+    def shutdown_grace_s(self) -> float: ...
+    @property
+    def term_timeout_s(self) -> float: ...
+
 @final
 class Supervisor:
     """The worker processes of one segment: started in parallel, watched, restarted, stopped.
@@ -452,8 +476,9 @@ class Supervisor:
     Each child runs ``argv`` with ``env`` plus :data:`ENV_WORKER`, :data:`ENV_GENERATION`,
     :data:`ENV_SEGMENT_FD` (the segment at :data:`CHILD_SEGMENT_FD`), :data:`ENV_LIFELINE_FD`
     (the lifeline at :data:`CHILD_LIFELINE_FD`) and every ``(our_fd, child_fd)`` of
-    ``pass_fds``, in its own process group with a parent-death signal. Every setting is
-    required; durations are in seconds and must be positive. Once a generation has ended and
+    ``pass_fds``, in its own process group with a parent-death signal. ``supervision`` (a
+    :class:`pycollect.SupervisionConfig`) is read attribute by attribute; its defaults live
+    there only, and its values are checked again here. Once a generation has ended and
     been reaped, the weights pin of its worker is cleared (before any backoff or restart), so a
     worker killed while reading weights never keeps a buffer from :meth:`WeightsWriter.publish`.
     """
@@ -465,20 +490,14 @@ class Supervisor:
         *,
         env: dict[str, str],
         pass_fds: Sequence[tuple[int, int]],
-        restart: str,  # "permanent" | "transient" | "never"
-        max_restarts: int,
-        restart_window_s: float,
-        backoff_initial_s: float,
-        backoff_max_s: float,
-        startup_timeout_s: float,
-        heartbeat_timeout_s: float,
-        check_interval_s: float,
-        grace_s: float,
-        term_timeout_s: float,
+        supervision: _Supervision,
         fork_server: int | None = None,
     ) -> None: ...
     @property
     def workers(self) -> int: ...
+    @property
+    def supervision(self) -> dict[str, str | int | float]:
+        """The settings it runs with, under ``SupervisionConfig``'s names (durations in seconds)."""
     def next_event(self, timeout_s: float) -> WorkerEvent | None:
         """The next event, waiting up to ``timeout_s`` (0: do not wait; GIL released).
 

@@ -166,6 +166,16 @@ def _env_kwarg(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _settings_without_flags() -> list[str]:
+    """The fields of ``CollectorConfig`` and ``SupervisionConfig`` that no flag of ``run`` sets (``--set`` does)."""
+    from dataclasses import fields
+
+    from pycollect.config import CollectorConfig, SupervisionConfig
+
+    names = [f.name for config in (CollectorConfig, SupervisionConfig) for f in fields(config)]
+    return [name for name in names if name not in FLAGS and name not in ("supervision", "sync")]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``pycollect`` command."""
     parser = argparse.ArgumentParser(
@@ -242,6 +252,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="keyword argument for the environment constructor (repeatable); VALUE is a Python literal",
     )
+    run.add_argument(
+        "--set",
+        dest="settings",
+        type=_env_kwarg,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=(
+            "any other collector setting (repeatable; VALUE is a Python literal), e.g. --set max_restarts=5 "
+            f"--set apply_weights=between_steps. The settings: {', '.join(_settings_without_flags())}; "
+            "help(pycollect.CollectorConfig) says what each does"
+        ),
+    )
     run.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     run.add_argument(
@@ -288,8 +311,15 @@ def _run(args: argparse.Namespace, started: float) -> int:
         "max_frames_per_traj": args.max_frames_per_traj,
         "seed": args.seed,
     }
+    for name, value in args.settings:
+        if name in settings or name == "env_kwargs":
+            flag = "--async" if name == "sync" else FLAGS[name]
+            _say("error", f"--set {name}=...: use {flag} for {name}")
+            return 2
+        settings[name] = value
     try:
-        config = CollectorConfig(**settings)  # the Collector's own checks, before seconds of importing torch
+        # The Collector's own checks, before seconds of importing torch.
+        config = CollectorConfig.from_settings(**settings)
     except PyCollectError as exc:
         _say("error", flag_names(str(exc)))
         return 2
@@ -298,7 +328,8 @@ def _run(args: argparse.Namespace, started: float) -> int:
 
         prestart()  # the fork server's imports overlap ours (tqdm, torch); a no-op if turned off
     if args.frames is None:  # the default is the command's choice: whole batches, nothing to warn about
-        settings["total_frames"] = math.ceil(DEFAULT_FRAMES / config.batch_frames) * config.batch_frames
+        whole = math.ceil(DEFAULT_FRAMES / config.batch_frames) * config.batch_frames
+        config = CollectorConfig.from_settings(config, total_frames=whole)
     interrupted = False
     setup_s = 0.0
     # Until the first batch the bar says what the time goes on: importing torch (seconds),
@@ -316,7 +347,7 @@ def _run(args: argparse.Namespace, started: float) -> int:
 
         bar.set_description_str(f"starting {args.workers} worker(s)" if args.workers else "building envs")
         try:
-            collector = Collector(args.env, **settings, env_kwargs=dict(args.env_kwarg))
+            collector = Collector(args.env, config=config, env_kwargs=dict(args.env_kwarg))
         except PyCollectError as exc:
             bar.leave = False
             bar.close()

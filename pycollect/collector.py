@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from pycollect import _engines, _lifetime
+from pycollect import _lifetime, plugins
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._batch.split import mark_rollout_ends, split_trajectories, stack_workers
 from pycollect._rollout.policy import Policy
 from pycollect._rollout.seeding import torch_seed
-from pycollect.config import CollectorConfig, RestartPolicy, SupervisionConfig
-from pycollect.envs.source import EnvSource, resolve_env
+from pycollect.config import CollectorConfig
+from pycollect.envs.source import EnvSource
 from pycollect.exceptions import (
     CollectorClosedError,
     ConfigError,
@@ -31,16 +31,13 @@ from pycollect.weights.layout import WeightsLayout
 
 if TYPE_CHECKING:
     from pycollect._core import WorkerEvent, WorkerStats
-    from pycollect._engines.base import Engine
     from pycollect._rollout.fields import BatchField
-    from pycollect.devices import DevicePolicy
-    from pycollect.engines import EngineFactory
+    from pycollect.engines import Engine, EngineFactory
     from pycollect.envs.specs import EnvSpecs
-    from pycollect.weights import WeightSyncScheme
 
 __all__ = ["Collector", "CollectorStats"]
 
-_D, _S = CollectorConfig, SupervisionConfig  # the defaults of every argument live there
+_DEFAULT = CollectorConfig(frames_per_batch=1)  # for comparing a field with its default
 
 
 @dataclass(frozen=True)
@@ -97,8 +94,13 @@ class Collector:
     according to ``restart``; a rollout it was writing is dropped, never delivered
     half-written.
 
-    Every argument is checked (by :class:`~pycollect.config.CollectorConfig`, where the
-    defaults live) before any environment is built or any worker starts.
+    Every setting is a field of :class:`~pycollect.CollectorConfig` (or of its
+    :class:`~pycollect.SupervisionConfig`), documented, defaulted and checked there, before
+    any environment is built or any worker starts. Pass a whole config, name fields as keyword
+    overrides, or both (overrides win)::
+
+        Collector("CartPole-v1", frames_per_batch=256, num_workers=2, max_restarts=5)
+        Collector("CartPole-v1", config=CollectorConfig(frames_per_batch=256, num_workers=2))
 
     Args:
         env: A gymnasium id (``"CartPole-v1"``), a backend-prefixed spec
@@ -111,95 +113,23 @@ class Collector:
             or any callable (gets the observation TensorDict, returns the action or a mapping
             with an ``"action"`` key). Outputs beyond the action are kept in the batch. With
             workers the policy is pickled (cloudpickle) into each of them.
-        frames_per_batch: Frames (env steps) per batch, rounded up to a multiple of the
-            number of environments stepped for one batch; in sync mode split across workers.
-        total_frames: Stop after this many frames; -1 collects forever.
-        envs_per_worker: Environments stepped together (one policy call per step for all).
-        num_workers: Worker processes; 0 steps the environments in this process.
-        sync: With workers: one rollout of every worker per batch (True), or the next
-            finished rollout of any worker (False).
-        zero_copy: With workers: yield views of the shared-memory slots instead of copies.
-            A zero-copy batch is valid only until the next batch is requested; copy what you
-            keep (``batch.clone()``).
-        max_frames_per_traj: Truncate a trajectory after this many steps.
-        init_random_frames: Use uniform random actions until this many frames are collected.
-        reset_at_each_iter: Reset every environment at the start of every batch.
-        split_trajs: Yield ``[n_traj, T_max]`` batches, one trajectory per row, zero-padded,
-            with a ``("collector", "mask")`` marking real steps.
-        seed: Makes runs reproducible: environment ``i`` of worker ``w`` gets its own seed
-            derived from it (see :func:`pycollect.env_seeds`), and torch's generator is
-            seeded from it when there is a policy.
+        config: The settings, whole (``None``: made of ``overrides`` alone, which must then
+            include ``frames_per_batch``).
         env_kwargs: Keyword arguments for the environment constructor.
-        device: In-process, TorchRL's generic device: the default of ``policy_device`` and
-            ``storing_device``. With workers the ``device_policy`` decides (only ``"cpu"``,
-            with the ``cpu`` policy, is accepted).
-        policy_device: In-process: where the policy runs (default: ``device``, else where
-            its parameters are). If its parameters are elsewhere, a copy on ``policy_device``
-            is called, as in TorchRL, and ``update_policy_weights_()`` loads the trained
-            weights into it. Observations are moved there, actions come back to the CPU for
-            the environments. Not with workers: use ``device_policy``.
-        env_device: Where the environments' data lives; only the CPU (gymnasium-style
-            environments step there), accepted for TorchRL compatibility.
-        storing_device: Device batches are delivered on. Default in-process: ``device``, else
-            the CPU. Default with workers: the placement's storing device, of worker 0 for a
-            sync batch (which holds every worker's rollout), of the delivering worker in async
-            mode. A batch bound for CUDA is assembled in pinned host memory and copied with
-            ``non_blocking=True``; a ``zero_copy`` batch is copied there from shared memory.
-        weight_sync: With workers: how ``update_policy_weights_()`` reaches them. The name of
-            a registered weight-sync scheme (``"shared_memory"``, the default, or
-            ``"no_sync"``, or one a plugin adds) or a
-            :class:`~pycollect.weights.WeightSyncScheme` instance.
-        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block. This and every
-            other duration is a positive number of seconds, at most
-            :data:`~pycollect.config.MAX_SECONDS` (1e9 s).
-        apply_weights: With workers: when a worker applies new weights. ``"between_rollouts"``
-            (the default): before a rollout, so each rollout is collected with one version;
-            ``"between_steps"``: before any step (never during a policy call), so a rollout
-            may mix versions; either way every frame carries the ``policy_version`` it was
-            collected with.
-        device_policy: With workers: which devices each worker uses. The name of a registered
-            device placement policy (``"cpu"``, the default; ``"round_robin"``: worker ``i`` on
-            ``cuda:(i % n)``) or a :class:`~pycollect.devices.DevicePolicy` instance such as
-            ``ExplicitPolicy(["cuda:0", "cpu"])``. Every device is checked against this
-            machine's before any worker starts.
-        exploration_type: How a probabilistic policy (TorchRL's ``ProbabilisticActor``) acts,
-            applied around every policy call, in-process and in every worker: TorchRL's
-            ``ExplorationType.RANDOM`` (the default, as in TorchRL's collectors: it samples),
-            ``DETERMINISTIC``, ``MODE``, ``MEAN`` or ``MEDIAN``, or the member's name.
-            ``init_random_frames`` still means uniform random actions from the action space.
         weights_from: The module whose weights ``update_policy_weights_()`` sends to the
             workers when the policy is not itself that module, e.g. a function over a network
             (``policy=lambda td: net(td["observation"]).argmax(-1), weights_from=net``). The
             function and the module are pickled together, so in each worker the function uses
             the module the new weights are loaded into. Default: the policy, if it is an
             ``nn.Module``.
-        info_keys: Entries of the env's step ``info`` dict to keep in the batch, each at
-            ``("next", name)`` with the shape and dtype it has on the first step (a step whose
-            info lacks it stores zeros); TorchRL's ``GymEnv`` info-dict reader does the same.
         replay_buffer: A TorchRL replay buffer (anything with ``extend``): every batch extends
             it (as it comes, after ``postproc``) and iteration yields ``None``, as TorchRL's
             collectors do; ``next_batch()`` extends it too and returns the batch.
         postproc: Called on every batch before it is yielded or stored (e.g. TorchRL's
             ``MultiStep``, or ``lambda td: td.reshape(-1)`` for a one-dimensional buffer).
-        set_truncated: Mark the last step of every rollout truncated and done where the
-            episode goes on (its trajectory continues in the next batch), as TorchRL does.
-        cat_results: With workers in sync mode: ``0`` (the default) gives
-            ``[num_workers * envs_per_worker, T]`` batches; ``"stack"`` gives
-            ``[num_workers, envs_per_worker, T]``, as TorchRL's ``MultiSyncCollector``.
-        engine: What runs the environments. ``None`` (the default): in this process for
-            ``num_workers=0``, supervised worker processes otherwise (the built-in
-            ``"inprocess"`` and ``"workers"`` engines). The name of a registered engine (a
-            plugin's, e.g. ``"ray"`` from ``pycollect-ray``, built with its defaults) or an
-            :class:`~pycollect.engines.EngineFactory` instance carrying its own options
-            (``engine=RayEngine(num_actors=4)``). An engine that runs several copies of the
-            workers delivers sync batches of one rollout of each.
-        restart: With workers: ``"permanent"`` (restart after any end), ``"transient"``
-            (only after a crash or hang) or ``"never"``.
-        max_restarts: Restarts allowed per worker within ``restart_window_s``; past that the
-            collector raises :class:`WorkerCrashedError`.
-        restart_window_s: The sliding window for ``max_restarts``.
-        heartbeat_timeout_s: A worker whose heartbeat stops for this long counts as hung.
-        startup_timeout_s: How long a new worker may take to its first heartbeat.
+        **overrides: Fields of :class:`~pycollect.CollectorConfig` or
+            :class:`~pycollect.SupervisionConfig` by name (``frames_per_batch=256``,
+            ``num_workers=2``, ``restart="never"``), applied on top of ``config``.
 
     Raises:
         ConfigError: A bad argument, before anything runs; subclasses say which kind
@@ -217,80 +147,21 @@ class Collector:
 
     def __init__(
         self,
-        env: str | Callable[..., Any],
+        env: str | Callable[..., Any] | EnvSource,
         policy: Policy = None,
         *,
-        frames_per_batch: int,
-        total_frames: int = _D.total_frames,
-        envs_per_worker: int = _D.envs_per_worker,
-        num_workers: int = _D.num_workers,
-        sync: bool = _D.sync,
-        zero_copy: bool = _D.zero_copy,
-        max_frames_per_traj: int | None = _D.max_frames_per_traj,
-        init_random_frames: int = _D.init_random_frames,
-        reset_at_each_iter: bool = _D.reset_at_each_iter,
-        split_trajs: bool = _D.split_trajs,
-        seed: int | None = _D.seed,
+        config: CollectorConfig | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
-        device: torch.device | str | None = _D.device,
-        policy_device: torch.device | str | None = _D.policy_device,
-        env_device: torch.device | str | None = _D.env_device,
-        storing_device: torch.device | str | None = _D.storing_device,
-        weight_sync: str | WeightSyncScheme | None = _D.weight_sync,
-        weight_sync_timeout_s: float = _D.weight_sync_timeout_s,
-        apply_weights: str = _D.apply_weights,
-        device_policy: str | DevicePolicy = _D.device_policy,
-        exploration_type: Any = _D.exploration_type,
         weights_from: torch.nn.Module | None = None,
-        info_keys: Sequence[str] = _D.info_keys,
         replay_buffer: Any = None,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        set_truncated: bool = _D.set_truncated,
-        cat_results: Any = _D.cat_results,
-        check_resources: bool = _D.check_resources,
-        engine: str | EngineFactory | None = _D.engine,
-        restart: RestartPolicy = _S.restart,
-        max_restarts: int = _S.max_restarts,
-        restart_window_s: float = _S.restart_window_s,
-        heartbeat_timeout_s: float = _S.heartbeat_timeout_s,
-        startup_timeout_s: float = _S.startup_timeout_s,
+        **overrides: Any,
     ) -> None:
         self._closed = True  # until construction succeeds, shutdown() has nothing to do
-        self.config = CollectorConfig(
-            frames_per_batch=frames_per_batch,
-            total_frames=total_frames,
-            envs_per_worker=envs_per_worker,
-            num_workers=num_workers,
-            sync=sync,
-            zero_copy=zero_copy,
-            max_frames_per_traj=max_frames_per_traj,
-            init_random_frames=init_random_frames,
-            reset_at_each_iter=reset_at_each_iter,
-            split_trajs=split_trajs,
-            seed=seed,
-            device=device,
-            policy_device=policy_device,
-            env_device=env_device,
-            storing_device=storing_device,
-            weight_sync=weight_sync,
-            weight_sync_timeout_s=weight_sync_timeout_s,
-            apply_weights=apply_weights,
-            device_policy=device_policy,
-            exploration_type=exploration_type,
-            info_keys=tuple(info_keys) if not isinstance(info_keys, str) else info_keys,  # type: ignore[arg-type]
-            set_truncated=set_truncated,
-            cat_results=cat_results,
-            check_resources=check_resources,
-            supervision=SupervisionConfig(
-                restart=restart,
-                max_restarts=max_restarts,
-                restart_window_s=restart_window_s,
-                heartbeat_timeout_s=heartbeat_timeout_s,
-                startup_timeout_s=startup_timeout_s,
-            ),
-            engine=engine,
-        )
+        given = CollectorConfig.from_settings(config, **overrides)
+        self.config, self.env_source = plugins.resolve(given, env, env_kwargs)
         config = self.config
+        frames_per_batch = given.frames_per_batch
         if config.batch_frames != frames_per_batch:
             workers = f", num_workers={config.num_workers}" if config.rows != config.envs_per_worker else ""
             warnings.warn(
@@ -309,22 +180,21 @@ class Collector:
                 PyCollectWarning,
                 stacklevel=2,
             )
-        if not config.num_workers and config.engine is None and weight_sync is not None:
+        if not given.num_workers and given.engine is None and given.weight_sync is not None:
             warnings.warn(
-                f"weight_sync={weight_sync!r} has no effect in-process (num_workers=0): the collector "
-                "calls the very policy object you train",
+                f"weight_sync={_describe_choice(given.weight_sync)} has no effect in-process (num_workers=0): "
+                "the collector calls the very policy object you train",
                 PyCollectWarning,
                 stacklevel=2,
             )
-        if not config.num_workers and config.engine is None and device_policy != _D.device_policy:
+        if not given.num_workers and given.engine is None and given.device_policy != _DEFAULT.device_policy:
             warnings.warn(
-                f"device_policy={_describe_choice(device_policy)} has no effect in-process (num_workers=0): it "
+                f"device_policy={_describe_choice(given.device_policy)} has no effect in-process (num_workers=0): it "
                 "places worker processes; choose where the policy runs with policy_device= (or device=) and "
                 "where batches arrive with storing_device=",
                 PyCollectWarning,
                 stacklevel=2,
             )
-        self.env_source: EnvSource = resolve_env(env, env_kwargs)
         self.policy = policy
         self.weights_module = _weights_module(policy, weights_from)
         if replay_buffer is not None and not callable(getattr(replay_buffer, "extend", None)):
@@ -342,7 +212,8 @@ class Collector:
         self._batches = 0
         if policy is not None and (seed := torch_seed(config.seed)) is not None:
             torch.manual_seed(seed)  # in-process: the stream of worker 0's first generation
-        self._engine: Engine = _engines.start(config, self.env_source, policy, self.weights_module)
+        factory = cast("EngineFactory", config.engine)  # resolved: an instance
+        self._engine: Engine = factory.start(config, self.env_source, policy, self.weights_module)
         self._closed = False
         _lifetime.track(self)  # shut down at interpreter exit and on SIGTERM; forgotten by a fork
 

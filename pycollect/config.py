@@ -1,15 +1,20 @@
-"""The collector's settings: the one place where defaults live and arguments are checked.
+"""The collector's settings: the one place where they are defined, defaulted, documented and checked.
 
 :class:`CollectorConfig` (with its :class:`SupervisionConfig`) is frozen and checks every
 value when it is made, raising :class:`~pycollect.ConfigError` that names the bad value
-before any environment or worker exists. The Rust side receives explicit values only.
+before any environment or worker exists. The config object is what travels (to the engines,
+the worker processes, the native supervisor, a distributed engine's collectors); the Rust side
+keeps no defaults of its own. This module is a leaf: it imports nothing of pycollect but the
+exceptions, and loads no plugin.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pycollect.exceptions import ConfigError
@@ -185,61 +190,95 @@ class SupervisionConfig:
 
 @dataclass(frozen=True)
 class CollectorConfig:
-    """Every setting of a :class:`~pycollect.Collector` but the env and the policy.
+    """Every setting of a :class:`~pycollect.Collector`: the one place each is defined, defaulted and documented.
 
-    The meaning of each field is documented on :class:`~pycollect.Collector`, whose keyword
-    arguments fill it. Device arguments are parsed into ``torch.device`` objects.
+    Give one to a collector whole (``Collector(env, policy, config=config)``), or name its
+    fields as keyword overrides (``Collector(env, frames_per_batch=256, num_workers=2)``, where
+    a :class:`SupervisionConfig` field such as ``max_restarts=5`` is an override too). The
+    config itself is what travels: to the engine, into every worker process, to the native
+    supervisor and to the collectors a distributed engine runs elsewhere. It is frozen and checks
+    every value when it is made, raising :class:`~pycollect.ConfigError` that names the bad
+    value. It loads no plugin: names (``weight_sync="no_sync"``, ``engine="ray"``) stay names
+    until the collector resolves them (:func:`pycollect.plugins.resolve`). Device arguments are
+    parsed into ``torch.device`` objects. Every duration is a positive number of seconds, at
+    most :data:`MAX_SECONDS` (1e9 s).
 
     Attributes:
-        frames_per_batch: Frames requested per batch (see :attr:`batch_frames`).
+        frames_per_batch: Frames (env steps) per batch, rounded up to a multiple of the number
+            of environments stepped for one batch (:attr:`rows`); in sync mode split across
+            workers. See :attr:`batch_frames` for what a batch really holds.
         total_frames: Stop after this many frames; -1 collects forever.
-        envs_per_worker: Environments stepped together.
+        envs_per_worker: Environments stepped together (one policy call per step for all).
         num_workers: Worker processes; 0 steps the environments in the trainer.
-        sync: With workers: one rollout of every worker per batch, or the next one of any.
-        zero_copy: With workers: yield views of the shared-memory slots.
+        sync: With workers: one rollout of every worker per batch (``True``), or the next
+            finished rollout of any worker (``False``).
+        zero_copy: With workers: yield views of the shared-memory slots instead of copies. A
+            zero-copy batch is valid only until the next batch is requested; copy what you
+            keep (``batch.clone()``).
         max_frames_per_traj: Truncate a trajectory after this many steps.
-        init_random_frames: Uniform random actions until this many frames are collected.
+        init_random_frames: Use uniform random actions until this many frames are collected.
         reset_at_each_iter: Reset every environment at the start of every batch.
-        split_trajs: Yield one trajectory per row.
-        seed: The seed everything random derives from, or ``None``.
-        device: In-process: TorchRL's generic device, the default of ``policy_device`` and
-            ``storing_device``. With workers only the CPU (and only with the ``cpu`` device
-            policy): a ``device_policy`` places each worker.
-        policy_device: In-process: where the policy runs (``None``: ``device``, else where
-            its parameters are, else the CPU). Not with workers (see ``device``).
-        env_device: Where the environments' data lives: the CPU only (gymnasium-style
-            environments step there); accepted for TorchRL compatibility.
-        storing_device: Where batches are delivered (``None``: ``device`` in-process, else
-            the CPU; with workers where the device policy places worker 0 in sync mode, the
-            delivering worker in async mode).
-        weight_sync: With workers: the weight-sync scheme, a registered name, a class or an
-            instance (``None``: :data:`DEFAULT_WEIGHT_SYNC`).
-        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block (at most
-            :data:`MAX_SECONDS`).
-        apply_weights: With workers: when a worker applies new weights, ``"between_rollouts"``
-            (the default: a rollout is collected with one version) or ``"between_steps"``
-            (before any step, never during a policy call: fresher weights, mixed versions
-            within a rollout, each frame still stamped with its own).
-        device_policy: With workers: the device placement policy, a name or an instance.
-        exploration_type: How a probabilistic policy (a TorchRL ``ProbabilisticActor``) acts:
-            TorchRL's ``ExplorationType`` (``RANDOM``, the default as in TorchRL's collectors:
-            it samples; ``DETERMINISTIC``, ``MODE``, ``MEAN``, ``MEDIAN``) or its name;
-            normalised to the lowercase name. Applied around every policy call.
+        split_trajs: Yield ``[n_traj, T_max]`` batches, one trajectory per row, zero-padded,
+            with a ``("collector", "mask")`` marking real steps.
+        seed: Makes runs reproducible: environment ``i`` of worker ``w`` gets its own seed
+            derived from it (see :func:`pycollect.env_seeds`), and torch's generator is
+            seeded from it when there is a policy. ``None``: fresh entropy.
+        device: In-process, TorchRL's generic device: the default of ``policy_device`` and
+            ``storing_device``. With workers the ``device_policy`` decides (only ``"cpu"``,
+            with the ``cpu`` policy, is accepted).
+        policy_device: In-process: where the policy runs (default: ``device``, else where its
+            parameters are). If its parameters are elsewhere, a copy on ``policy_device`` is
+            called, as in TorchRL, and ``update_policy_weights_()`` loads the trained weights
+            into it. Observations are moved there, actions come back to the CPU for the
+            environments. Not with workers: use ``device_policy``.
+        env_device: Where the environments' data lives; only the CPU (gymnasium-style
+            environments step there), accepted for TorchRL compatibility.
+        storing_device: Device batches are delivered on. Default in-process: ``device``, else
+            the CPU. Default with workers: the placement's storing device, of worker 0 for a
+            sync batch (which holds every worker's rollout), of the delivering worker in async
+            mode. A batch bound for CUDA is assembled in pinned host memory and copied with
+            ``non_blocking=True``; a ``zero_copy`` batch is copied there from shared memory.
+        weight_sync: With workers: how ``update_policy_weights_()`` reaches them. The name of
+            a registered weight-sync scheme (``"shared_memory"``, ``"no_sync"``,
+            ``"torch_distributed"``, or one a plugin adds) or a
+            :class:`~pycollect.weights.WeightSyncScheme` instance; ``None``: the engine's
+            default (:data:`DEFAULT_WEIGHT_SYNC` for the built-in engines).
+        weight_sync_timeout_s: The longest ``update_policy_weights_()`` may block.
+        apply_weights: With workers: when a worker applies new weights. ``"between_rollouts"``
+            (the default): before a rollout, so each rollout is collected with one version;
+            ``"between_steps"``: before any step (never during a policy call), so a rollout may
+            mix versions; either way every frame carries the ``policy_version`` it was
+            collected with.
+        device_policy: With workers: which devices each worker uses. The name of a registered
+            device placement policy (``"cpu"``, the default; ``"round_robin"``: worker ``i`` on
+            ``cuda:(i % n)``) or a :class:`~pycollect.devices.DevicePolicy` instance such as
+            ``ExplicitPolicy(["cuda:0", "cpu"])``. Every device is checked against this
+            machine's before any worker starts.
+        exploration_type: How a probabilistic policy (TorchRL's ``ProbabilisticActor``) acts,
+            applied around every policy call, in-process and in every worker: TorchRL's
+            ``ExplorationType.RANDOM`` (the default, as in TorchRL's collectors: it samples),
+            ``DETERMINISTIC``, ``MODE``, ``MEAN`` or ``MEDIAN``, or the member's name;
+            normalised to the lowercase name. ``init_random_frames`` still means uniform random
+            actions from the action space.
         info_keys: Entries of the env's step ``info`` dict to keep in the batch, each at
-            ``("next", name)`` with the shape and dtype it has on the first step.
-        set_truncated: Mark the last step of every rollout truncated (and done) where the
-            episode goes on, as TorchRL's ``set_truncated`` does (for bootstrapping values).
-        cat_results: How a sync batch of workers is shaped: ``0`` (the default) concatenates
-            their rollouts, ``[num_workers * envs_per_worker, T]``; ``"stack"`` stacks them,
-            ``[num_workers, envs_per_worker, T]``, as TorchRL's ``MultiSyncCollector`` does.
-        engine: What runs the environments: ``None`` (the built-in ``inprocess`` engine for
-            ``num_workers=0``, ``workers`` otherwise), a registered engine's name or an
-            :class:`~pycollect.engines.EngineFactory` instance; resolved to an instance and
-            checked (:meth:`~pycollect.engines.EngineFactory.check`) here.
+            ``("next", name)`` with the shape and dtype it has on the first step (a step whose
+            info lacks it stores zeros); TorchRL's ``GymEnv`` info-dict reader does the same.
+        set_truncated: Mark the last step of every rollout truncated and done where the
+            episode goes on (its trajectory continues in the next batch), as TorchRL does.
+        cat_results: With workers in sync mode: ``0`` (the default) gives
+            ``[num_workers * envs_per_worker, T]`` batches; ``"stack"`` gives
+            ``[num_workers, envs_per_worker, T]``, as TorchRL's ``MultiSyncCollector``.
         check_resources: Refuse, before anything is allocated or started, memory this machine
             does not have (the shared-memory segment, owned batches) and absurd counts of
             workers or environments; ``False`` lets those who know better through.
-        supervision: How workers are watched, restarted and stopped.
+        supervision: With workers: how they are watched, restarted and stopped.
+        engine: What runs the environments. ``None`` (the default): in this process for
+            ``num_workers=0``, supervised worker processes otherwise (the built-in
+            ``"inprocess"`` and ``"workers"`` engines). The name of a registered engine (a
+            plugin's, e.g. ``"ray"`` from ``pycollect-ray``, built with its defaults) or an
+            :class:`~pycollect.engines.EngineFactory` instance carrying its own options
+            (``engine=RayEngine(num_actors=4)``). An engine that runs several copies of the
+            workers delivers sync batches of one rollout of each.
     """
 
     frames_per_batch: int
@@ -321,7 +360,7 @@ class CollectorConfig:
             raise ConfigError(f"supervision must be a SupervisionConfig, got {self.supervision!r}")
         if self.zero_copy and not self.num_workers:
             raise ConfigError("zero_copy=True needs num_workers >= 1 (in-process batches are never copied)")
-        for name in ("device", "policy_device", "env_device", "storing_device"):
+        for name in _DEVICE_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, resolve_device(value, name))
@@ -340,12 +379,51 @@ class CollectorConfig:
                         "policy (device_policy='round_robin', or device_policy=ExplicitPolicy(['cuda:0', 'cpu'])); "
                         f"leave {name} unset (storing_device= still chooses where batches arrive)"
                     )
-        if self.engine is not None:
-            from pycollect import plugins
 
-            factory = plugins.instance("engine", self.engine, "engine")
-            object.__setattr__(self, "engine", factory)
-            factory.check(self)
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the devices as strings, so a worker unpickles its config without importing torch.
+
+        A worker with a random policy never imports torch; a ``torch.device`` in its config
+        would. Unpickled where torch is imported, the devices are ``torch.device`` objects again.
+        """
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in _DEVICE_FIELDS:
+            if state[name] is not None:
+                state[name] = str(state[name])
+        return (_unpickle_config, (type(self), state))
+
+    @classmethod
+    def from_settings(cls, config: CollectorConfig | None = None, /, **overrides: Any) -> CollectorConfig:
+        """``config`` with ``overrides`` applied, or a new config made of them alone.
+
+        How :class:`~pycollect.Collector` (and anything else that builds a collector) turns its
+        ``config`` and keyword arguments into one config: each override names a field of this
+        class or of :class:`SupervisionConfig` (``max_restarts=5`` sets
+        ``supervision.max_restarts``), applied on top of ``config`` if one is given.
+
+        Raises:
+            ConfigError: An override names no setting (the message suggests the closest), or
+                no ``config`` is given and ``frames_per_batch`` is missing, or a value is bad.
+        """
+        if config is not None and not isinstance(config, CollectorConfig):
+            raise ConfigError(f"config must be a CollectorConfig, got {type(config).__name__}: {config!r}")
+        top = {name: value for name, value in overrides.items() if name in _FIELDS}
+        nested = {name: value for name, value in overrides.items() if name in _SUPERVISION_FIELDS}
+        unknown = sorted(set(overrides) - set(top) - set(nested))
+        if unknown:
+            raise ConfigError(_unknown_settings(unknown))
+        if config is None:
+            if "frames_per_batch" not in top:
+                raise ConfigError(
+                    "frames_per_batch is required: pass frames_per_batch=N, or a whole config=CollectorConfig(...)"
+                )
+            supervision = top.pop("supervision", SupervisionConfig())
+            if not isinstance(supervision, SupervisionConfig):
+                raise ConfigError(f"supervision must be a SupervisionConfig, got {supervision!r}")
+            return cls(**top, supervision=replace(supervision, **nested) if nested else supervision)
+        if nested:
+            top["supervision"] = replace(top.get("supervision", config.supervision), **nested)
+        return replace(config, **top) if top else config
 
     @property
     def requested_policy_device(self) -> torch.device | None:
@@ -361,53 +439,14 @@ class CollectorConfig:
             chosen = self.device
         return _ordinal(chosen)
 
-    def policy_device_for(self, policy: Any) -> torch.device:
-        """Where ``policy`` runs: ``policy_device``, else ``device``, else where its parameters are, else the CPU.
-
-        Raises:
-            ConfigError: The policy's parameters are on the ``meta`` device (no data to move),
-                or (with workers, which receive the policy pickled) they are not on the CPU.
-        """
-        import torch
-
-        from pycollect._rollout.policy import parameters_device
-
-        own = parameters_device(policy)
-        requested = self.requested_policy_device
-        if requested is None:
-            chosen = own or torch.device("cpu")
-        else:
-            chosen = requested
-            if own is not None and own.type == "meta":
-                name = "policy_device" if self.policy_device is not None else "device"
-                raise ConfigError(
-                    f"{name}={str(chosen)!r} but the policy's parameters are on {own}, which holds no data to "
-                    "copy; materialise the policy first (e.g. policy.to_empty(device=...) and load weights)"
-                )
-        if self.num_workers and chosen.type != "cpu":
-            raise ConfigError(
-                f"the policy's parameters are on {chosen}; workers receive the policy pickled, so keep it "
-                "on the CPU (a device_policy decides where each worker runs it)"
-            )
-        return chosen
-
-    @property
-    def scheme(self) -> str | WeightSyncScheme:
-        """The weight-sync scheme workers use: ``weight_sync``, or :data:`DEFAULT_WEIGHT_SYNC`."""
-        return self.weight_sync if self.weight_sync is not None else DEFAULT_WEIGHT_SYNC
-
-    @property
-    def engine_factory(self) -> EngineFactory | None:
-        """The resolved ``engine`` (``None``: the built-in one for ``num_workers``)."""
-        from pycollect.engines import EngineFactory
-
-        return self.engine if isinstance(self.engine, EngineFactory) else None
-
     @property
     def replicas(self) -> int:
-        """Copies of the workers the engine runs (:attr:`EngineFactory.replicas`; 1 for the built-ins)."""
-        factory = self.engine_factory
-        return 1 if factory is None else factory.replicas
+        """Copies of the workers the engine runs (:attr:`EngineFactory.replicas`; 1 for the built-ins).
+
+        Known once the config is resolved (:func:`pycollect.plugins.resolve` makes ``engine`` an
+        instance); 1 while ``engine`` is still a name or ``None``.
+        """
+        return int(getattr(self.engine, "replicas", 1))
 
     @property
     def rows(self) -> int:
@@ -425,3 +464,37 @@ class CollectorConfig:
     def batch_frames(self) -> int:
         """Frames each batch really holds: :attr:`steps_per_batch` times :attr:`rows`."""
         return self.steps_per_batch * self.rows
+
+
+_FIELDS = frozenset(f.name for f in fields(CollectorConfig))
+_DEVICE_FIELDS = ("device", "policy_device", "env_device", "storing_device")
+_SUPERVISION_FIELDS = frozenset(f.name for f in fields(SupervisionConfig))
+
+
+def _unknown_settings(names: list[str]) -> str:
+    """``'frame_per_batch' is not a setting (did you mean 'frames_per_batch'?)``, for each name."""
+    known = sorted(_FIELDS | _SUPERVISION_FIELDS)
+    parts = []
+    for name in names:
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name!r} is not a setting" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        "; ".join(parts) + ": the settings are the fields of CollectorConfig and SupervisionConfig "
+        "(help(pycollect.CollectorConfig))"
+    )
+
+
+def _unpickle_config(cls: type[CollectorConfig], state: dict[str, Any]) -> CollectorConfig:
+    """A pickled config as it was, without checking it again (see :meth:`CollectorConfig.__reduce__`).
+
+    Its devices become ``torch.device`` objects again where torch is imported already (so a
+    round trip in the trainer gives an equal config), and stay strings where it is not (a
+    worker with a random policy).
+    """
+    torch = sys.modules.get("torch")
+    config = object.__new__(cls)
+    for name, value in state.items():
+        if name in _DEVICE_FIELDS and value is not None and torch is not None:
+            value = torch.device(value)
+        object.__setattr__(config, name, value)
+    return config

@@ -13,7 +13,9 @@ register_engine()         :class:`~pycollect.engines.EngineFactory`     ``engine
 
 Loading happens once per process, on first use, in the trainer: the built-in plugins of
 :mod:`pycollect.default_plugins` first, then every entry point of the ``pycollect`` group.
-Worker processes never load plugins: they receive the class the trainer resolved.
+Names are turned into plugin objects in one place, :func:`resolve`, which the collector calls
+with its config and env argument; worker processes never load plugins: they receive the
+objects the trainer resolved.
 
 Two environment variables choose which installed plugins load (each a comma-separated list of
 entry-point or distribution names; built-in plugins always load):
@@ -39,18 +41,20 @@ import importlib.metadata
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar, cast
 
 import pluggy
 
 from pycollect import hookspecs
-from pycollect._engines.base import EngineFactory
 from pycollect._messages import first_line
+from pycollect.config import CollectorConfig
 from pycollect.default_plugins import DEFAULT_PLUGINS
 from pycollect.devices.placement import DevicePolicy
+from pycollect.engines.base import EngineFactory
 from pycollect.envs.backend import EnvBackend
+from pycollect.envs.source import EnvSource, parse_env
 from pycollect.exceptions import (
     ConfigError,
     PluginError,
@@ -78,6 +82,8 @@ __all__ = [
     "names",
     "register",
     "registrations",
+    "resolve",
+    "resolve_env",
     "scheme",
     "skipped",
     "unregister",
@@ -516,3 +522,67 @@ def _construct(point: _ExtensionPoint, cls: type, argument: str) -> Any:
 def _registered_as(point: _ExtensionPoint, cls: type) -> Registration | None:
     """The registration of ``cls`` at ``point``, if a plugin registered it."""
     return next((r for r in _loaded().collect(point).values() if r.cls is cls), None)
+
+
+def resolve(
+    config: CollectorConfig, env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[str, Any] | None = None
+) -> tuple[CollectorConfig, EnvSource]:
+    """Turn every plugin name a collector was given into the plugin's object, and check them.
+
+    The one place where names are resolved: the engine (``None``: the registered ``inprocess``
+    engine for ``num_workers=0``, ``workers`` otherwise), the weight-sync scheme (``None``: the
+    engine's :attr:`~pycollect.engines.EngineFactory.default_weight_sync`), the device policy,
+    and the env's backend. The engine's :meth:`~pycollect.engines.EngineFactory.check` then
+    sees the resolved config.
+
+    Args:
+        config: The collector's settings, as given.
+        env: The collector's ``env`` argument (see :func:`resolve_env`).
+        env_kwargs: Keyword arguments for the environment constructor.
+
+    Returns:
+        The config with ``engine``, ``weight_sync`` and ``device_policy`` replaced by instances,
+        and the resolved env.
+
+    Raises:
+        ConfigError: (a subclass naming the kind) an unknown name, a value of the wrong type,
+            or a setting the engine refuses.
+        PluginError: An installed plugin is broken, or a plugin's constructor raised.
+    """
+    default_engine = "workers" if config.num_workers else "inprocess"
+    factory = instance("engine", default_engine if config.engine is None else config.engine, "engine")
+    chosen_scheme = factory.default_weight_sync if config.weight_sync is None else config.weight_sync
+    resolved = replace(
+        config,
+        engine=factory,
+        weight_sync=instance("scheme", chosen_scheme, "weight_sync"),
+        device_policy=instance("device_policy", config.device_policy, "device_policy"),
+    )
+    factory.check(resolved)
+    return resolved, resolve_env(env, env_kwargs)
+
+
+def resolve_env(env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[str, Any] | None = None) -> EnvSource:
+    """Resolve and check a user's ``env`` argument, building nothing.
+
+    Args:
+        env: ``"<backend>:<target>"``, a bare gymnasium id such as ``"CartPole-v1"``, or a
+            factory callable (the ``callable`` backend), or an :class:`~pycollect.envs.source.EnvSource`
+            resolved before (returned as it is).
+        env_kwargs: Keyword arguments for the environment constructor.
+
+    Raises:
+        UnknownBackendError: The prefix names no registered backend.
+        UnknownEnvError: The backend does not know the target.
+        ConfigError: ``env`` or ``env_kwargs`` has the wrong type, or ``env`` is a vector
+            env, a TorchRL env or an env instance rather than something to build envs from.
+        PluginError: An installed plugin is broken.
+    """
+    if isinstance(env, EnvSource):  # already resolved (an engine building collectors elsewhere)
+        if env_kwargs:
+            raise ConfigError("env_kwargs cannot be given with a resolved EnvSource: it carries its own")
+        return env
+    name, target, kwargs = parse_env(env, env_kwargs)
+    backend = env_backend(name)()
+    backend.check(target, kwargs)
+    return EnvSource(backend, target, kwargs)

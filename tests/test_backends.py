@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 
 from pycollect import ConfigError, UnknownBackendError, UnknownEnvError, plugins
-from pycollect.envs.source import resolve_env
+from pycollect.plugins import resolve_env
 from pycollect.testing.envs import CountingEnv
 
 

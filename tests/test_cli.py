@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -87,6 +88,51 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(
     assert not any(re.search(rf"(?<![-\w]){name}\b", err) for name in cli.FLAGS), err  # the user's names
 
 
+@pytest.mark.timeout(120)
+def test_set_reaches_the_collectors_config(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import pycollect
+
+    made: list[pycollect.CollectorConfig] = []
+    real = pycollect.Collector
+
+    def recording(*args: object, **kwargs: object) -> pycollect.Collector:
+        collector = real(*args, **kwargs)  # type: ignore[arg-type]
+        made.append(collector.config)
+        return collector
+
+    monkeypatch.setattr(pycollect, "Collector", recording)
+    args = ["run", "--frames", "64", "--frames-per-batch", "32", "--envs-per-worker", "2", "--no-progress", "--json"]
+    settings = ["max_restarts=7", "heartbeat_timeout_s=45.5", "info_keys=()", "init_random_frames=10"]
+    assert main([*args, *(f"--set={setting}" for setting in settings)]) == 0, capsys.readouterr().err
+    (config,) = made
+    assert config.supervision.max_restarts == 7 and config.supervision.heartbeat_timeout_s == 45.5
+    assert config.init_random_frames == 10 and config.envs_per_worker == 2 and config.total_frames == 64
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("max_restart=2", "'max_restart' is not a setting (did you mean 'max_restarts'?)"),
+        ("num_workers=2", "--set num_workers=...: use --workers for num_workers"),
+        ("sync=False", "--set sync=...: use --async for sync"),
+        ("restart='sometimes'", "restart='sometimes': expected one of permanent, transient, never"),
+        ("max_restarts", "expected KEY=VALUE"),
+    ],
+)
+def test_a_bad_set_exits_2_naming_it(setting: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with contextlib.suppress(SystemExit):  # argparse's own errors exit 2 through SystemExit
+        assert main(["run", "--set", setting, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+def test_run_help_lists_the_settings_set_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--set NAME=VALUE" in out and "max_restarts" in out and "apply_weights" in out
+
+
 def test_bad_numbers_are_refused_before_torch_is_imported() -> None:
     code = "import sys; from pycollect.cli import main; print(main(['run', '--workers', '-1']), 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -94,14 +140,16 @@ def test_bad_numbers_are_refused_before_torch_is_imported() -> None:
     assert out.stderr == "pycollect: error: --workers must be a non-negative integer, got -1\n"
 
 
-def test_every_translated_name_is_a_collector_argument_and_every_flag_an_option() -> None:
+def test_every_translated_name_is_a_collector_setting_and_every_flag_an_option() -> None:
+    import dataclasses
     import inspect
 
-    from pycollect import Collector
+    from pycollect import Collector, CollectorConfig
 
+    settings = {field.name for field in dataclasses.fields(CollectorConfig)}
     options = {option for action in _run_parser()._actions for option in action.option_strings}
     for name, flag in cli.FLAGS.items():
-        assert name in inspect.signature(Collector).parameters, name
+        assert name in settings or name in inspect.signature(Collector).parameters, name
         assert flag in options, flag
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 from typing import Any
 
 import numpy as np
@@ -12,7 +10,7 @@ import pytest
 import torch
 
 import pycollect.testing
-from pycollect import Collector, ConfigError
+from pycollect import Collector, ConfigError, ExplicitPolicy, RoundRobinPolicy
 from pycollect._batch import device as device_module
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.recycle import RecycledMemory
@@ -22,7 +20,7 @@ from pycollect._rollout.policy import parameters_device as policy_device
 from pycollect.cli import main
 from pycollect.config import CollectorConfig, resolve_device
 from pycollect.default_plugins.cpu_devices import CpuPolicy
-from pycollect.devices import ExplicitPolicy, Placement, RoundRobinPolicy, available_devices, placement
+from pycollect.devices import Placement, available_devices, placement
 from pycollect.testing import check_device_policy
 from pycollect.testing.envs import CountingEnv
 
@@ -412,14 +410,17 @@ def test_a_policy_on_policy_device_is_called_as_it_is() -> None:
         assert (collector.next_batch()["action"] == 1).all()  # trained in place: live at once
 
 
-def test_devices_module_exports_the_builtins() -> None:
+def test_the_builtins_are_exported_by_pycollect_not_by_their_interface() -> None:
+    import pycollect
+    import pycollect.default_plugins as default_plugins
     import pycollect.devices as devices
 
-    assert {"CpuPolicy", "RoundRobinPolicy", "ExplicitPolicy"} <= set(devices.__all__) and {
-        "CpuPolicy",
-        "ExplicitPolicy",
-    } <= set(dir(devices))
-    assert isinstance(types.SimpleNamespace, type) and sys.modules["pycollect.devices"] is devices
+    names = {"CpuPolicy", "RoundRobinPolicy", "ExplicitPolicy"}
+    assert names <= set(pycollect.__all__) and names <= set(default_plugins.__all__)
+    assert pycollect.ExplicitPolicy is default_plugins.ExplicitPolicy
+    assert not names & set(devices.__all__), "an interface package must not export its implementations"
+    with pytest.raises(AttributeError, match=r"moved to pycollect \(from pycollect import ExplicitPolicy\)"):
+        devices.ExplicitPolicy  # noqa: B018 - the attribute access is the test
 
 
 def test_gpu_check_skips_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

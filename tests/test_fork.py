@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pytest
 
 from pycollect import _core
+from pycollect.config import SupervisionConfig
 from pycollect.testing import wait_until
 
 CHILD = Path(__file__).with_name("transport_child.py")
@@ -27,16 +28,18 @@ CHILD = Path(__file__).with_name("transport_child.py")
 SUPERVISION: dict[str, Any] = {
     "env": {},
     "pass_fds": [],
-    "restart": "never",
-    "max_restarts": 0,
-    "restart_window_s": 60.0,
-    "backoff_initial_s": 0.1,
-    "backoff_max_s": 1.0,
-    "startup_timeout_s": 60.0,
-    "heartbeat_timeout_s": 60.0,
-    "check_interval_s": 0.05,
-    "grace_s": 5.0,
-    "term_timeout_s": 1.0,
+    "supervision": SupervisionConfig(
+        restart="never",
+        max_restarts=0,
+        restart_window_s=60.0,
+        backoff_initial_s=0.1,
+        backoff_max_s=1.0,
+        startup_timeout_s=60.0,
+        heartbeat_timeout_s=60.0,
+        check_interval_s=0.05,
+        shutdown_grace_s=5.0,
+        term_timeout_s=1.0,
+    ),
 }
 
 

@@ -21,6 +21,7 @@ from pycollect import (
     Collector,
     CollectorConfig,
     ConfigError,
+    ExplicitPolicy,
     PolicyError,
     PyCollectError,
     PyCollectWarning,
@@ -28,7 +29,6 @@ from pycollect import (
     TransportError,
 )
 from pycollect.config import MAX_SECONDS
-from pycollect.devices import ExplicitPolicy
 from pycollect.testing.envs import CountingEnv
 from pycollect.weights import ReceiverContext, SenderContext, WeightReceiver, WeightSender, WeightSyncScheme
 
@@ -176,7 +176,7 @@ def test_a_batch_size_that_cannot_fit_is_refused_before_any_env_is_built(num_wor
 
 
 def test_the_env_independent_bytes_per_frame_are_those_of_every_rollout() -> None:
-    from pycollect._engines.base import FIXED_FRAME_BYTES
+    from pycollect._engines.resources import FIXED_FRAME_BYTES
 
     with Collector(CountingEnv, frames_per_batch=8) as collector:
         env_keys = {spec.key for spec in collector.specs.observation} | {("action",)}

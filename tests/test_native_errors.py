@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,9 @@ from pycollect.testing import wait_until
 
 CHILD = Path(__file__).with_name("transport_child.py")
 
-# Every supervision setting, explicitly (the native side has no defaults).
+# Every supervision setting, explicitly (the native side has no defaults). The native side reads
+# them as attributes of any object: a namespace lets its own checks see values that
+# pycollect.SupervisionConfig would refuse first.
 SUPERVISION: dict[str, Any] = {
     "restart": "never",
     "max_restarts": 0,
@@ -48,7 +51,7 @@ SUPERVISION: dict[str, Any] = {
     "startup_timeout_s": 60.0,
     "heartbeat_timeout_s": 60.0,
     "check_interval_s": 0.05,
-    "grace_s": 1.0,
+    "shutdown_grace_s": 1.0,
     "term_timeout_s": 1.0,
 }
 
@@ -403,8 +406,9 @@ def test_a_writable_export_of_a_read_only_view_is_a_buffer_export_error() -> Non
 
 
 def _supervisor(segment: _core.Segment, argv: list[str], **overrides: Any) -> _core.Supervisor:
-    settings = SUPERVISION | {"env": {}, "pass_fds": []} | overrides
-    return _core.Supervisor(segment, argv, **settings)
+    supervision = SimpleNamespace(**(SUPERVISION | {k: v for k, v in overrides.items() if k in SUPERVISION}))
+    settings = {"env": {}, "pass_fds": []} | {k: v for k, v in overrides.items() if k not in SUPERVISION}
+    return _core.Supervisor(segment, argv, supervision=supervision, **settings)
 
 
 QUIET = [sys.executable, "-c", "pass"]
@@ -416,7 +420,7 @@ QUIET = [sys.executable, "-c", "pass"]
     [
         ({"restart": "sometimes"}, "restart must be 'permanent', 'transient' or 'never', got 'sometimes'"),
         ({"startup_timeout_s": 0.0}, "startup_timeout_s must be a positive number of seconds, got 0"),
-        ({"grace_s": -1.0}, "grace_s must be a positive number"),
+        ({"shutdown_grace_s": -1.0}, "shutdown_grace_s must be a positive number"),
         ({"check_interval_s": float("nan")}, "check_interval_s must be a positive number"),
         ({"backoff_initial_s": 5.0}, "invalid supervisor setting backoff_initial = 5s: must not exceed backoff_max"),
         ({"pass_fds": [(0, 4)]}, r"pass_fds entry \(0, 4\): fd numbers 3 and 4 are taken"),

@@ -57,7 +57,7 @@ def test_core_stub_matches_the_binary() -> None:
     native = {name for name in dir(_core) if not name.startswith("_") or name == "__version__"}
     assert _names(stub.body) == native
     for node in stub.body:
-        if isinstance(node, ast.ClassDef):
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):  # a private one is a typing aid
             members = {name for name in dir(getattr(_core, node.name)) if not name.startswith("_")}
             assert _names(node.body) == members, node.name
 

@@ -29,10 +29,9 @@ import pytest
 import torch
 from tensordict.nn import TensorDictModule
 
-from pycollect import Collector, PolicyError, WorkerCrashedError, _core
+from pycollect import Collector, PolicyError, SharedMemoryScheme, WorkerCrashedError, _core
 from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv
-from pycollect.weights import SharedMemoryScheme
 from pycollect.weights.layout import WeightsLayout, module_weights
 
 STEPS = 10  # steps per rollout

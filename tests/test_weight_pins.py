@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pycollect import _core
+from pycollect.config import SupervisionConfig
 from pycollect.testing import wait_until
 
 CHILD = Path(__file__).with_name("transport_child.py")
@@ -25,16 +26,18 @@ CHILD = Path(__file__).with_name("transport_child.py")
 SUPERVISION: dict[str, Any] = {
     "env": {},
     "pass_fds": [],
-    "restart": "permanent",
-    "max_restarts": 5,
-    "restart_window_s": 60.0,
-    "backoff_initial_s": 30.0,
-    "backoff_max_s": 60.0,
-    "startup_timeout_s": 60.0,
-    "heartbeat_timeout_s": 60.0,
-    "check_interval_s": 0.05,
-    "grace_s": 1.0,
-    "term_timeout_s": 1.0,
+    "supervision": SupervisionConfig(
+        restart="permanent",
+        max_restarts=5,
+        restart_window_s=60.0,
+        backoff_initial_s=30.0,
+        backoff_max_s=60.0,
+        startup_timeout_s=60.0,
+        heartbeat_timeout_s=60.0,
+        check_interval_s=0.05,
+        shutdown_grace_s=1.0,
+        term_timeout_s=1.0,
+    ),
 }
 
 

@@ -20,10 +20,9 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from pycollect import Collector, ConfigError, PolicyError, TransportError, _core
+from pycollect import Collector, ConfigError, PolicyError, SharedMemoryScheme, TransportError, _core
 from pycollect.testing import check_scheme, wait_until
 from pycollect.testing.envs import CountingEnv
-from pycollect.weights import SharedMemoryScheme
 from pycollect.weights.layout import WeightsLayout, module_weights
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tensordict import TensorDictBase
 
-from pycollect._rollout.keys import NEXT_DONE, REWARD, TRAJ_IDS
+from pycollect._keys import NEXT_DONE, REWARD, TRAJ_IDS
 
 __all__ = ["EpisodeRecord"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from pycollect._rollout.keys import MASK, NEXT_DONE, NEXT_TERMINATED, NEXT_TRUNCATED, TRAJ_IDS
+from pycollect._keys import MASK, NEXT_DONE, NEXT_TERMINATED, NEXT_TRUNCATED, TRAJ_IDS
 
 __all__ = ["mark_rollout_ends", "split_trajectories", "stack_workers"]
 

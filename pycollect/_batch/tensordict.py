@@ -14,8 +14,8 @@ import torch
 from tensordict import TensorDict
 
 from pycollect._batch.recycle import RecycledMemory
+from pycollect._keys import Key
 from pycollect._rollout.fields import NEVER_WRITTEN, BatchField
-from pycollect._rollout.keys import Key
 
 __all__ = ["allocate", "to_tensordict"]
 

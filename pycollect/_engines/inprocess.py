@@ -12,13 +12,13 @@ from tensordict import TensorDict
 
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
-from pycollect._engines.base import Engine, RolloutPlan, check_fits_before_env, close_within, plan_rollout
-from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
-from pycollect._rollout.keys import NEXT_DONE
+from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
+from pycollect._keys import NEXT_DONE
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.runner import EnvRunner
 from pycollect._rollout.seeding import env_seeds
 from pycollect.config import CollectorConfig
+from pycollect.engines import Engine, RolloutPlan, close_within, plan_rollout
 from pycollect.envs.source import EnvSource
 
 __all__ = ["InProcessEngine"]

@@ -17,7 +17,15 @@ from pycollect._rollout.fields import BatchField
 from pycollect.config import CollectorConfig
 from pycollect.exceptions import ConfigError
 
-__all__ = ["available_memory", "batch_bytes", "check_fits", "format_bytes"]
+__all__ = [
+    "BATCHES_HELD",
+    "FIXED_FRAME_BYTES",
+    "available_memory",
+    "batch_bytes",
+    "check_fits",
+    "check_fits_before_env",
+    "format_bytes",
+]
 
 BATCHES_HELD = 2
 """Owned batches a collector may need at once: the one being filled and one the caller holds."""
@@ -84,3 +92,31 @@ def check_fits(what: str, needed: int, config: CollectorConfig) -> None:
         f"num_workers={config.num_workers}); lower frames_per_batch, or pass check_resources=False "
         "if you know the memory will be there"
     )
+
+
+FIXED_FRAME_BYTES = 4 + 6 + 8 + 8
+"""Bytes per frame of the fields every rollout has whatever the env: the reward (float32), six
+done flags (bool), the trajectory id and the policy version (int64). The env's observations and
+actions, and the policy's outputs, come on top."""
+
+
+def check_fits_before_env(config: CollectorConfig, what: str, frames: int) -> None:
+    """Refuse, before any env is built, ``frames`` frames whose env-independent fields alone cannot fit.
+
+    The full check (:func:`~pycollect._engines.resources.check_fits` on every field) needs the
+    env's specs, so it runs after the probe env is built; this one catches the absurd sizes
+    (``frames_per_batch=10**13``) before, as the collector promises.
+
+    Raises:
+        ConfigError: Saying how much was asked for, how much there is, and what to change.
+    """
+    if not config.check_resources:
+        return
+    needed, available = frames * FIXED_FRAME_BYTES, available_memory()
+    if needed > available:
+        raise ConfigError(
+            f"{what} would take at least {format_bytes(needed)} (the fields every env has alone), but only "
+            f"{format_bytes(available)} of memory is available (frames_per_batch={config.frames_per_batch}, "
+            f"envs_per_worker={config.envs_per_worker}, num_workers={config.num_workers}); lower "
+            "frames_per_batch, or pass check_resources=False if you know the memory will be there"
+        )

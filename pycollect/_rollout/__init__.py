@@ -3,8 +3,9 @@
 This is the set of modules a worker process imports. All of them but :mod:`.policy` use numpy
 alone, so a worker with a random policy never imports torch (a test holds us to that).
 
+The batch keys, as TorchRL names them, sit below every layer in :mod:`pycollect._keys`.
+
 Modules:
-    keys: the batch keys, as TorchRL names them.
     fields: which arrays a rollout has (:func:`~.fields.batch_fields`).
     runner: :class:`~.runner.EnvRunner`, the one stepping loop.
     actions: where actions come from; uniform random actions with numpy.

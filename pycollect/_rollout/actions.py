@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pycollect._rollout.keys import Key
+from pycollect._keys import Key
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 
 if TYPE_CHECKING:

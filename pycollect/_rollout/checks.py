@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pycollect._rollout.keys import Key
+from pycollect._keys import Key
 from pycollect.envs.specs import FieldSpec
 from pycollect.exceptions import EnvOutputError
 

@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pycollect._rollout.actions import PolicyOutput
-from pycollect._rollout.keys import (
+from pycollect._keys import (
     ACTION,
     DONE,
     IS_INIT,
@@ -29,6 +28,7 @@ from pycollect._rollout.keys import (
     TRUNCATED,
     Key,
 )
+from pycollect._rollout.actions import PolicyOutput
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 from pycollect.exceptions import ConfigError
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from pycollect._rollout.keys import NEXT_OBS_PREFIX, Key
+from pycollect._keys import NEXT_OBS_PREFIX, Key
 
 __all__ = ["fill_observations", "observation_pairs"]
 

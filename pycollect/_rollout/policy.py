@@ -21,9 +21,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
 
+from pycollect._keys import IS_INIT, Key
 from pycollect._messages import first_line
 from pycollect._rollout.actions import PolicyOutput, RandomActions
-from pycollect._rollout.keys import IS_INIT, Key
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 from pycollect.exceptions import PolicyError
 

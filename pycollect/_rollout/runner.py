@@ -12,9 +12,7 @@ from typing import Any
 import numpy as np
 
 from pycollect import _core
-from pycollect._rollout.actions import ActionSource
-from pycollect._rollout.checks import OutputChecks
-from pycollect._rollout.keys import (
+from pycollect._keys import (
     ACTION,
     IS_INIT,
     NEXT_DONE,
@@ -26,6 +24,8 @@ from pycollect._rollout.keys import (
     TRAJ_IDS,
     Key,
 )
+from pycollect._rollout.actions import ActionSource
+from pycollect._rollout.checks import OutputChecks
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 

@@ -7,7 +7,31 @@ entry point, so a third-party plugin can never take one of their names.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_PLUGINS"]
+from typing import TYPE_CHECKING
+
+from pycollect._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from pycollect.default_plugins.builtin_engines import InProcess, Workers
+    from pycollect.default_plugins.cpu_devices import CpuPolicy
+    from pycollect.default_plugins.explicit_devices import ExplicitPolicy
+    from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
+    from pycollect.default_plugins.round_robin_devices import RoundRobinPolicy
+    from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
+    from pycollect.default_plugins.torch_distributed_scheme import TorchDistributedScheme
+
+__all__ = [
+    "BUILTIN_CLASSES",
+    "DEFAULT_PLUGINS",
+    "CpuPolicy",
+    "ExplicitPolicy",
+    "InProcess",
+    "NoSyncScheme",
+    "RoundRobinPolicy",
+    "SharedMemoryScheme",
+    "TorchDistributedScheme",
+    "Workers",
+]
 
 DEFAULT_PLUGINS = (
     "pycollect.default_plugins.gymnasium_backend",
@@ -21,3 +45,18 @@ DEFAULT_PLUGINS = (
     "pycollect.default_plugins.builtin_engines",
 )
 """Import paths of the built-in plugin modules."""
+
+BUILTIN_CLASSES = {
+    "CpuPolicy": "pycollect.default_plugins.cpu_devices",
+    "ExplicitPolicy": "pycollect.default_plugins.explicit_devices",
+    "RoundRobinPolicy": "pycollect.default_plugins.round_robin_devices",
+    "NoSyncScheme": "pycollect.default_plugins.no_sync_scheme",
+    "SharedMemoryScheme": "pycollect.default_plugins.shared_memory_scheme",
+    "TorchDistributedScheme": "pycollect.default_plugins.torch_distributed_scheme",
+    "InProcess": "pycollect.default_plugins.builtin_engines",
+    "Workers": "pycollect.default_plugins.builtin_engines",
+}
+"""The built-in plugins' classes, by name, and the module of each (imported on first use, so
+that the plugin manager can read :data:`DEFAULT_PLUGINS` without importing them)."""
+
+__getattr__, __dir__ = lazy_exports(__name__, BUILTIN_CLASSES, globals())

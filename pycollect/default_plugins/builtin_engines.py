@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pycollect._engines.base import Engine, EngineFactory
+from pycollect.engines.base import Engine, EngineFactory
 from pycollect.exceptions import ConfigError
 from pycollect.hookspecs import hookimpl
 

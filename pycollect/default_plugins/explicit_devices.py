@@ -15,7 +15,7 @@ __all__ = ["ExplicitPolicy"]
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _HOW = (
     'pass an instance, e.g. device_policy=ExplicitPolicy(["cuda:0", "cpu"]) '
-    "(from pycollect.devices import ExplicitPolicy)"
+    "(from pycollect import ExplicitPolicy)"
 )
 
 Where = str | Placement
@@ -56,7 +56,7 @@ class ExplicitPolicy(DevicePolicy):
         ConfigError: ``where`` is missing, or an entry is not a device or a Placement.
 
     Example:
-        >>> from pycollect.devices import ExplicitPolicy
+        >>> from pycollect import ExplicitPolicy
         >>> policy = ExplicitPolicy(["cuda:0", "cpu"])  # Collector(..., num_workers=2, device_policy=policy)
     """
 

@@ -1,14 +1,15 @@
 """A user's ``env`` argument, resolved to a backend, a target and kwargs.
 
-:func:`resolve_env` runs in the trainer, looks the backend up in the plugin registry and lets
-it check the target, all before any environment exists. The resulting :class:`EnvSource`
+:func:`pycollect.plugins.resolve_env` runs in the trainer: it splits the argument
+(:func:`parse_env`), looks the backend up in the plugin registry and lets it check the target,
+all before any environment exists. The resulting :class:`EnvSource`
 carries the backend itself (pickled by reference to its class), so a worker process builds
 its environments without looking anything up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from pycollect.envs.backend import EnvBackend, GymLikeEnv
 from pycollect.envs.specs import EnvSpecs
 from pycollect.exceptions import ConfigError, EnvCreationError, PyCollectError
 
-__all__ = ["EnvSource", "foreign_env", "resolve_env"]
+__all__ = ["EnvSource", "foreign_env", "parse_env"]
 
 _GYM_API = ("reset", "step", "observation_space", "action_space")
 
@@ -109,28 +110,17 @@ def _refuse_object(env: Any) -> ConfigError:
     return ConfigError(f"env must be an env id string or a factory callable, got {env!r}")
 
 
-def resolve_env(env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[str, Any] | None = None) -> EnvSource:
-    """Resolve and check a user's ``env`` argument, building nothing.
+def parse_env(env: Any, env_kwargs: Mapping[str, Any] | None) -> tuple[str, Any, dict[str, Any]]:
+    """Split a user's ``env`` argument into a backend name, a target and kwargs, looking nothing up.
 
-    Args:
-        env: ``"<backend>:<target>"``, a bare gymnasium id such as ``"CartPole-v1"``, or a
-            factory callable (the ``callable`` backend), or an :class:`EnvSource` resolved
-            before (returned as it is).
-        env_kwargs: Keyword arguments for the environment constructor.
+    ``"<backend>:<target>"`` names its backend; a bare id is a gymnasium id; a factory callable
+    is the ``callable`` backend's target. :func:`pycollect.plugins.resolve_env` then finds the
+    backend by name.
 
     Raises:
-        UnknownBackendError: The prefix names no registered backend.
-        UnknownEnvError: The backend does not know the target.
-        ConfigError: ``env`` or ``env_kwargs`` has the wrong type, or ``env`` is a vector
-            env, a TorchRL env or an env instance rather than something to build envs from.
-        PluginError: An installed plugin is broken.
+        ConfigError: ``env`` or ``env_kwargs`` has the wrong type, or ``env`` is a vector env, a
+            TorchRL env or an env instance rather than something to build envs from.
     """
-    from pycollect import plugins
-
-    if isinstance(env, EnvSource):  # already resolved (an engine building collectors elsewhere)
-        if env_kwargs:
-            raise ConfigError("env_kwargs cannot be given with a resolved EnvSource: it carries its own")
-        return env
     if env_kwargs is None:
         env_kwargs = {}
     if not isinstance(env_kwargs, Mapping):
@@ -138,14 +128,9 @@ def resolve_env(env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[s
     for key in env_kwargs:
         if not isinstance(key, str):
             raise ConfigError(f"env_kwargs keys must be strings (keyword arguments), got {key!r}")
-    target: Any
     if isinstance(env, str):
         prefix, sep, rest = env.partition(":")
-        name, target = (prefix, rest) if sep else ("gymnasium", env)
-    elif callable(env) and foreign_env(env) is None:
-        name, target = "callable", env
-    else:
-        raise _refuse_object(env)
-    backend = plugins.env_backend(name)()
-    backend.check(target, env_kwargs)
-    return EnvSource(backend, target, dict(env_kwargs))
+        return (prefix, rest, dict(env_kwargs)) if sep else ("gymnasium", env, dict(env_kwargs))
+    if callable(env) and foreign_env(env) is None:
+        return "callable", env, dict(env_kwargs)
+    raise _refuse_object(env)

@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pycollect._rollout.keys import Key
+from pycollect._keys import Key
 from pycollect.exceptions import UnsupportedSpaceError
 
 __all__ = ["EnvSpecs", "FieldSpec", "specs_from_spaces"]

@@ -5,6 +5,7 @@
 * :mod:`pycollect.testing.envs`: small environments with known behaviour (counting,
   crashing, hanging, ...), importable by spawned workers.
 * :func:`wait_until`: wait for a condition under a deadline instead of sleeping.
+* :mod:`pycollect.testing.settings`: checking that a config travels whole (for engine authors).
 * :func:`snapshot` / :func:`leftovers`: the processes and shared-memory segments a test left.
 * A pytest plugin (loaded automatically through the ``pytest11`` entry point) with the
   fixture ``pycollect_no_leftovers``, which fails a test that leaves a process or a

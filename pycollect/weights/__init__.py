@@ -6,8 +6,8 @@ version number that workers stamp on every frame. Write one by subclassing
 :class:`WeightReceiver`); make it known with the ``register_scheme()`` hook
 (:mod:`pycollect.hookspecs`). The built-in ``shared_memory`` (the default with workers),
 ``no_sync`` and ``torch_distributed`` schemes live in :mod:`pycollect.default_plugins` and
-register the same way; their classes are exported here too, to configure them
-(``SharedMemoryScheme(mode="view")``, ``TorchDistributedScheme(timeout_s=30)``).
+register the same way; their classes are exported from :mod:`pycollect`, to configure them
+(``pycollect.SharedMemoryScheme(mode="view")``, ``pycollect.TorchDistributedScheme(timeout_s=30)``).
 
 Modules:
     scheme: the interface (:class:`WeightSyncScheme`, :class:`WeightSender`,
@@ -17,30 +17,17 @@ Modules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pycollect._lazy import lazy_exports
 from pycollect.weights.scheme import ReceiverContext, SenderContext, WeightReceiver, WeightSender, WeightSyncScheme
 
-if TYPE_CHECKING:
-    from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
-    from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
-    from pycollect.default_plugins.torch_distributed_scheme import TorchDistributedScheme
-
-# The built-in schemes import this package themselves: imported on first use.
-_LAZY = {
-    "NoSyncScheme": "pycollect.default_plugins.no_sync_scheme",
-    "SharedMemoryScheme": "pycollect.default_plugins.shared_memory_scheme",
-    "TorchDistributedScheme": "pycollect.default_plugins.torch_distributed_scheme",
-}
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+# The built-in schemes are implementations of this interface: they live (and are exported) in
+# pycollect.default_plugins and pycollect, never here (interfaces do not import implementations).
+_MOVED = {name: "pycollect" for name in ("NoSyncScheme", "SharedMemoryScheme", "TorchDistributedScheme")}
+__getattr__, __dir__ = lazy_exports(__name__, {}, globals(), moved=_MOVED)
 
 __all__ = [
-    "NoSyncScheme",
     "ReceiverContext",
     "SenderContext",
-    "SharedMemoryScheme",
-    "TorchDistributedScheme",
     "WeightReceiver",
     "WeightSender",
     "WeightSyncScheme",

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
+
+from pycollect.testing.envs import CountingEnv
 
 
 class ActsItsWeight(torch.nn.Module):
@@ -14,3 +19,11 @@ class ActsItsWeight(torch.nn.Module):
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         return self.value.detach().long().expand(observation.shape[0]).clone()
+
+
+class InfoCountingEnv(CountingEnv):
+    """:class:`CountingEnv` whose step info holds ``"twice"``, the step count doubled (for ``info_keys``)."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"twice": np.int64(2 * reward)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,13 +13,22 @@ from typing import Any
 
 import pytest
 import torch
-from ray_helpers import ActsItsWeight
+from ray_helpers import ActsItsWeight, InfoCountingEnv
 from tensordict import TensorDictBase
 
-from pycollect import Collector, ConfigError, PyCollectWarning, WorkerCrashedError
+from pycollect import (
+    Collector,
+    CollectorConfig,
+    ConfigError,
+    CpuPolicy,
+    PyCollectWarning,
+    WorkerCrashedError,
+)
 from pycollect.testing import wait_until
 from pycollect.testing.leaks import shm_segments
+from pycollect.testing.settings import changed_supervision, same_setting, unchanged_settings
 from pycollect_ray import RayEngine, actor_seed
+from pycollect_ray.engine import ACTOR_DERIVED, actor_config
 
 ENV = "CartPole-v1"
 
@@ -196,3 +206,50 @@ def test_actors_that_never_started_are_not_waited_for_again_at_close(
 def test_timeout_s_out_of_range_is_refused(timeout_s: Any) -> None:
     with pytest.raises(ConfigError, match=r"RayEngine\(timeout_s=.*at most 1e\+09 s"):
         RayEngine(timeout_s=timeout_s)
+
+
+@pytest.mark.timeout(240)
+def test_every_setting_reaches_the_actors_collector_unchanged_but_the_derived_ones(
+    ray_cluster: None, runtime_env: dict[str, object]
+) -> None:
+    import ray
+
+    config = CollectorConfig(
+        frames_per_batch=24,
+        total_frames=48,
+        envs_per_worker=2,
+        num_workers=1,
+        sync=False,
+        max_frames_per_traj=3,
+        init_random_frames=8,
+        reset_at_each_iter=True,
+        split_trajs=True,
+        seed=5,
+        device="cpu",
+        policy_device="cpu",
+        env_device="cpu",
+        storing_device="cpu",
+        weight_sync_timeout_s=7.5,
+        apply_weights="between_steps",
+        device_policy=CpuPolicy(),
+        exploration_type="mode",
+        info_keys=("twice",),
+        set_truncated=True,
+        check_resources=False,
+        supervision=changed_supervision(),
+    )
+    untouched = unchanged_settings(config, CollectorConfig(frames_per_batch=1), skip=ACTOR_DERIVED)
+    assert not untouched, f"give these settings a value of their own, so the test sees them travel: {untouched}"
+    engine = RayEngine(num_actors=1, num_cpus_per_actor=0.5, runtime_env=runtime_env)
+    with Collector(InfoCountingEnv, config=config, engine=engine) as collector:
+        assert collector.next_batch()["next", "twice"].any()
+        trainer = collector.config
+        actor = ray.get(collector._engine.actors[0].config.remote())  # type: ignore[attr-defined]
+        expected = actor_config(trainer, 0, 1)
+    for f in dataclasses.fields(CollectorConfig):
+        if f.name not in ACTOR_DERIVED:
+            assert same_setting(getattr(trainer, f.name), getattr(actor, f.name)), f.name
+        elif f.name not in ("weight_sync", "engine"):  # names in the trainer, resolved in the actor
+            assert same_setting(getattr(expected, f.name), getattr(actor, f.name)), f.name
+    assert actor.weight_sync.name == "shared_memory" and actor.engine.name == "workers"
+    assert actor.supervision == changed_supervision()

@@ -96,7 +96,8 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
     placement = spec.placements[worker]
     if not placement.cuda:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything can create a CUDA context
-    k, w = spec.envs_per_worker, spec.num_workers
+    config = spec.config
+    k, w = config.envs_per_worker, config.num_workers
     envs = []
     receiver = spec.weights
     try:
@@ -109,7 +110,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             import torch
 
             torch.set_num_threads(1)
-            if (seed := torch_seed(spec.seed, worker, generation)) is not None:
+            if (seed := torch_seed(config.seed, worker, generation)) is not None:
                 torch.manual_seed(seed)
             device = torch.device(placement.policy_device)
             if device.type == "cuda":
@@ -122,14 +123,14 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
         # Every stream from the seed, worker and generation (see _rollout/seeding.py): worker
         # 0's first generation draws exactly what an in-process collector draws, and a restarted
         # generation draws fresh values, so it does not replay the episodes it crashed in.
-        rng = action_rng(spec.seed, worker, generation)
-        actions = action_source(policy, specs, k, device, rng, spec.exploration_type)
+        rng = action_rng(config.seed, worker, generation)
+        actions = action_source(policy, specs, k, device, rng, config.exploration_type)
         runner = EnvRunner(
             envs,
             specs,
             actions,
-            env_seeds(spec.seed, k, worker, generation),
-            max_frames_per_traj=spec.max_frames_per_traj,
+            env_seeds(config.seed, k, worker, generation),
+            max_frames_per_traj=config.max_frames_per_traj,
             traj_id_start=traj_id_start(worker, w, generation),
             traj_id_stride=w,
             env_name=spec.env_source.describe(),
@@ -147,11 +148,11 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
             assert spec.weights_layout is not None
             receiver.attach(ReceiverContext(spec.weights_layout, worker, generation, segment))
         policy_version = 0  # the trainer's version of the weights in use
-        frames_per_round = k * spec.steps * w
+        frames_per_round = k * config.steps_per_batch * w
         control.state = "running"
         rollouts = 0
         on_step: Callable[[], int | None] = control.beat
-        if receiver is not None and spec.weights_between_steps:
+        if receiver is not None and config.apply_weights == "between_steps":
 
             def on_step() -> int | None:
                 control.beat()
@@ -170,9 +171,9 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
                 received = receiver.receive(weights)
                 if received is not None:
                     policy_version = received
-            if spec.reset_at_each_iter and rollouts > 0:
+            if config.reset_at_each_iter and rollouts > 0:
                 runner.reset()
-            random = policy is None or rollouts * frames_per_round < spec.init_random_frames
+            random = policy is None or rollouts * frames_per_round < config.init_random_frames
             policy_version = runner.rollout(
                 slots[slot], random_actions=random, on_step=on_step, policy_version=policy_version
             )

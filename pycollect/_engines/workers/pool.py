@@ -31,26 +31,19 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from pycollect import _core, plugins
+from pycollect import _core
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
-from pycollect._engines.base import (
-    Engine,
-    RolloutPlan,
-    Supervision,
-    check_fits_before_env,
-    close_within,
-    plan_rollout,
-)
-from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits
+from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
 from pycollect._engines.workers import contract, forkserver
-from pycollect._engines.workers.spec import WorkerSpec, field_name, pack_policy, write_spec
+from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
-from pycollect._rollout.keys import NEXT_DONE, NEXT_TRUNCATED, Key
+from pycollect._keys import NEXT_DONE, NEXT_TRUNCATED, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
+from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import (
     CollectorClosedError,
@@ -158,22 +151,12 @@ class WorkerPool(Engine):
         self, config: CollectorConfig, placements: Sequence[Placement], fork_server: int | None
     ) -> _core.Supervisor:
         """Start the workers: forked by the fork server behind ``fork_server`` if given, else exec'd."""
-        supervision = config.supervision
         return _core.Supervisor(
             self.segment,
             contract.worker_argv(),
             env=contract.worker_env(hide_cuda=not any(p.cuda for p in placements)),
             pass_fds=[(self._spec_fd, contract.SPEC_FD)],
-            restart=supervision.restart,
-            max_restarts=supervision.max_restarts,
-            restart_window_s=supervision.restart_window_s,
-            backoff_initial_s=supervision.backoff_initial_s,
-            backoff_max_s=supervision.backoff_max_s,
-            startup_timeout_s=supervision.startup_timeout_s,
-            heartbeat_timeout_s=supervision.heartbeat_timeout_s,
-            check_interval_s=supervision.check_interval_s,
-            grace_s=supervision.shutdown_grace_s,
-            term_timeout_s=supervision.term_timeout_s,
+            supervision=config.supervision,
             fork_server=fork_server,
         )
 
@@ -201,8 +184,8 @@ class WorkerPool(Engine):
             f"the shared memory of {config.num_workers} worker(s) and the trainer's batches",
             slot_frames + owned_frames,
         )
-        scheme = plugins.instance("scheme", config.scheme, "weight_sync")
-        device_policy = plugins.instance("device_policy", config.device_policy, "device_policy")
+        scheme: WeightSyncScheme = _resolved(config.weight_sync, WeightSyncScheme, "weight_sync")
+        device_policy: DevicePolicy = _resolved(config.device_policy, DevicePolicy, "device_policy")
         placements = place_workers(device_policy, config)
         # The settings hold: the fork server (if this process has none yet) does its imports
         # while the probe env is built and the policy checked, instead of after.
@@ -215,6 +198,7 @@ class WorkerPool(Engine):
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
         _picklable(env_source, f"env {env_source.describe()!r}")
+        _picklable(config, "the collector's config (its weight_sync, device_policy or engine object)")
         try:
             policy_blob = None if policy is None else pack_policy(policy, weights_module)
         except Exception as exc:
@@ -231,22 +215,14 @@ class WorkerPool(Engine):
             config,
         )
         spec = WorkerSpec(
+            config=config,
             env_source=env_source,
             policy=policy_blob,
-            exploration_type=config.exploration_type,
-            num_workers=config.num_workers,
-            envs_per_worker=config.envs_per_worker,
-            steps=config.steps_per_batch,
-            seed=config.seed,
-            max_frames_per_traj=config.max_frames_per_traj,
-            init_random_frames=config.init_random_frames,
-            reset_at_each_iter=config.reset_at_each_iter,
             fields=tuple(field.key for field in plan.fields),
             info=plan.info,
             placements=tuple(placements),
             weights_layout=weights.layout if weights is not None else None,
             weights=None,  # the scheme's receiver, made once the segment exists
-            weights_between_steps=config.apply_weights == "between_steps",
             layout_hash=0,  # filled in once the segment exists
         )
         return cls(config, spec, plan, placements, weights, segment_layout)
@@ -460,6 +436,16 @@ class WorkerPool(Engine):
         self._log = None
         self.supervisor = None  # holds the segment for the workers it started
         self._memory = staging_memory(torch.device("cpu"))  # the recycled batch buffers go
+
+
+def _resolved(value: Any, interface: type, argument: str) -> Any:
+    """``value`` as the plugin object the collector resolved it to (:func:`pycollect.plugins.resolve`)."""
+    if not isinstance(value, interface):
+        raise ConfigError(
+            f"{argument}={value!r}: the workers engine takes a resolved config, whose {argument} is a "
+            f"{interface.__name__} (pycollect.plugins.resolve makes it one)"
+        )
+    return value
 
 
 def place_workers(policy: DevicePolicy, config: CollectorConfig) -> list[Placement]:

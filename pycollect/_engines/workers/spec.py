@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from pycollect._rollout.keys import Key
+from pycollect._keys import Key
+from pycollect.config import CollectorConfig
 from pycollect.devices.placement import Placement
+from pycollect.engines.policy_blob import unpack_policy
 from pycollect.envs.source import EnvSource
 from pycollect.envs.specs import FieldSpec
 from pycollect.exceptions import TransportError
@@ -26,38 +28,7 @@ if TYPE_CHECKING:
     from pycollect.weights.layout import WeightsLayout
     from pycollect.weights.scheme import WeightReceiver
 
-__all__ = ["WorkerSpec", "field_name", "pack_policy", "read_spec", "unpack_policy", "write_spec"]
-
-
-def pack_policy(policy: Any, weights_module: Any) -> bytes:
-    """Pickle ``(policy, weights module)`` for the workers, as one object.
-
-    One object: in the worker a function and the module it closes over stay one, so weights
-    loaded into the module reach the function. Through ``torch.save`` (with cloudpickle, so
-    lambdas and local classes work): it pickles each storage once, so a tensor that shares a
-    parameter's storage in the trainer (``w.detach()``, ``w.t()`` kept by a policy since the
-    trainer's check call) shares it in the worker too and sees every weight update. Plain
-    pickling would give it a copy that no update reaches.
-    """
-    import io
-
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save((policy, weights_module), buffer, pickle_module=cloudpickle)
-    return buffer.getvalue()
-
-
-def unpack_policy(blob: bytes) -> tuple[Any, Any]:
-    """The ``(policy, weights module)`` of :func:`pack_policy`, in a worker."""
-    import io
-
-    import torch
-
-    # The trainer's own pickle, handed over privately (a sealed file, an actor argument): trusted,
-    # so not restricted to weights.
-    policy, weights = torch.load(io.BytesIO(blob), weights_only=False)
-    return policy, weights
+__all__ = ["WorkerSpec", "field_name", "read_spec", "write_spec"]
 
 
 def field_name(key: Key) -> str:
@@ -70,42 +41,27 @@ class WorkerSpec:
     """Everything a worker builds its environments, policy and rollout loop from.
 
     Attributes:
+        config: The collector's resolved config, whole: the worker reads its settings there
+            (``envs_per_worker``, ``steps_per_batch``, ``seed``, ``max_frames_per_traj``...).
         env_source: Which backend builds the environments, from what.
         policy: The pickled pair ``(policy, weights module)`` (``None``: random actions);
             pickled together, so a function policy and the module it closes over stay one object.
-        exploration_type: The ``InteractionType`` name every policy call runs under.
-        num_workers: Workers in the collector (the stride of trajectory ids).
-        envs_per_worker: Environments each worker steps (K).
-        steps: Steps per rollout (T).
-        seed: The collector's seed.
-        max_frames_per_traj: Truncate trajectories after this many steps.
-        init_random_frames: Frames (over all workers) collected with random actions first.
-        reset_at_each_iter: Reset every environment at the start of every rollout.
         fields: The batch keys written into each slot.
         info: The entries of the env's step info kept (``info_keys``), as fields.
         placements: Where each worker runs (one per worker).
         weights_layout: How the policy's state dict is laid out (``None``: no weights move).
         weights: The weight-sync scheme's worker half (``None``: no weights move).
-        weights_between_steps: Apply new weights before any step, not only between rollouts.
         layout_hash: The segment layout the worker must find.
     """
 
+    config: CollectorConfig
     env_source: EnvSource
     policy: bytes | None
-    exploration_type: str
-    num_workers: int
-    envs_per_worker: int
-    steps: int
-    seed: int | None
-    max_frames_per_traj: int | None
-    init_random_frames: int
-    reset_at_each_iter: bool
     fields: tuple[Key, ...]
     info: tuple[FieldSpec, ...]
     placements: tuple[Placement, ...]
     weights_layout: WeightsLayout | None
     weights: WeightReceiver | None
-    weights_between_steps: bool
     layout_hash: int
 
     def load_policy(self) -> tuple[Any, Any]:

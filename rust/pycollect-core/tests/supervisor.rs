@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pycollect_core::supervisor::{
     ChildState, Ending, Event, ExitReason, ExitStatus, Restart, RestartPolicy, Supervisor,
-    SupervisorConfig, SupervisorError, WorkerLaunch,
+    SupervisorConfig, SupervisorError, WorkerLaunch, DEFAULT_LIFELINE_FD, EVENT_CAPACITY,
 };
 use rustix::process::{kill_process, Pid, Signal};
 
@@ -54,7 +54,11 @@ fn config(workers: usize, restart: Restart) -> SupervisorConfig {
         grace: Duration::from_millis(200),
         term_timeout: Duration::from_millis(500),
         kill_timeout: Duration::from_secs(2),
-        ..SupervisorConfig::new(workers)
+        workers,
+        startup_timeout: Duration::from_secs(120),
+        heartbeat_timeout: Duration::from_secs(30),
+        lifeline_fd: DEFAULT_LIFELINE_FD,
+        event_capacity: EVENT_CAPACITY,
     }
 }
 

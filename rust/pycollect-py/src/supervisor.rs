@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use pycollect_core::supervisor::{
     Restart, RestartPolicy, Supervisor as CoreSupervisor, SupervisorConfig, WorkerLaunch,
-    DEFAULT_LIFELINE_FD, LIFELINE_FD_ENV,
+    DEFAULT_LIFELINE_FD, EVENT_CAPACITY, KILL_TIMEOUT, LIFELINE_FD_ENV,
 };
 use pycollect_core::Segment as CoreSegment;
 use pyo3::prelude::*;
@@ -50,6 +50,73 @@ fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
     }
 }
 
+/// A `pycollect.SupervisionConfig`, read attribute by attribute (any object with these
+/// attributes will do). Python's config is the one home of these settings and their defaults:
+/// nothing here has a default, so the two languages cannot disagree.
+#[derive(FromPyObject)]
+struct Supervision {
+    restart: String,
+    max_restarts: u32,
+    restart_window_s: f64,
+    backoff_initial_s: f64,
+    backoff_max_s: f64,
+    startup_timeout_s: f64,
+    heartbeat_timeout_s: f64,
+    check_interval_s: f64,
+    shutdown_grace_s: f64,
+    term_timeout_s: f64,
+}
+
+impl Supervision {
+    /// The core's settings for `workers` workers; an error names the bad attribute and value.
+    fn into_config(self, workers: usize) -> PyResult<SupervisorConfig> {
+        let restart = match self.restart.as_str() {
+            "permanent" => Restart::Permanent,
+            "transient" => Restart::Transient,
+            "never" => Restart::Never,
+            other => {
+                return Err(config_error(format!(
+                    "restart must be 'permanent', 'transient' or 'never', got '{other}'"
+                )))
+            }
+        };
+        let config = SupervisorConfig {
+            workers,
+            policy: RestartPolicy {
+                restart,
+                max_restarts: self.max_restarts,
+                restart_window: positive_seconds("restart_window_s", self.restart_window_s)?,
+                backoff_initial: positive_seconds("backoff_initial_s", self.backoff_initial_s)?,
+                backoff_max: positive_seconds("backoff_max_s", self.backoff_max_s)?,
+            },
+            startup_timeout: positive_seconds("startup_timeout_s", self.startup_timeout_s)?,
+            heartbeat_timeout: positive_seconds("heartbeat_timeout_s", self.heartbeat_timeout_s)?,
+            check_interval: positive_seconds("check_interval_s", self.check_interval_s)?,
+            grace: positive_seconds("shutdown_grace_s", self.shutdown_grace_s)?,
+            term_timeout: positive_seconds("term_timeout_s", self.term_timeout_s)?,
+            kill_timeout: KILL_TIMEOUT,
+            lifeline_fd: CHILD_LIFELINE_FD,
+            event_capacity: EVENT_CAPACITY,
+        };
+        config.validate().map_err(py_err)?;
+        Ok(config)
+    }
+}
+
+/// One value of [`Supervisor::supervision`]: a name, a count or seconds.
+#[derive(IntoPyObject)]
+enum SettingValue {
+    Text(&'static str),
+    Count(u32),
+    Seconds(f64),
+}
+
+impl From<Duration> for SettingValue {
+    fn from(duration: Duration) -> Self {
+        Self::Seconds(duration.as_secs_f64())
+    }
+}
+
 /// Error texts kept per worker: a restart clears the control block's text, so the launcher
 /// saves it first.
 type SavedErrors = Arc<Mutex<Vec<Option<String>>>>;
@@ -61,6 +128,8 @@ pub struct Supervisor {
     inner: CoreSupervisor,
     segment: Arc<CoreSegment>,
     saved_errors: SavedErrors,
+    /// The settings it runs with, reported back by the `supervision` getter.
+    config: SupervisorConfig,
 }
 
 impl Supervisor {
@@ -81,70 +150,30 @@ impl Supervisor {
     ///
     /// Each child gets `env`, `PYCOLLECT_WORKER`, `PYCOLLECT_GENERATION`,
     /// `PYCOLLECT_SEGMENT_FD` (the segment at fd 4), the lifeline (`PYCOLLECT_LIFELINE_FD`,
-    /// fd 3), and every `(our_fd, child_fd)` of `pass_fds`. Every setting is required: the
-    /// defaults live in Python.
+    /// fd 3), and every `(our_fd, child_fd)` of `pass_fds`. `supervision` is a
+    /// `pycollect.SupervisionConfig`: its values are taken as they are (their defaults live
+    /// there only) and checked again here.
     ///
     /// `fork_server`: a connected `SOCK_SEQPACKET` socket to a fork server (pycollect's
     /// `python -m pycollect.worker --fork-server`), duplicated here (the caller keeps and
     /// closes its own). Workers are then forked by that server, as children of this process,
     /// and `argv` is only used by the fork+exec fallback.
     #[new]
-    #[pyo3(signature = (
-        segment, argv, *, env, pass_fds, restart, max_restarts, restart_window_s,
-        backoff_initial_s, backoff_max_s, startup_timeout_s, heartbeat_timeout_s,
-        check_interval_s, grace_s, term_timeout_s, fork_server = None
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (segment, argv, *, env, pass_fds, supervision, fork_server = None))]
     fn new(
         py: Python<'_>,
         segment: &Segment,
         argv: Vec<String>,
         env: HashMap<String, String>,
         pass_fds: Vec<(i32, i32)>,
-        restart: &str,
-        max_restarts: u32,
-        restart_window_s: f64,
-        backoff_initial_s: f64,
-        backoff_max_s: f64,
-        startup_timeout_s: f64,
-        heartbeat_timeout_s: f64,
-        check_interval_s: f64,
-        grace_s: f64,
-        term_timeout_s: f64,
+        supervision: Supervision,
         fork_server: Option<RawFd>,
     ) -> PyResult<Self> {
-        let restart = match restart {
-            "permanent" => Restart::Permanent,
-            "transient" => Restart::Transient,
-            "never" => Restart::Never,
-            other => {
-                return Err(config_error(format!(
-                    "restart must be 'permanent', 'transient' or 'never', got '{other}'"
-                )))
-            }
-        };
         let Some((program, args)) = argv.split_first() else {
             return Err(config_error("argv must name a program"));
         };
         let segment = Arc::clone(&segment.inner);
-        let workers = segment.layout().n_workers();
-        let config = SupervisorConfig {
-            policy: RestartPolicy {
-                restart,
-                max_restarts,
-                restart_window: positive_seconds("restart_window_s", restart_window_s)?,
-                backoff_initial: positive_seconds("backoff_initial_s", backoff_initial_s)?,
-                backoff_max: positive_seconds("backoff_max_s", backoff_max_s)?,
-            },
-            startup_timeout: positive_seconds("startup_timeout_s", startup_timeout_s)?,
-            heartbeat_timeout: positive_seconds("heartbeat_timeout_s", heartbeat_timeout_s)?,
-            check_interval: positive_seconds("check_interval_s", check_interval_s)?,
-            grace: positive_seconds("grace_s", grace_s)?,
-            term_timeout: positive_seconds("term_timeout_s", term_timeout_s)?,
-            lifeline_fd: CHILD_LIFELINE_FD,
-            ..SupervisorConfig::new(workers)
-        };
-        config.validate().map_err(py_err)?;
+        let config = supervision.into_config(segment.layout().n_workers())?;
         for &(ours, child) in &pass_fds {
             if ours < 0 {
                 return Err(config_error(format!(
@@ -159,7 +188,7 @@ impl Supervisor {
             }
         }
 
-        let saved_errors: SavedErrors = Arc::new(Mutex::new(vec![None; workers]));
+        let saved_errors: SavedErrors = Arc::new(Mutex::new(vec![None; config.workers]));
         let (program, args) = (program.clone(), args.to_vec());
         let launch_segment = Arc::clone(&segment);
         let launch_errors = Arc::clone(&saved_errors);
@@ -196,7 +225,7 @@ impl Supervisor {
             (count > 0).then_some(count)
         };
         let stop_segment = Arc::clone(&segment);
-        let mut builder = CoreSupervisor::builder(config)
+        let mut builder = CoreSupervisor::builder(config.clone())
             .heartbeat(heartbeat)
             .on_shutdown(move || stop_segment.shutdown());
         if let Ok(weights) = segment.weights() {
@@ -227,6 +256,7 @@ impl Supervisor {
             inner,
             segment,
             saved_errors,
+            config,
         })
     }
 
@@ -234,6 +264,30 @@ impl Supervisor {
     #[getter]
     fn workers(&self) -> usize {
         self.inner.workers()
+    }
+
+    /// The supervision settings this supervisor runs with, under their Python names, as
+    /// read from `supervision` (so a test can see each one arrive unchanged).
+    #[getter]
+    fn supervision(&self) -> HashMap<&'static str, SettingValue> {
+        let c = &self.config;
+        let restart = match c.policy.restart {
+            Restart::Permanent => "permanent",
+            Restart::Transient => "transient",
+            Restart::Never => "never",
+        };
+        HashMap::from([
+            ("restart", SettingValue::Text(restart)),
+            ("max_restarts", SettingValue::Count(c.policy.max_restarts)),
+            ("restart_window_s", c.policy.restart_window.into()),
+            ("backoff_initial_s", c.policy.backoff_initial.into()),
+            ("backoff_max_s", c.policy.backoff_max.into()),
+            ("startup_timeout_s", c.startup_timeout.into()),
+            ("heartbeat_timeout_s", c.heartbeat_timeout.into()),
+            ("check_interval_s", c.check_interval.into()),
+            ("shutdown_grace_s", c.grace.into()),
+            ("term_timeout_s", c.term_timeout.into()),
+        ])
     }
 
     /// The next event, waiting up to `timeout_s` (0: do not wait) with the GIL released.

@@ -34,18 +34,23 @@ class CollectorActor:
         policy_blob: ``pycollect.engines.pack_policy(policy, weights_module)`` or ``None`` (random
             actions): one blob, so a function policy and the module it closes over stay one
             object here, and tensors that share a parameter's storage keep sharing it.
-        kwargs: The local collector's keyword arguments.
+        config: The local collector's config (``pycollect_ray.actor_config``: the trainer's, whole,
+            with a few settings derived for one actor).
         scheme: The :class:`~pycollect_ray.RayScheme` that fetches weights.
     """
 
-    def __init__(self, index: int, env_source: Any, policy_blob: bytes | None, kwargs: dict[str, Any], scheme: Any):
+    def __init__(self, index: int, env_source: Any, policy_blob: bytes | None, config: Any, scheme: Any):
         from pycollect import Collector
         from pycollect.engines import unpack_policy
 
         self.index = index
         self.scheme = scheme
         policy, weights_module = unpack_policy(policy_blob) if policy_blob is not None else (None, None)
-        self.collector = Collector(env_source, policy, weights_from=weights_module, **kwargs)
+        self.collector = Collector(env_source, policy, config=config, weights_from=weights_module)
+
+    def config(self) -> Any:
+        """The local collector's config, as resolved in the actor."""
+        return self.collector.config
 
     def ready(self) -> int:
         """The actor's process id, once its collector (and its workers) started."""

@@ -14,7 +14,8 @@ import math
 import time
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pycollect.config import MAX_SECONDS
 from pycollect.engines import Engine, EngineFactory, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from pycollect.config import CollectorConfig
     from pycollect.envs.source import EnvSource
 
-__all__ = ["RayEngine", "RayRun", "actor_kwargs", "actor_seed"]
+__all__ = ["ACTOR_DERIVED", "RayEngine", "RayRun", "actor_config", "actor_seed"]
 
 _TRAJ_KEY = ("collector", "traj_ids")
 _RESTART_POLL_S = 0.1
@@ -38,7 +39,7 @@ def actor_seed(seed: int | None, index: int) -> int | None:
     """The seed of actor ``index``'s local collector, derived from the user's ``seed``.
 
     Actor ``i``'s batches are those of ``Collector(..., seed=actor_seed(seed, i))`` with the
-    actor's settings (:func:`actor_kwargs`).
+    actor's settings (:func:`actor_config`).
     """
     if seed is None:
         return None
@@ -47,46 +48,56 @@ def actor_seed(seed: int | None, index: int) -> int | None:
     return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint32)[0])
 
 
-def actor_kwargs(config: CollectorConfig, index: int, num_actors: int, local_scheme: str) -> dict[str, Any]:
-    """The keyword arguments of actor ``index``'s local :class:`pycollect.Collector`.
+ACTOR_DERIVED = frozenset(
+    {
+        "frames_per_batch",
+        "total_frames",
+        "zero_copy",
+        "init_random_frames",
+        "seed",
+        "weight_sync",
+        "engine",
+        "set_truncated",
+        "split_trajs",
+        "cat_results",
+    }
+)
+"""The settings :func:`actor_config` derives for an actor; every other one arrives as the trainer set it."""
 
-    Every knob keeps its meaning: each actor collects rollouts of the trainer's length ``T``
-    (so a sync batch of ``M`` actors holds the trainer's ``frames_per_batch``), with its own
-    derived seed and its share of ``init_random_frames``. The trainer counts ``total_frames``
-    and does the post-processing (``set_truncated``, ``split_trajs``, ``cat_results``,
-    ``postproc``), so the actors do none of it.
+
+def actor_config(config: CollectorConfig, index: int, num_actors: int) -> CollectorConfig:
+    """The config of actor ``index``'s local :class:`pycollect.Collector`: the trainer's, whole, with a few derived.
+
+    Every setting travels unchanged (a new one included) but those in :data:`ACTOR_DERIVED`:
+    each actor collects rollouts of the trainer's length ``T`` (so a sync batch of ``M``
+    actors holds the trainer's ``frames_per_batch``), forever (the trainer counts
+    ``total_frames``), with its own derived seed (:func:`actor_seed`), its share of
+    ``init_random_frames``, the ``ray`` scheme's ``local`` scheme for its workers and the
+    built-in engine for its ``num_workers``; the trainer does the post-processing
+    (``set_truncated``, ``split_trajs``, ``cat_results``, ``postproc``), so the actors do none.
+
+    Args:
+        config: The trainer's resolved config (its ``weight_sync`` a :class:`RayScheme`).
+        index: The actor's index.
+        num_actors: Actors in all.
     """
+    scheme = config.weight_sync
     local_rows = config.envs_per_worker * (max(config.num_workers, 1) if config.sync else 1)
-    supervision = config.supervision
-    return {
-        "frames_per_batch": config.steps_per_batch * local_rows,
-        "total_frames": -1,
-        "envs_per_worker": config.envs_per_worker,
-        "num_workers": config.num_workers,
-        "sync": config.sync,
+    return replace(
+        config,
+        frames_per_batch=config.steps_per_batch * local_rows,
+        total_frames=-1,
         # The batch is serialized into the object store before the actor asks for the next
         # one, so views of the shared-memory slots save a copy and are never reused too early.
-        "zero_copy": config.num_workers > 0,
-        "max_frames_per_traj": config.max_frames_per_traj,
-        "init_random_frames": math.ceil(config.init_random_frames / num_actors),
-        "reset_at_each_iter": config.reset_at_each_iter,
-        "seed": actor_seed(config.seed, index),
-        "device": config.device,
-        "policy_device": config.policy_device,
-        "env_device": config.env_device,
-        "weight_sync": local_scheme if config.num_workers else None,
-        "weight_sync_timeout_s": config.weight_sync_timeout_s,
-        "apply_weights": config.apply_weights,
-        "device_policy": config.device_policy,
-        "exploration_type": config.exploration_type,
-        "info_keys": config.info_keys,
-        "check_resources": config.check_resources,
-        "restart": supervision.restart,
-        "max_restarts": supervision.max_restarts,
-        "restart_window_s": supervision.restart_window_s,
-        "heartbeat_timeout_s": supervision.heartbeat_timeout_s,
-        "startup_timeout_s": supervision.startup_timeout_s,
-    }
+        zero_copy=config.num_workers > 0,
+        init_random_frames=math.ceil(config.init_random_frames / num_actors),
+        seed=actor_seed(config.seed, index),
+        weight_sync=scheme.local if isinstance(scheme, RayScheme) and config.num_workers else None,
+        engine=None,
+        set_truncated=False,
+        split_trajs=False,
+        cat_results=0,
+    )
 
 
 class RayEngine(EngineFactory):
@@ -117,6 +128,7 @@ class RayEngine(EngineFactory):
     """
 
     name = "ray"
+    default_weight_sync: ClassVar[str] = RayScheme.name
 
     def __init__(
         self,
@@ -154,15 +166,19 @@ class RayEngine(EngineFactory):
         self.timeout_s = float(timeout_s)
 
     def scheme(self, config: CollectorConfig) -> RayScheme:
-        """The weight-sync scheme from ``config.weight_sync`` (``None``: ``RayScheme()``)."""
+        """The resolved config's weight-sync scheme, which must be a :class:`RayScheme`.
+
+        Raises:
+            ConfigError: Any other scheme (the actors get weights through the object store).
+        """
         chosen = config.weight_sync
-        if chosen is None or chosen == RayScheme.name:
-            return RayScheme()
         if isinstance(chosen, RayScheme):
             return chosen
+        name = getattr(chosen, "name", chosen)
         raise ConfigError(
-            f"weight_sync={chosen!r}: with engine='ray' weights reach the actors through the object store "
-            "(weight_sync='ray'); RayScheme(local=...) chooses the scheme each actor uses for its workers"
+            f"weight_sync={name!r}: with engine='ray' weights reach the actors through the object store "
+            "(weight_sync='ray', the default here); RayScheme(local=...) chooses the scheme each actor uses "
+            "for its workers"
         )
 
     def check(self, config: CollectorConfig) -> None:
@@ -250,10 +266,9 @@ class RayRun(Engine):
             if factory.runtime_env is not None:
                 options["runtime_env"] = factory.runtime_env
             remote = ray.remote(CollectorActor)
-            local = self.scheme.local
             self.actors = [
                 remote.options(**options).remote(
-                    index, env_source, blob, actor_kwargs(config, index, factory.num_actors, local), self.scheme
+                    index, env_source, blob, actor_config(config, index, factory.num_actors), self.scheme
                 )
                 for index in range(factory.num_actors)
             ]

@@ -33,13 +33,30 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use pycollect_core::supervisor::{Event, RestartPolicy, Supervisor, SupervisorConfig, WorkerLaunch};
+//! use pycollect_core::supervisor::{
+//!     Event, Restart, RestartPolicy, Supervisor, SupervisorConfig, WorkerLaunch, DEFAULT_LIFELINE_FD,
+//!     EVENT_CAPACITY, KILL_TIMEOUT,
+//! };
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let memfd: std::os::fd::OwnedFd = std::fs::File::open("/dev/null")?.into();
 //! let config = SupervisorConfig {
-//!     policy: RestartPolicy { max_restarts: 3, ..RestartPolicy::default() },
-//!     ..SupervisorConfig::new(4)
+//!     workers: 4,
+//!     policy: RestartPolicy {
+//!         restart: Restart::Permanent,
+//!         max_restarts: 3,
+//!         restart_window: Duration::from_secs(60),
+//!         backoff_initial: Duration::from_millis(100),
+//!         backoff_max: Duration::from_secs(5),
+//!     },
+//!     startup_timeout: Duration::from_secs(120),
+//!     heartbeat_timeout: Duration::from_secs(30),
+//!     check_interval: Duration::from_millis(100),
+//!     grace: Duration::from_secs(2),
+//!     term_timeout: Duration::from_secs(2),
+//!     kill_timeout: KILL_TIMEOUT,
+//!     lifeline_fd: DEFAULT_LIFELINE_FD,
+//!     event_capacity: EVENT_CAPACITY,
 //! };
 //! let sup = Supervisor::builder(config)
 //!     .heartbeat(|_worker, _generation| None) // e.g. read WorkerCtl::last_heartbeat
@@ -117,7 +134,19 @@ pub type HeartbeatSource = Box<dyn FnMut(usize, u64) -> Option<u64> + Send>;
 /// [`SupervisorConfig::lifeline_fd`] and [`LIFELINE_FD_ENV`]).
 pub const DEFAULT_LIFELINE_FD: RawFd = 3;
 
-/// Settings of one supervisor. Start from [`SupervisorConfig::new`] and override fields.
+/// How long to wait for the reap after SIGKILL: only a process stuck in the kernel takes longer
+/// than a few milliseconds. A constant of the process model, not a user setting.
+pub const KILL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Supervision events kept for the caller before the oldest are dropped (and counted).
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// Settings of one supervisor.
+///
+/// There are no defaults here: every timing and the restart policy come from the caller
+/// (pycollect's Python `SupervisionConfig` is their one home), so two layers can never
+/// disagree about a default. [`KILL_TIMEOUT`], [`DEFAULT_LIFELINE_FD`] and [`EVENT_CAPACITY`]
+/// are the usual values of the process-level fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SupervisorConfig {
     /// Number of workers (indices `0..workers`); at least 1.
@@ -145,24 +174,6 @@ pub struct SupervisorConfig {
 }
 
 impl SupervisorConfig {
-    /// Defaults for `workers` workers: the default [`RestartPolicy`], 120 s startup timeout,
-    /// 30 s heartbeat timeout checked every 100 ms, 5 s grace, 3 s after SIGTERM, 5 s after
-    /// SIGKILL, lifeline at fd 3, 1024 events.
-    pub fn new(workers: usize) -> Self {
-        Self {
-            workers,
-            policy: RestartPolicy::default(),
-            startup_timeout: Duration::from_secs(120),
-            heartbeat_timeout: Duration::from_secs(30),
-            check_interval: Duration::from_millis(100),
-            grace: Duration::from_secs(5),
-            term_timeout: Duration::from_secs(3),
-            kill_timeout: Duration::from_secs(5),
-            lifeline_fd: DEFAULT_LIFELINE_FD,
-            event_capacity: 1024,
-        }
-    }
-
     /// Checks every value; the error names the first bad field and its value.
     pub fn validate(&self) -> Result<(), SupervisorError> {
         fn bad(

@@ -35,18 +35,6 @@ pub struct RestartPolicy {
     pub backoff_max: Duration,
 }
 
-impl Default for RestartPolicy {
-    fn default() -> Self {
-        Self {
-            restart: Restart::Permanent,
-            max_restarts: 5,
-            restart_window: Duration::from_secs(60),
-            backoff_initial: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(5),
-        }
-    }
-}
-
 impl RestartPolicy {
     /// Checks the values; the error names the bad field and value.
     pub fn validate(&self) -> Result<(), SupervisorError> {
@@ -272,14 +260,14 @@ mod tests {
     fn validate_names_bad_field() {
         let p = RestartPolicy {
             restart_window: Duration::ZERO,
-            ..RestartPolicy::default()
+            ..policy(Restart::Permanent)
         };
         let msg = p.validate().unwrap_err().to_string();
         assert!(msg.contains("restart_window"), "{msg}");
         let p = RestartPolicy {
             backoff_initial: Duration::from_secs(10),
             backoff_max: Duration::from_secs(1),
-            ..RestartPolicy::default()
+            ..policy(Restart::Permanent)
         };
         let msg = p.validate().unwrap_err().to_string();
         assert!(

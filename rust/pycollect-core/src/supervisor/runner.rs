@@ -642,10 +642,24 @@ mod tests {
     use super::*;
 
     fn cfg() -> SupervisorConfig {
+        use crate::supervisor::{Restart, RestartPolicy};
         SupervisorConfig {
+            workers: 1,
+            policy: RestartPolicy {
+                restart: Restart::Permanent,
+                max_restarts: 3,
+                restart_window: Duration::from_secs(60),
+                backoff_initial: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(5),
+            },
             startup_timeout: Duration::from_secs(10),
             heartbeat_timeout: Duration::from_secs(1),
-            ..SupervisorConfig::new(1)
+            check_interval: Duration::from_millis(100),
+            grace: Duration::from_secs(2),
+            term_timeout: Duration::from_secs(2),
+            kill_timeout: crate::supervisor::KILL_TIMEOUT,
+            lifeline_fd: crate::supervisor::DEFAULT_LIFELINE_FD,
+            event_capacity: crate::supervisor::EVENT_CAPACITY,
         }
     }
 

@@ -1,4 +1,8 @@
-"""The keys of a batch, as TorchRL's collectors name them."""
+"""The keys of a batch, as TorchRL's collectors name them.
+
+The bottom layer of the package (it imports nothing of pycollect): the env specs, the stepping
+loop, the batch assembly and the engines all name keys through it.
+"""
 
 from __future__ import annotations
 

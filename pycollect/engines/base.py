@@ -1,0 +1,119 @@
+"""The engine interface: what a :class:`~pycollect.Collector` drives to get batches.
+
+An engine owns the environments (in this process, in worker processes, on other machines) and
+turns them into ``TensorDict`` batches. The collector keeps the counters (frames, policy
+version, episodes) and the user-facing checks; the engine only collects, publishes weights,
+reports supervision and closes. An :class:`EngineFactory` (the class a plugin registers through
+``register_engine()``, configured by its constructor) starts one engine per collector.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from pycollect._core import WorkerEvent, WorkerStats
+    from pycollect.config import CollectorConfig
+    from pycollect.engines.plan import RolloutPlan
+    from pycollect.envs.source import EnvSource
+
+__all__ = ["Engine", "EngineFactory", "Supervision"]
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """What an engine's supervisor knows: per-worker stats and recent events (empty in-process)."""
+
+    workers: tuple[WorkerStats, ...] = ()
+    events: tuple[WorkerEvent, ...] = ()
+
+
+class Engine(abc.ABC):
+    """Makes batches; one per collector.
+
+    Attributes:
+        plan: What every rollout holds.
+    """
+
+    plan: RolloutPlan
+
+    @abc.abstractmethod
+    def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
+        """Collect and return the next batch.
+
+        Args:
+            random_actions: The trainer's view of the warm-up phase (``init_random_frames``);
+                engines whose workers count frames themselves ignore it.
+            policy_version: The collector's version of the policy weights now, which an
+                engine that calls the very policy object records on every frame.
+        """
+
+    @abc.abstractmethod
+    def publish_weights(self, weights: Any, version: int) -> None:
+        """Make the current weights of ``weights`` (a module), stamped ``version``, reach wherever the policy runs."""
+
+    def supervision(self) -> Supervision:
+        """Per-worker stats and recent supervision events (none for an engine without workers)."""
+        return Supervision()
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`load_state` needs to resume (e.g. trajectory numbering)."""
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore :meth:`state`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop collecting and release everything (idempotent)."""
+
+
+class EngineFactory(abc.ABC):
+    """Starts an :class:`Engine` for a collector; what the ``register_engine()`` hook contributes.
+
+    Users select one with ``Collector(..., engine="<name>")`` (built with no arguments) or pass
+    an instance configured through its constructor (``engine=RayEngine(num_actors=4)``). With
+    ``engine=None`` the collector picks a built-in one by ``num_workers``: ``inprocess`` for 0,
+    ``workers`` otherwise.
+
+    Attributes:
+        name: The name users select it by.
+        replicas: How many copies of the ``num_workers`` workers the engine runs; a sync batch
+            holds one rollout of each (``[replicas * num_workers * envs_per_worker, T]``), so
+            the collector's batch size and counts account for it. 1 for single-machine engines.
+        default_weight_sync: The weight-sync scheme used when the collector's
+            ``weight_sync`` is ``None`` (``"shared_memory"`` for the built-ins).
+    """
+
+    name: ClassVar[str] = ""
+    replicas: int = 1
+    default_weight_sync: ClassVar[str] = "shared_memory"
+
+    def check(self, config: CollectorConfig) -> None:  # noqa: B027 - optional hook
+        """Refuse settings this engine cannot honour, before anything runs.
+
+        Raises:
+            ConfigError: Naming the setting.
+        """
+
+    @abc.abstractmethod
+    def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
+        """Build and start the engine; nothing is left running if this raises.
+
+        Args:
+            config: The collector's settings, resolved (:func:`pycollect.plugins.resolve`: its
+                ``engine``, ``weight_sync`` and ``device_policy`` are instances) and checked by
+                :meth:`check`.
+            env_source: What builds the environments (picklable).
+            policy: The policy (``None``: random actions).
+            weights_module: The module whose weights ``publish_weights`` moves (``None``: none).
+        """
+
+    def describe(self) -> str:
+        """A short description for messages and ``repr``."""
+        return self.name or type(self).__qualname__

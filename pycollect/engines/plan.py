@@ -1,0 +1,165 @@
+"""What every engine does before it collects: read the env's fields and check the policy.
+
+An engine builds one probe env in the trainer, calls :func:`plan_rollout` on it (so that a bad
+env or policy fails before any worker starts) and closes it with :func:`close_within` (so an
+env whose ``close()`` hangs cannot hang the collector's constructor).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pycollect.exceptions import ConfigError, PyCollectWarning
+
+if TYPE_CHECKING:
+    import torch
+
+    from pycollect._rollout.actions import ActionSource
+    from pycollect._rollout.fields import BatchField
+    from pycollect.config import CollectorConfig
+    from pycollect.envs.backend import GymLikeEnv
+    from pycollect.envs.source import EnvSource
+    from pycollect.envs.specs import EnvSpecs, FieldSpec
+
+__all__ = ["RolloutPlan", "close_within", "plan_rollout", "policy_device"]
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What every rollout holds, decided once in the trainer before anything is collected.
+
+    Attributes:
+        specs: The environment's fields.
+        actions: The action source, checked against the action space (a policy was called
+            once on an example observation).
+        fields: Every array of a rollout, policy outputs included.
+        info: The entries of the env's step ``info`` kept (``info_keys``), as fields.
+    """
+
+    specs: EnvSpecs
+    actions: ActionSource
+    fields: tuple[BatchField, ...]
+    info: tuple[FieldSpec, ...] = ()
+
+
+def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv, policy: Any) -> RolloutPlan:
+    """Read the specs of ``env`` and check ``policy`` against them.
+
+    Raises:
+        UnsupportedSpaceError: A space cannot be laid out in a batch.
+        PolicyError: The policy fails on an example observation or does not fit the action space.
+    """
+    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.fields import batch_fields
+    from pycollect._rollout.seeding import action_rng
+
+    specs = env_source.specs(env)
+    device = policy_device(config, policy)
+    rng = action_rng(config.seed)
+    actions = action_source(policy, specs, config.envs_per_worker, device, rng, config.exploration_type)
+    info = _info_fields(config, env_source, env, specs)
+    return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried, info), info)
+
+
+def _info_fields(
+    config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv, specs: EnvSpecs
+) -> tuple[FieldSpec, ...]:
+    """The fields of the ``info_keys`` entries, read off one step of ``env`` (reset afterwards by the runner).
+
+    Raises:
+        ConfigError: The first step's info lacks a key, or its value is not numeric.
+    """
+    if not config.info_keys:
+        return ()
+    import numpy as np
+
+    from pycollect.envs.specs import FieldSpec
+
+    env.reset(seed=config.seed)
+    action = specs.action.sample(np.random.default_rng(config.seed), 1)[0]
+    info = env.step(action)[4]
+    fields = []
+    for name in config.info_keys:
+        if not isinstance(info, Mapping) or name not in info:
+            have = ", ".join(sorted(map(str, info))) if isinstance(info, Mapping) else "no info dict"
+            raise ConfigError(f"info_keys: {env_source.describe()!r}'s step info has no {name!r} (it has: {have})")
+        value = np.asarray(info[name])
+        if value.dtype.kind not in "biuf":
+            raise ConfigError(f"info_keys: info[{name!r}] is {value.dtype}, which cannot be stored in a batch")
+        shape = tuple(value.shape)
+        bounds = np.full(shape, np.inf)
+        fields.append(
+            FieldSpec(("next", name), shape, value.dtype, -bounds, bounds, value.dtype.kind in "biu", f"info[{name!r}]")
+        )
+    return tuple(fields)
+
+
+def policy_device(config: CollectorConfig, policy: Any) -> torch.device:
+    """Where ``policy`` runs: ``policy_device``, else ``device``, else where its parameters are, else the CPU.
+
+    Raises:
+        ConfigError: The policy's parameters are on the ``meta`` device (no data to move),
+            or (with workers, which receive the policy pickled) they are not on the CPU.
+    """
+    import torch
+
+    from pycollect._rollout.policy import parameters_device
+
+    own = parameters_device(policy)
+    requested = config.requested_policy_device
+    if requested is None:
+        chosen = own or torch.device("cpu")
+    else:
+        chosen = requested
+        if own is not None and own.type == "meta":
+            name = "policy_device" if config.policy_device is not None else "device"
+            raise ConfigError(
+                f"{name}={str(chosen)!r} but the policy's parameters are on {own}, which holds no data to "
+                "copy; materialise the policy first (e.g. policy.to_empty(device=...) and load weights)"
+            )
+    if config.num_workers and chosen.type != "cpu":
+        raise ConfigError(
+            f"the policy's parameters are on {chosen}; workers receive the policy pickled, so keep it "
+            "on the CPU (a device_policy decides where each worker runs it)"
+        )
+    return chosen
+
+
+def close_within(env: GymLikeEnv, env_source: EnvSource, timeout_s: float, *, what: str = "env") -> None:
+    """Close ``env`` in a daemon thread, waiting at most ``timeout_s`` for it.
+
+    The probe env a trainer builds to read the specs is closed in the constructor: an env
+    whose ``close()`` never returns (a stuck simulator, a dead socket) must not make
+    ``Collector(...)`` never return, as workers' closes are bounded by the supervisor. If the
+    deadline passes, a :class:`~pycollect.PyCollectWarning` names the env and the thread is
+    left to finish (or to end with the interpreter).
+
+    Raises:
+        Exception: What ``close()`` raised, if it returned within the deadline.
+    """
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            env.close()
+        except BaseException as exc:  # handed to the caller below
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=close, name="pycollect-close-env", daemon=True).start()
+    if not done.wait(timeout_s):
+        warnings.warn(
+            f"the {what} {env_source.describe()!r}: close() did not return within {timeout_s:g} s; going on "
+            "without it (a daemon thread keeps waiting for it)",
+            PyCollectWarning,
+            stacklevel=3,
+        )
+        return
+    if failed:
+        raise failed[0]
