@@ -69,7 +69,7 @@ if TYPE_CHECKING:
         TorchDistributedScheme,
     )
     from pycollect.devices import DevicePolicy, Placement
-    from pycollect.envs import EnvBackend, EnvSpecs, FieldSpec, GymLikeEnv, specs_from_spaces
+    from pycollect.envs import EnvBackend, EnvSpecs, Field, FieldSpec, GymLikeEnv, specs_from_spaces
     from pycollect.weights import WeightSyncScheme
 
 # Imported on first use: a worker process imports this package too, and one with a random
@@ -83,6 +83,7 @@ _LAZY = {
     "Placement": "pycollect.devices",
     "EnvBackend": "pycollect.envs",
     "EnvSpecs": "pycollect.envs",
+    "Field": "pycollect.envs",
     "FieldSpec": "pycollect.envs",
     "GymLikeEnv": "pycollect.envs",
     "specs_from_spaces": "pycollect.envs",
@@ -119,6 +120,7 @@ __all__ = [
     "EnvSpecs",
     "EpisodeRecord",
     "ExplicitPolicy",
+    "Field",
     "FieldSpec",
     "GymLikeEnv",
     "LayoutMismatchError",

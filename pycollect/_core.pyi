@@ -49,8 +49,9 @@ WORKER_ERROR_CAPACITY: int
 this many bytes of UTF-8 and drops the rest."""
 
 FieldDef: TypeAlias = tuple[str, str, tuple[int, ...]]
-"""(name, dtype name, per-step shape). dtype names: uint8 int8 int16 int32 int64 uint16 uint32
-uint64 float16 float32 float64 bool bfloat16."""
+"""A :class:`pycollect.envs.Field` as the native layer takes it (Rust's ``layout::Field``):
+(name: its key joined by ``/``, dtype name, per-step shape). dtype names: uint8 int8 int16 int32
+int64 uint16 uint32 uint64 float16 float32 float64 bool bfloat16."""
 
 @final
 class Segment:

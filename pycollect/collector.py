@@ -31,9 +31,8 @@ from pycollect.weights.layout import WeightsLayout
 
 if TYPE_CHECKING:
     from pycollect._core import WorkerEvent, WorkerStats
-    from pycollect._rollout.fields import BatchField
     from pycollect.engines import Engine, EngineFactory
-    from pycollect.envs.specs import EnvSpecs
+    from pycollect.envs.specs import EnvSpecs, Field
 
 __all__ = ["Collector", "CollectorStats"]
 
@@ -225,7 +224,7 @@ class Collector:
         return self._engine.plan.specs
 
     @property
-    def fields(self) -> tuple[BatchField, ...]:
+    def fields(self) -> tuple[Field, ...]:
         """Every array of a batch (before ``split_trajs``), with shapes and dtypes."""
         return self._engine.plan.fields
 

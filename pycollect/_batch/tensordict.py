@@ -15,12 +15,13 @@ from tensordict import TensorDict
 
 from pycollect._batch.recycle import RecycledMemory
 from pycollect._keys import Key
-from pycollect._rollout.fields import NEVER_WRITTEN, BatchField
+from pycollect._rollout.fields import NEVER_WRITTEN
+from pycollect.envs.specs import Field
 
 __all__ = ["allocate", "to_tensordict"]
 
 
-def allocate(fields: tuple[BatchField, ...], rows: int, steps: int, memory: RecycledMemory) -> dict[Key, np.ndarray]:
+def allocate(fields: tuple[Field, ...], rows: int, steps: int, memory: RecycledMemory) -> dict[Key, np.ndarray]:
     """Arrays of shape ``[rows, steps, *shape]`` for every field, for a caller-owned batch.
 
     They come from ``memory`` (reused once a previous batch is released). Only the fields a

@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
-from pycollect._rollout.fields import BatchField
 from pycollect.config import CollectorConfig
+from pycollect.envs.specs import Field
 from pycollect.exceptions import ConfigError
 
 __all__ = [
@@ -70,7 +70,7 @@ def available_memory() -> int:
     return min(known) if known else 1 << 62  # no way to tell: do not refuse
 
 
-def batch_bytes(fields: Iterable[BatchField], rows: int, steps: int) -> int:
+def batch_bytes(fields: Iterable[Field], rows: int, steps: int) -> int:
     """Bytes of one ``[rows, steps]`` batch of ``fields``."""
     return sum(rows * steps * math.prod(field.shape) * field.dtype.itemsize for field in fields)
 

@@ -9,36 +9,26 @@ calls a user policy.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from pycollect._keys import Key
-from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ActionSource", "PolicyOutput", "RandomActions", "action_source"]
-
-
-@dataclass(frozen=True)
-class PolicyOutput:
-    """A field a policy adds to a batch besides the action (e.g. ``sample_log_prob``)."""
-
-    key: Key
-    shape: tuple[int, ...]
-    dtype: np.dtype[Any]
+__all__ = ["ActionSource", "RandomActions", "action_source"]
 
 
 class ActionSource(Protocol):
     """Chooses the actions of ``num_envs`` environments, one batch per step."""
 
-    outputs: tuple[PolicyOutput, ...]
+    outputs: tuple[Field, ...]
     """Extra outputs :meth:`act` returns besides the action."""
 
-    carried: tuple[PolicyOutput, ...]
+    carried: tuple[Field, ...]
     """Inputs the stepping loop carries from one step to the next (a recurrent policy's state,
     read at ``key`` and written at ``("next", *key)``, and ``is_init``); empty for most policies."""
 
@@ -60,8 +50,8 @@ class RandomActions:
         rng: The random stream (see :func:`pycollect._seeding.action_rng`).
     """
 
-    outputs: tuple[PolicyOutput, ...] = ()
-    carried: tuple[PolicyOutput, ...] = ()
+    outputs: tuple[Field, ...] = ()
+    carried: tuple[Field, ...] = ()
 
     _CHUNK = 256  # steps sampled per call: one numpy call per step would cost more than a CartPole step
 

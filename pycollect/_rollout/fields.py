@@ -7,9 +7,6 @@ processes) the shared-memory slots. numpy only: workers import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from pycollect._keys import (
@@ -26,32 +23,21 @@ from pycollect._keys import (
     TERMINATED,
     TRAJ_IDS,
     TRUNCATED,
-    Key,
 )
-from pycollect._rollout.actions import PolicyOutput
-from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 from pycollect.exceptions import ConfigError
 
-__all__ = ["NEVER_WRITTEN", "BatchField", "batch_fields"]
+__all__ = ["NEVER_WRITTEN", "batch_fields"]
 
 _FLAG = (1,)  # TorchRL keeps rewards and done flags with a trailing singleton dimension
 
 
-@dataclass(frozen=True)
-class BatchField:
-    """One array of a rollout: ``[K, T, *shape]`` values of ``dtype`` under ``key``."""
-
-    key: Key
-    shape: tuple[int, ...]
-    dtype: np.dtype[Any]
-
-
 def batch_fields(
     specs: EnvSpecs,
-    outputs: tuple[PolicyOutput, ...] = (),
-    carried: tuple[PolicyOutput, ...] = (),
+    outputs: tuple[Field, ...] = (),
+    carried: tuple[Field, ...] = (),
     info: tuple[FieldSpec, ...] = (),
-) -> tuple[BatchField, ...]:
+) -> tuple[Field, ...]:
     """Every field of a rollout, in a fixed order.
 
     Args:
@@ -65,30 +51,30 @@ def batch_fields(
     Raises:
         ConfigError: An info entry's key is already a field of the batch.
     """
-    fields = [BatchField(spec.key, spec.shape, spec.dtype) for spec in specs.observation]
-    fields += [BatchField((*NEXT_OBS_PREFIX, *spec.key), spec.shape, spec.dtype) for spec in specs.observation]
-    fields.append(BatchField(ACTION, specs.action.shape, specs.action.dtype))
-    fields.append(BatchField(REWARD, _FLAG, np.dtype(np.float32)))
+    fields = [Field(spec.key, spec.shape, spec.dtype) for spec in specs.observation]
+    fields += [Field((*NEXT_OBS_PREFIX, *spec.key), spec.shape, spec.dtype) for spec in specs.observation]
+    fields.append(Field(ACTION, specs.action.shape, specs.action.dtype))
+    fields.append(Field(REWARD, _FLAG, np.dtype(np.float32)))
     for key in (DONE, TERMINATED, TRUNCATED, NEXT_DONE, NEXT_TERMINATED, NEXT_TRUNCATED):
-        fields.append(BatchField(key, _FLAG, np.dtype(np.bool_)))
-    fields.append(BatchField(TRAJ_IDS, (), np.dtype(np.int64)))
-    fields.append(BatchField(POLICY_VERSION, (), np.dtype(np.int64)))
+        fields.append(Field(key, _FLAG, np.dtype(np.bool_)))
+    fields.append(Field(TRAJ_IDS, (), np.dtype(np.int64)))
+    fields.append(Field(POLICY_VERSION, (), np.dtype(np.int64)))
     for input_ in carried:
-        fields.append(BatchField(input_.key, input_.shape, input_.dtype))
+        fields.append(Field(input_.key, input_.shape, input_.dtype))
     if any(input_.key == IS_INIT for input_ in carried):
-        fields.append(BatchField(NEXT_IS_INIT, _FLAG, np.dtype(np.bool_)))
+        fields.append(Field(NEXT_IS_INIT, _FLAG, np.dtype(np.bool_)))
     taken = {field.key for field in fields}
     for output in outputs:
         if output.key in taken:
             continue  # e.g. a policy that echoes "done": the environment's value wins
-        fields.append(BatchField(output.key, output.shape, output.dtype))
+        fields.append(Field(output.key, output.shape, output.dtype))
         taken.add(output.key)
     for entry in info:
         if entry.key in taken:
             raise ConfigError(
                 f"info_keys: {entry.key[-1]!r} would be stored at {'/'.join(entry.key)}, a key the batch has"
             )
-        fields.append(BatchField(entry.key, entry.shape, entry.dtype))
+        fields.append(Field(entry.key, entry.shape, entry.dtype))
     return tuple(fields)
 
 

@@ -23,8 +23,8 @@ from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction
 
 from pycollect._keys import IS_INIT, Key
 from pycollect._messages import first_line
-from pycollect._rollout.actions import PolicyOutput, RandomActions
-from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect._rollout.actions import RandomActions
+from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 from pycollect.exceptions import PolicyError
 
 __all__ = ["Policy", "PolicyRunner", "parameters_device"]
@@ -73,8 +73,8 @@ class PolicyRunner:
             isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase)
         )
         self._inputs: set[Key] = set(self._obs_keys) | {IS_INIT}
-        self.carried: tuple[PolicyOutput, ...] = ()
-        self.outputs: tuple[PolicyOutput, ...] = self._dry_run()
+        self.carried: tuple[Field, ...] = ()
+        self.outputs: tuple[Field, ...] = self._dry_run()
 
     def random_actions(self, steps: int) -> np.ndarray:
         """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``)."""
@@ -157,7 +157,7 @@ class PolicyRunner:
                 "CPU or a CUDA device (a policy on 'meta' must be materialised first: to_empty() and load weights)"
             ) from exc
 
-    def _dry_run(self) -> tuple[PolicyOutput, ...]:
+    def _dry_run(self) -> tuple[Field, ...]:
         """Call the policy on example observations, check what it returns, find its recurrent state.
 
         A TensorDict policy is called with ``is_init`` (True) as well; if it writes
@@ -168,13 +168,13 @@ class PolicyRunner:
         starting = {IS_INIT: np.ones((self.num_envs, 1), np.bool_)} if self._takes_tensordict else {}
         outputs = self._outputs(self._try(example, starting))
         state = tuple(
-            PolicyOutput(o.key[1:], o.shape, o.dtype)
+            Field(o.key[1:], o.shape, o.dtype)
             for o in outputs
             if self._takes_tensordict and o.key[0] == "next" and len(o.key) > 1 and o.key[1:] not in self._inputs
         )
         needs_is_init = "is_init" in getattr(self.policy, "in_keys", ())
         if state or needs_is_init:
-            self.carried = (PolicyOutput(IS_INIT, (1,), np.dtype(np.bool_)), *state)
+            self.carried = (Field(IS_INIT, (1,), np.dtype(np.bool_)), *state)
             self._inputs |= {output.key for output in state}
             zeros = {output.key: np.zeros((self.num_envs, *output.shape), output.dtype) for output in state}
             outputs = self._outputs(self._try(example, {**starting, **zeros}))
@@ -190,7 +190,7 @@ class PolicyRunner:
                 f"({_shapes({**example, **carried})}): {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _outputs(self, raw: Any) -> tuple[PolicyOutput, ...]:
+    def _outputs(self, raw: Any) -> tuple[Field, ...]:
         action, extras = self._split(raw)
         _check_action(action, self.specs.action, self.num_envs, self.policy)
         if isinstance(action, torch.Tensor):
@@ -214,7 +214,7 @@ class PolicyRunner:
                     f"policy output {'/'.join(key)!r} has dtype {tensor.dtype}, which cannot be "
                     "stored in a batch; cast it to a numpy-compatible dtype"
                 ) from None
-            outputs.append(PolicyOutput(key, tuple(tensor.shape[1:]), dtype))
+            outputs.append(Field(key, tuple(tensor.shape[1:]), dtype))
         return tuple(outputs)
 
 

@@ -13,10 +13,7 @@ from pycollect.hookspecs import hookimpl
 __all__ = ["ExplicitPolicy"]
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
-_HOW = (
-    'pass an instance, e.g. device_policy=ExplicitPolicy(["cuda:0", "cpu"]) '
-    "(from pycollect import ExplicitPolicy)"
-)
+_HOW = 'pass an instance, e.g. device_policy=ExplicitPolicy(["cuda:0", "cpu"]) (from pycollect import ExplicitPolicy)'
 
 Where = str | Placement
 """One worker's place: a device name (``"cpu"``, ``"cuda:1"``, a ``torch.device``) or a whole :class:`Placement`."""

@@ -19,11 +19,10 @@ if TYPE_CHECKING:
     import torch
 
     from pycollect._rollout.actions import ActionSource
-    from pycollect._rollout.fields import BatchField
     from pycollect.config import CollectorConfig
     from pycollect.envs.backend import GymLikeEnv
     from pycollect.envs.source import EnvSource
-    from pycollect.envs.specs import EnvSpecs, FieldSpec
+    from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 
 __all__ = ["RolloutPlan", "close_within", "plan_rollout", "policy_device"]
 
@@ -42,7 +41,7 @@ class RolloutPlan:
 
     specs: EnvSpecs
     actions: ActionSource
-    fields: tuple[BatchField, ...]
+    fields: tuple[Field, ...]
     info: tuple[FieldSpec, ...] = ()
 
 

@@ -9,13 +9,14 @@ reports their fields before anything is collected. Write one by subclassing
 
 Modules:
     backend: the :class:`EnvBackend` interface and the :class:`GymLikeEnv` protocol.
-    specs: :class:`EnvSpecs` / :class:`FieldSpec`, gymnasium spaces as fixed-shape fields.
+    specs: :class:`Field` (key, shape, dtype: the one record of a batch array) and
+        :class:`EnvSpecs` / :class:`FieldSpec`, gymnasium spaces as fixed-shape fields.
     source: :class:`EnvSource`, a user's ``env`` argument resolved to a backend.
 """
 
 from __future__ import annotations
 
 from pycollect.envs.backend import EnvBackend, GymLikeEnv
-from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
+from pycollect.envs.specs import EnvSpecs, Field, FieldSpec, specs_from_spaces
 
-__all__ = ["EnvBackend", "EnvSpecs", "FieldSpec", "GymLikeEnv", "specs_from_spaces"]
+__all__ = ["EnvBackend", "EnvSpecs", "Field", "FieldSpec", "GymLikeEnv", "specs_from_spaces"]

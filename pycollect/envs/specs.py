@@ -17,12 +17,33 @@ import numpy as np
 from pycollect._keys import Key
 from pycollect.exceptions import UnsupportedSpaceError
 
-__all__ = ["EnvSpecs", "FieldSpec", "specs_from_spaces"]
+__all__ = ["EnvSpecs", "Field", "FieldSpec", "specs_from_spaces"]
 
 
 @dataclass(frozen=True)
-class FieldSpec:
-    """One fixed-shape field of an environment's observation or action.
+class Field:
+    """One fixed-shape array of a batch: values of ``shape`` and ``dtype`` under ``key``, per env and step.
+
+    The one record of (key, shape, dtype): a rollout's fields (``collector.fields``), a policy's
+    extra outputs and carried inputs, and (with bounds, as :class:`FieldSpec`) an environment's
+    observation and action fields.
+
+    Attributes:
+        key: Where the field lives in a batch, relative to the root (``("observation",)``,
+            ``("observation", "position")`` for a Dict space, ``("action",)``,
+            ``("next", "reward")``).
+        shape: The shape of one env's value at one step (``()`` for a scalar).
+        dtype: The numpy dtype values are stored as.
+    """
+
+    key: Key
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+@dataclass(frozen=True)
+class FieldSpec(Field):
+    """One fixed-shape field of an environment's observation or action: a :class:`Field` with bounds.
 
     Attributes:
         key: Where the field lives in a batch, relative to the root (``("observation",)``,
@@ -37,9 +58,6 @@ class FieldSpec:
         space: A short description of the gymnasium space the field came from, for messages.
     """
 
-    key: Key
-    shape: tuple[int, ...]
-    dtype: np.dtype[Any]
     low: np.ndarray = field(repr=False, compare=False)
     high: np.ndarray = field(repr=False, compare=False)
     discrete: bool

@@ -33,7 +33,7 @@ fn main() {
 #[cfg(not(loom))]
 mod imp {
     use criterion::{BenchmarkId, Criterion, Throughput};
-    use pycollect_core::layout::{DType, FieldSpec, Layout, LayoutParams};
+    use pycollect_core::layout::{DType, Field, Layout, LayoutParams};
     use pycollect_core::segment::{AttachOptions, Segment};
     use pycollect_core::wait::{wait_until, WaitOutcome, WaitPolicy, Waited};
     use pycollect_core::{Consumer, Producer, SlotRef};
@@ -174,7 +174,7 @@ mod imp {
 
     fn layout(size: usize, workers: usize, slots: usize) -> Layout {
         Layout::new(LayoutParams::new(
-            vec![FieldSpec::new("payload", DType::U8, &[size])],
+            vec![Field::new("payload", DType::U8, &[size])],
             workers,
             1,
             1,

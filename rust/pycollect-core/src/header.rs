@@ -7,7 +7,7 @@
 //! Decoding treats the header as untrusted bytes: every count and code is range-checked.
 
 use crate::layout::{
-    DType, FieldSpec, Layout, LayoutParams, FIELD_RECORD, HEADER_FIXED, MAX_DIMS, MAX_FIELDS,
+    DType, Field, Layout, LayoutParams, FIELD_RECORD, HEADER_FIXED, MAX_DIMS, MAX_FIELDS,
     MAX_NAME_LEN,
 };
 use crate::sync::{AtomicU32, Ordering};
@@ -297,7 +297,7 @@ pub unsafe fn decode(base: *const u8, map_len: usize) -> Result<DecodedHeader, H
             .iter()
             .map(|&d| usize_of("shape dimension", d))
             .collect::<Result<Vec<_>, _>>()?;
-        fields.push(FieldSpec {
+        fields.push(Field {
             name: name.to_owned(),
             dtype,
             shape,
@@ -348,8 +348,8 @@ mod tests {
     fn layout() -> Layout {
         Layout::new(LayoutParams::new(
             vec![
-                FieldSpec::new("obs", DType::F32, &[3, 2]),
-                FieldSpec::new("r", DType::F64, &[]),
+                Field::new("obs", DType::F32, &[3, 2]),
+                Field::new("r", DType::F64, &[]),
             ],
             2,
             4,

@@ -163,9 +163,10 @@ impl fmt::Display for DType {
     }
 }
 
-/// One field of a rollout: per env and per step, an array of `shape` elements of `dtype`.
+/// One field of a rollout: per env and per step, an array of `shape` elements of `dtype` (the
+/// record Python calls `pycollect.envs.Field`, its key joined by `/` into `name`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FieldSpec {
+pub struct Field {
     /// Unique name (≤ 63 bytes, no NUL), e.g. `"observation"` or `"next/reward"`.
     pub name: String,
     /// Element type.
@@ -174,7 +175,7 @@ pub struct FieldSpec {
     pub shape: Vec<usize>,
 }
 
-impl FieldSpec {
+impl Field {
     /// Convenience constructor.
     pub fn new(name: impl Into<String>, dtype: DType, shape: &[usize]) -> Self {
         Self {
@@ -189,7 +190,7 @@ impl FieldSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LayoutParams {
     /// The rollout fields.
-    pub fields: Vec<FieldSpec>,
+    pub fields: Vec<Field>,
     /// Number of worker processes.
     pub n_workers: usize,
     /// Environments stepped by each worker (K).
@@ -207,7 +208,7 @@ pub struct LayoutParams {
 impl LayoutParams {
     /// Params with no weights payload and 3 weight buffers.
     pub fn new(
-        fields: Vec<FieldSpec>,
+        fields: Vec<Field>,
         n_workers: usize,
         envs_per_worker: usize,
         steps: usize,
@@ -540,7 +541,7 @@ impl Layout {
     }
 
     /// The spec and placement of field `field`.
-    pub fn field(&self, field: usize) -> (&FieldSpec, FieldLayout) {
+    pub fn field(&self, field: usize) -> (&Field, FieldLayout) {
         (&self.params.fields[field], self.fields[field])
     }
 
@@ -630,9 +631,9 @@ mod tests {
     fn params() -> LayoutParams {
         LayoutParams::new(
             vec![
-                FieldSpec::new("observation", DType::F32, &[4]),
-                FieldSpec::new("reward", DType::F32, &[]),
-                FieldSpec::new("done", DType::Bool, &[]),
+                Field::new("observation", DType::F32, &[4]),
+                Field::new("reward", DType::F32, &[]),
+                Field::new("done", DType::Bool, &[]),
             ],
             3,
             8,
@@ -708,7 +709,7 @@ mod tests {
             wcap in 0usize..20_000,
         ) {
             let fields = dims.iter().enumerate()
-                .map(|(i, s)| FieldSpec::new(format!("f{i}"), ALL_DTYPES[i % 13], s))
+                .map(|(i, s)| Field::new(format!("f{i}"), ALL_DTYPES[i % 13], s))
                 .collect();
             let p = LayoutParams::new(fields, n_workers, k, t, 1 << slots_log)
                 .with_weights(wcap, 3);

@@ -38,7 +38,7 @@ pub mod weights;
 pub mod worker;
 
 pub use eventcount::EventCount;
-pub use layout::{DType, FieldSpec, Layout, LayoutError, LayoutParams};
+pub use layout::{DType, Field, Layout, LayoutError, LayoutParams};
 pub use ring::{Claim, ClaimBatch, Consumer, Producer, RingError, RingMem, SlotRef};
 #[cfg(not(loom))]
 pub use segment::{AttachOptions, Backing, Mapping, Segment, SegmentError};

@@ -689,15 +689,15 @@ pub fn sweep_stale_named_segments() -> std::io::Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{DType, FieldSpec, LayoutParams};
+    use crate::layout::{DType, Field, LayoutParams};
     use crate::weights::WeightBuffers;
 
     fn layout(slots: usize) -> Layout {
         Layout::new(
             LayoutParams::new(
                 vec![
-                    FieldSpec::new("obs", DType::F32, &[3]),
-                    FieldSpec::new("rew", DType::F32, &[]),
+                    Field::new("obs", DType::F32, &[3]),
+                    Field::new("rew", DType::F32, &[]),
                 ],
                 2,
                 4,

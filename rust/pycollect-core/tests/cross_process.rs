@@ -4,7 +4,7 @@
 //! segment fd inherited (a dup without close-on-exec); `child_entry` is a no-op otherwise.
 #![cfg(not(loom))]
 
-use pycollect_core::layout::{DType, FieldSpec, Layout, LayoutParams};
+use pycollect_core::layout::{DType, Field, Layout, LayoutParams};
 use pycollect_core::segment::{AttachOptions, Segment, SegmentError};
 use pycollect_core::wait::{wait_until, WaitOutcome, WaitPolicy, Waited};
 use rustix::fd::{AsRawFd, BorrowedFd};
@@ -19,7 +19,7 @@ const WORDS: usize = K * T * DIM;
 
 fn layout(n_workers: usize) -> Layout {
     Layout::new(LayoutParams::new(
-        vec![FieldSpec::new("payload", DType::U64, &[DIM])],
+        vec![Field::new("payload", DType::U64, &[DIM])],
         n_workers,
         K,
         T,

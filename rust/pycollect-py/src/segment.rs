@@ -4,7 +4,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use pycollect_core::{
-    AttachOptions, Backing, DType, FieldSpec, Layout, LayoutParams, Segment as CoreSegment,
+    AttachOptions, Backing, DType, Field, Layout, LayoutParams, Segment as CoreSegment,
 };
 use pyo3::prelude::*;
 
@@ -105,7 +105,7 @@ fn size_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
     })
 }
 
-fn parse_fields(fields: Vec<FieldArg<'_>>) -> PyResult<Vec<FieldSpec>> {
+fn parse_fields(fields: Vec<FieldArg<'_>>) -> PyResult<Vec<Field>> {
     fields
         .into_iter()
         .map(|(name, dtype, shape)| {
@@ -117,7 +117,7 @@ fn parse_fields(fields: Vec<FieldArg<'_>>) -> PyResult<Vec<FieldSpec>> {
                 .iter()
                 .map(|d| size_arg(&what, d))
                 .collect::<PyResult<Vec<usize>>>()?;
-            Ok(FieldSpec::new(name, dt, &shape))
+            Ok(Field::new(name, dt, &shape))
         })
         .collect()
 }
