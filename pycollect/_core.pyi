@@ -498,13 +498,15 @@ class Supervisor:
 
 @final
 class EnvStepper:
-    """One step of every environment of a rollout, its results stored natively.
+    """One step of every environment of a rollout, the common case of its results stored natively.
 
-    For the common case (the observation exactly a numpy array of the field's dtype and shape,
-    a ``float`` reward and ``bool`` flags) the observation is copied into frame ``(i, t)`` of
-    ``frames`` and the reward and flags into element ``(t, i)`` of their arrays; any other
-    result is handed back for the caller to check and store. Used by
-    :class:`pycollect._rollout.runner.EnvRunner`.
+    A strict subset of the Python path of :class:`pycollect._rollout.runner.EnvRunner`: for
+    an env whose result is the common case (the observation exactly a numpy array of the
+    field's dtype and shape, a ``float`` reward and ``bool`` flags) the observation is copied
+    into frame ``(i, t)`` of ``frames`` and the reward and flags, as the env returned them,
+    into element ``(t, i)`` of their arrays; every other env is handed back with its result,
+    for the caller to check and store. It counts nothing: step counts and the trajectory
+    limit are the caller's.
     """
 
     def __init__(
@@ -519,21 +521,21 @@ class EnvStepper:
         rewards: object,
         terminated: object,
         truncated: object,
-        counts: list[int],
-        limit: int | None,
     ) -> None:
         """Bind the envs' ``step`` methods to a rollout's arrays (numpy arrays or other buffer exporters).
 
         ``frames`` is ``[K, steps_per_row, *shape]``; ``rewards`` (float64), ``terminated``
         and ``truncated`` (bool) are ``[steps_per_row, K]``; all writable and C-contiguous.
-        With a ``limit``, ``counts[i]`` counts env ``i``'s steps and its trajectory is
-        truncated when they reach it.
 
         Raises:
             ConfigError: An array is not such a buffer, or its size does not fit the layout.
         """
-    def step(self, t: int, actions: Sequence[object], finished: list[int], raw: list[object]) -> list[int]:
-        """Step every env once at step ``t``; return the envs whose ``step`` result is in ``raw``, unchecked.
+    def step(self, t: int, actions: Sequence[object]) -> list[tuple[int, object]]:
+        """Step every env once, in order, at step ``t``; return the envs whose result was not stored.
 
-        The others' results are stored, and those whose episode ended are appended to ``finished``.
+        Each comes as ``(env index, its step result)``, unchecked, in env order; the others'
+        results are stored.
+
+        Raises:
+            ConfigError: ``t`` is outside the rollout.
         """
