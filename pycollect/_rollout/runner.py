@@ -102,7 +102,9 @@ class EnvRunner:
         self._paths = specs.observation_paths()
         self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
         self._traj_ids = np.zeros(num_envs, np.int64)
-        self._counts = np.zeros(num_envs, np.int64)  # steps of each env's trajectory (with a limit)
+        # Steps taken, and the clock at which each env's trajectory started (see _episode_ends).
+        self._clock, self._due = 0, 0
+        self._started = np.zeros(num_envs, np.int64)
         self._has_reset = False
         self._checks = OutputChecks(specs.observation, env_name, worker, info)
         self._info = [(entry.key, entry.key[-1], np.zeros(entry.shape, entry.dtype)) for entry in info]
@@ -189,14 +191,22 @@ class EnvRunner:
         """The envs whose episode ended at this step, in env order, after the trajectory limit.
 
         ``terminated`` and ``truncated`` are the step's ``[K]`` flags as the envs returned them
-        (both step paths store them so); this is the one place where steps are counted and
-        ``max_frames_per_traj`` truncates, into ``truncated``.
+        (both step paths store them so). This is the one place where steps are counted and
+        ``max_frames_per_traj`` truncates, into ``truncated``: a clock counts the steps, so env
+        ``i``'s trajectory has taken ``clock - started[i]`` of them, and they are compared
+        with the limit only from the first clock at which one can reach it (a numpy call costs
+        more than a cheap env's step).
         """
-        if self.max_frames_per_traj is not None:
-            self._counts += 1
-            truncated |= self._counts >= self.max_frames_per_traj
-        ended = terminated | truncated
-        return np.flatnonzero(ended).tolist() if 1 in ended.tobytes() else []  # bytes: cheaper than any()
+        self._clock += 1
+        limit = self.max_frames_per_traj
+        if limit is not None and self._clock >= self._due:
+            reached = self._clock - self._started >= limit
+            truncated |= reached
+            # Those truncated here start again at this clock (before any other can reach it).
+            self._due = int(np.where(reached, self._clock, self._started).min()) + limit
+        if 1 in terminated.tobytes() or 1 in truncated.tobytes():  # cheaper than any() on a few envs
+            return np.flatnonzero(terminated | truncated).tolist()
+        return []
 
     def _restart(self, run: _Rollout, i: int, t: int) -> None:
         """Reset env ``i``, whose episode ended at step ``t``: a new trajectory starts at ``t + 1``."""
@@ -215,7 +225,7 @@ class EnvRunner:
     def _start_trajectory(self, i: int) -> None:
         self._traj_ids[i] = self._next_traj_id
         self._next_traj_id += self._traj_stride
-        self._counts[i] = 0
+        self._started[i] = self._clock
 
 
 class _ObsOut(NamedTuple):
