@@ -6,8 +6,9 @@ once under each, and the order flips from one round to the next (A B, B A, A B, 
 a machine whose speed drifts during the run favours neither. Both run the same
 ``throughput.py`` (this directory's, or ``--script``) and the results are read from its JSON
 output. For each workload and contender it prints the median frames/s of each side and the
-median over rounds of the per-round ratio after/before (with its range), and writes them all to
-``--out``.
+median over rounds of the per-round ratio after/before (with its range), the same for the CPU
+time per frame (less moved by other work on a shared machine than frames/s), and writes them
+all to ``--out``. ``--summarize`` reprints a saved ``--out`` file.
 
 Set up the "before" side once, next to a checkout of the change::
 
@@ -75,6 +76,13 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, flo
             before = [r["before"][workload][name]["fps"] for r in rounds]
             after = [r["after"][workload][name]["fps"] for r in rounds]
             ratios = [a / b for a, b in zip(after, before, strict=True)]
+            # CPU time of the whole process tree per frame: less moved by other work on the machine
+            # than frames/s are (a contender that waits for a CPU does not spend CPU time waiting).
+            cpu = {
+                side: [1e6 * r[side][workload][name]["cpu_seconds"] / r[side][workload][name]["frames"] for r in rounds]
+                for side in ("before", "after")
+            }
+            cpu_ratios = [a / b for a, b in zip(cpu["after"], cpu["before"], strict=True)]
             others = [r[side][workload][name]["others_cpus"] for r in rounds for side in ("before", "after")]
             summary.setdefault(workload, {})[name] = {
                 "before_fps": statistics.median(before),
@@ -82,6 +90,9 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, flo
                 "ratio_median": statistics.median(ratios),
                 "ratio_min": min(ratios),
                 "ratio_max": max(ratios),
+                "before_cpu_us_per_frame": statistics.median(cpu["before"]),
+                "after_cpu_us_per_frame": statistics.median(cpu["after"]),
+                "cpu_ratio_median": statistics.median(cpu_ratios),
                 "others_cpus_median": statistics.median(others),
             }
     return summary
@@ -89,23 +100,30 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, flo
 
 def print_table(summary: dict[str, dict[str, dict[str, float]]], rounds: int) -> None:
     """The summary as a table, one row per contender."""
-    print(f"\nframes/s, median of {rounds} rounds; after/before: median of the per-round ratios (range)")
+    print(
+        f"\nframes/s and CPU us/frame (the process tree's), medians of {rounds} rounds; after/before: median of "
+        "the per-round ratios (frames/s: with their range); others: CPUs the rest of the machine kept busy"
+    )
     for workload, rows in summary.items():
         print(f"\n{workload}")
-        print(f"  {'contender':38s} {'before':>10s} {'after':>10s} {'after/before':>12s} {'range':>13s} {'others':>6s}")
+        print(
+            f"  {'contender':38s} {'before':>9s} {'after':>9s} {'after/before':>12s} {'range':>10s}"
+            f" {'cpu before':>10s} {'cpu after':>10s} {'after/before':>12s} {'others':>6s}"
+        )
         for name, row in rows.items():
             span = f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f}"
             print(
-                f"  {name:38s} {row['before_fps']:10,.0f} {row['after_fps']:10,.0f} {row['ratio_median']:12.3f} "
-                f"{span:>13s} {row['others_cpus_median']:6.2f}"
+                f"  {name:38s} {row['before_fps']:9,.0f} {row['after_fps']:9,.0f} {row['ratio_median']:12.3f} "
+                f"{span:>10s} {row['before_cpu_us_per_frame']:10.2f} {row['after_cpu_us_per_frame']:10.2f} "
+                f"{row['cpu_ratio_median']:12.3f} {row['others_cpus_median']:6.2f}"
             )
 
 
 def main() -> None:
     """Parse the arguments, run the rounds, print and save the summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="the interpreter with the base build (A)")
-    parser.add_argument("--after", required=True, help="the interpreter with the changed build (B)")
+    parser.add_argument("--before", help="the interpreter with the base build (A)")
+    parser.add_argument("--after", help="the interpreter with the changed build (B)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, each running A and B once (default 5)")
     parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=f"for throughput.py ({DEFAULT_WORKLOADS})")
     parser.add_argument(
@@ -116,7 +134,14 @@ def main() -> None:
     parser.add_argument("--script", default=str(HERE / "throughput.py"), help="the throughput.py both sides run")
     parser.add_argument("--out", default=str(HERE / "results" / "ab.json"), help="where the summary and rounds go")
     parser.add_argument("--verbose", action="store_true", help="show throughput.py's own output")
+    parser.add_argument("--summarize", metavar="JSON", help="instead: reprint the summary of a saved --out file")
     args = parser.parse_args()
+    if args.summarize:
+        saved = json.loads(Path(args.summarize).read_text())
+        print_table(summarize(saved["rounds"]), len(saved["rounds"]))
+        return
+    if not args.before or not args.after:
+        parser.error("--before and --after are required")
 
     script = Path(args.script).resolve()
     sides = {"before": args.before, "after": args.after}

@@ -501,8 +501,9 @@ class EnvStepper:
     """One step of every environment of a rollout, the common case of its results stored natively.
 
     A strict subset of the Python path of :class:`pycollect._rollout.runner.EnvRunner`: for
-    an env whose result is the common case (the observation exactly a numpy array of the
-    field's dtype and shape, a ``float`` reward and ``bool`` flags) the observation is copied
+    an env whose result is the common case (the observation exactly a C-contiguous
+    ``numpy.ndarray`` whose dtype is the field's dtype object and whose shape is the field's, a
+    ``float`` reward and ``bool`` flags) the observation is copied
     into frame ``(i, t)`` of ``frames`` and the reward and flags, as the env returned them,
     into element ``(t, i)`` of their arrays; every other env is handed back with its result,
     for the caller to check and store. It counts nothing: step counts and the trajectory
@@ -514,7 +515,7 @@ class EnvStepper:
         steps: Sequence[Callable[[object], object]],
         frames: object,
         shape: Sequence[int],
-        format: str,
+        dtype: object,
         itemsize: int,
         steps_per_row: int,
         ndarray: type,
@@ -524,8 +525,9 @@ class EnvStepper:
     ) -> None:
         """Bind the envs' ``step`` methods to a rollout's arrays (numpy arrays or other buffer exporters).
 
-        ``frames`` is ``[K, steps_per_row, *shape]``; ``rewards`` (float64), ``terminated``
-        and ``truncated`` (bool) are ``[steps_per_row, K]``; all writable and C-contiguous.
+        ``frames`` is ``[K, steps_per_row, *shape]`` of the numpy ``dtype`` (``itemsize`` bytes
+        an element); ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are
+        ``[steps_per_row, K]``; all writable and C-contiguous.
 
         Raises:
             ConfigError: An array is not such a buffer, or its size does not fit the layout.

@@ -90,7 +90,7 @@ def _flags(steps: int, envs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_the_stepper_refuses_arrays_it_cannot_write() -> None:
     env = gym.make("CartPole-v1")
     steps, frames = [env.step], np.zeros((1, 4, 4), np.float32)
-    frame = ([4], "f", 4)
+    frame = ([4], np.dtype(np.float32), 4)
     with pytest.raises(ConfigError, match="frames must be a writable C-contiguous"):
         _core.EnvStepper(steps, frames[:, ::2], *frame, 2, np.ndarray, *_flags(2, 1))
     with pytest.raises(ConfigError, match="frames holds 64 bytes, not 1 envs x 3 steps"):
@@ -111,7 +111,7 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
     frames = np.full((2, 3, 2), -1.0, np.float32)
     rewards, terminated, truncated = _flags(3, 2)
     stepper = _core.EnvStepper(
-        [env.step for env in envs], frames, [2], "f", 4, 3, np.ndarray, rewards, terminated, truncated
+        [env.step for env in envs], frames, [2], np.dtype(np.float32), 4, 3, np.ndarray, rewards, terminated, truncated
     )
     assert stepper.step(1, np.zeros(2, np.int64)) == []
     assert frames[:, 1, 1].tolist() == [1.0, 1.0] and (frames[:, [0, 2]] == -1).all()
@@ -143,6 +143,7 @@ def test_the_native_step_returns_exactly_the_envs_it_does_not_store() -> None:
     results: dict[str, Any] = {
         "exact": (obs, 0.5, False, False, {}),
         "float64 observation": (obs.astype(np.float64), 0.5, False, False, {}),
+        "byte-swapped observation": (obs.astype(">f4"), 0.5, False, False, {}),  # equal values, other dtype
         "numpy float reward": (obs, np.float64(0.5), False, False, {}),
         "int reward": (obs, 1, False, False, {}),
         "numpy bool flag": (obs, 0.5, np.bool_(True), False, {}),
@@ -162,7 +163,16 @@ def test_the_native_step_returns_exactly_the_envs_it_does_not_store() -> None:
     frames = np.full((k, steps, 2), -1.0, np.float32)
     rewards, terminated, truncated = np.full((steps, k), -7.0), np.zeros((steps, k), bool), np.zeros((steps, k), bool)
     stepper = _core.EnvStepper(
-        [_returning(results[n]) for n in names], frames, [2], "f", 4, steps, np.ndarray, rewards, terminated, truncated
+        [_returning(results[n]) for n in names],
+        frames,
+        [2],
+        np.dtype(np.float32),
+        4,
+        steps,
+        np.ndarray,
+        rewards,
+        terminated,
+        truncated,
     )
     left = stepper.step(1, np.zeros(k, np.int64))
     assert [names[i] for i, _ in left] == [n for n in names if n not in stored]  # in env order

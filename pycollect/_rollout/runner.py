@@ -175,7 +175,7 @@ class EnvRunner:
                 run.step_python(t, run.step_envs(actions))
             elif left := run.step_native(t, actions):
                 run.step_python(t, left)  # the results the native step did not store, already stepped
-            finished = self._episode_ends(run.terminated[t], run.truncated[t])
+            finished = self._episode_ends(run, t)
             run.observe(t)
             for i in finished:
                 self._restart(run, i, t)
@@ -187,26 +187,26 @@ class EnvRunner:
         for env in self.envs:
             env.close()
 
-    def _episode_ends(self, terminated: np.ndarray, truncated: np.ndarray) -> list[int]:
-        """The envs whose episode ended at this step, in env order, after the trajectory limit.
+    def _episode_ends(self, run: _Rollout, t: int) -> list[int]:
+        """The envs whose episode ended at step ``t``, in env order, after the trajectory limit.
 
-        ``terminated`` and ``truncated`` are the step's ``[K]`` flags as the envs returned them
-        (both step paths store them so). This is the one place where steps are counted and
-        ``max_frames_per_traj`` truncates, into ``truncated``: a clock counts the steps, so env
-        ``i``'s trajectory has taken ``clock - started[i]`` of them, and they are compared
-        with the limit only from the first clock at which one can reach it (a numpy call costs
-        more than a cheap env's step).
+        Both step paths store the flags as the envs returned them. This is the one place where
+        steps are counted and ``max_frames_per_traj`` truncates: a clock counts the steps, so
+        env ``i``'s trajectory has taken ``clock - started[i]`` of them, and they are compared
+        with the limit only from the first clock at which one can reach it (numpy calls cost
+        more than a cheap env's step, so the common step, where nothing ends, makes none).
         """
         self._clock += 1
         limit = self.max_frames_per_traj
         if limit is not None and self._clock >= self._due:
             reached = self._clock - self._started >= limit
-            truncated |= reached
+            run.truncated[t] |= reached
             # Those truncated here start again at this clock (before any other can reach it).
             self._due = int(np.where(reached, self._clock, self._started).min()) + limit
-        if 1 in terminated.tobytes() or 1 in truncated.tobytes():  # cheaper than any() on a few envs
-            return np.flatnonzero(terminated | truncated).tolist()
-        return []
+        start, end = t * run.num_envs, (t + 1) * run.num_envs
+        if 1 not in run.terminated_bytes[start:end] and 1 not in run.truncated_bytes[start:end]:
+            return []
+        return (run.terminated[t] | run.truncated[t]).nonzero()[0].tolist()  # type: ignore[no-any-return]
 
     def _restart(self, run: _Rollout, i: int, t: int) -> None:
         """Reset env ``i``, whose episode ended at step ``t``: a new trajectory starts at ``t + 1``."""
@@ -279,10 +279,14 @@ class _Rollout:
         self.state_in = [(array, (*NEXT_OBS_PREFIX, *key)) for key, array in self.carried.items() if key != IS_INIT]
         self.is_init = self.carried.get(IS_INIT)
         self.info_out = [(n, out[key], name, default) for n, (key, name, default) in enumerate(runner._info)]
-        num_envs = runner.num_envs
+        self.num_envs = num_envs = runner.num_envs
         self.rewards = np.empty((self.steps, num_envs), np.float64)
-        self.terminated = np.empty((self.steps, num_envs), bool)
-        self.truncated = np.empty((self.steps, num_envs), bool)
+        # The flags are arrays over bytearrays: a step is tested for an episode end on two
+        # slices of them, cheaper than any numpy call (see EnvRunner._episode_ends).
+        self.terminated_bytes = bytearray(self.steps * num_envs)
+        self.truncated_bytes = bytearray(self.steps * num_envs)
+        self.terminated = np.frombuffer(self.terminated_bytes, bool).reshape(self.steps, num_envs)
+        self.truncated = np.frombuffer(self.truncated_bytes, bool).reshape(self.steps, num_envs)
         self.env_steps = [env.step for env in runner.envs]
         self.step_native = self._native_step() if runner.native else None
         # The current observation is what the policy reads: without a policy call it is needed
@@ -326,7 +330,7 @@ class _Rollout:
             self.env_steps,
             next_obs,
             list(shape),
-            np.empty(0, dtype).data.format,  # what a numpy array of the field's dtype exports
+            dtype,
             dtype.itemsize,
             self.steps,
             np.ndarray,

@@ -4,15 +4,18 @@
 //! The stepping loop (`pycollect._rollout.runner`) spends most of its own time, for cheap
 //! environments, on per-env bookkeeping around `env.step`: unpacking the result, checking its
 //! types, and copying the observation into the rollout array. This does that part in Rust for
-//! the common case, an observation that is exactly a numpy array of the field's dtype and
-//! shape, a `float` reward and `bool` flags. It is a strict subset of the Python path: for the
-//! envs it handles it writes exactly what Python would write, it returns every other env with
-//! its step result for Python to check and convert (so errors and conversions stay in one
-//! place), and it counts nothing: step counts and the trajectory limit are Python's.
-use std::ffi::{c_char, CStr, CString};
+//! the common case, an observation that is exactly a C-contiguous numpy array of the field's
+//! dtype and shape, a `float` reward and `bool` flags. It is a strict subset of the Python
+//! path: for the envs it handles it writes exactly what Python would write, it returns every
+//! other env with its step result for Python to check and convert (so errors and conversions
+//! stay in one place), and it counts nothing: step counts and the trajectory limit are
+//! Python's.
+
+use std::ffi::{c_char, CStr};
 use std::ptr;
 
 use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyTuple, PyType};
 
@@ -78,7 +81,8 @@ pub struct EnvStepper {
     frame_bytes: usize,
     steps_per_row: usize,
     shape: Vec<isize>,
-    format: CString,
+    /// The field's numpy dtype: an observation must have this very object as its dtype.
+    dtype: Py<PyAny>,
     itemsize: isize,
     ndarray: Py<PyType>,
 }
@@ -122,33 +126,34 @@ impl EnvStepper {
         Ok(true)
     }
 
-    /// Copies `obs` into frame `(env, t)` if it is exactly a numpy array of the field's dtype
-    /// and shape, C-contiguous; returns whether it did.
+    /// Copies `obs` into frame `(env, t)` if it is exactly a `numpy.ndarray` whose dtype is the
+    /// field's dtype object (the Python path's test) and whose shape is the field's,
+    /// C-contiguous; returns whether it did.
     fn store_frame(&self, obs: &Bound<'_, PyAny>, env: usize, t: usize) -> bool {
         if !obs.get_type().is(self.ndarray.bind(obs.py())) {
             return false;
         }
-        let Some(source) = Export::get(obs, ffi::PyBUF_FORMAT | ffi::PyBUF_C_CONTIGUOUS) else {
+        // The dtype object itself, as the Python path tests it: cheaper than asking numpy
+        // for a buffer format string, which it builds anew for every fresh array.
+        match obs.getattr(intern!(obs.py(), "dtype")) {
+            Ok(dtype) if dtype.is(self.dtype.bind(obs.py())) => {}
+            _ => return false,
+        }
+        let Some(source) = Export::get(obs, ffi::PyBUF_C_CONTIGUOUS) else {
             return false;
         };
         let view = &source.view;
         if view.itemsize != self.itemsize
             || source.bytes() != self.frame_bytes
             || view.ndim as usize != self.shape.len()
-            || view.format.is_null()
         {
             return false;
         }
-        // SAFETY: a successful export with PyBUF_FORMAT and PyBUF_ND (implied by
-        // PyBUF_C_CONTIGUOUS) has a NUL-terminated `format` and `ndim` shape entries, valid
-        // until the export is released (when `source` drops, after this block).
-        let (format, shape) = unsafe {
-            (
-                CStr::from_ptr(view.format as *const c_char),
-                std::slice::from_raw_parts(view.shape, view.ndim as usize),
-            )
-        };
-        if format != self.format.as_c_str() || shape != self.shape.as_slice() {
+        // SAFETY: a successful export with PyBUF_ND (implied by PyBUF_C_CONTIGUOUS) has
+        // `ndim` shape entries, valid until the export is released (when `source` drops,
+        // after this block).
+        let shape = unsafe { std::slice::from_raw_parts(view.shape, view.ndim as usize) };
+        if shape != self.shape.as_slice() {
             return false;
         }
         let offset = (env * self.steps_per_row + t) * self.frame_bytes;
@@ -174,17 +179,17 @@ impl EnvStepper {
     /// Binds the envs' `step` methods to a rollout's arrays.
     ///
     /// `frames` is the `("next", obs)` array itself: writable and C-contiguous, of
-    /// `K * steps_per_row` frames, each of `shape` elements of buffer format `format`
+    /// `K * steps_per_row` frames, each of `shape` elements of the numpy dtype `dtype`
     /// (`itemsize` bytes each); `ndarray` is `numpy.ndarray`. `rewards` (float64),
     /// `terminated` and `truncated` (bool) are writable, C-contiguous `[steps_per_row, K]`.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (steps, frames, shape, format, itemsize, steps_per_row, ndarray, rewards, terminated, truncated))]
+    #[pyo3(signature = (steps, frames, shape, dtype, itemsize, steps_per_row, ndarray, rewards, terminated, truncated))]
     fn new(
         steps: Vec<Py<PyAny>>,
         frames: &Bound<'_, PyAny>,
         shape: Vec<isize>,
-        format: &str,
+        dtype: Py<PyAny>,
         itemsize: isize,
         steps_per_row: usize,
         ndarray: Py<PyType>,
@@ -229,8 +234,6 @@ impl EnvStepper {
         let rewards = writable("rewards", rewards, Some(c"d"), 8 * cells)?;
         let terminated = writable("terminated", terminated, Some(c"?"), cells)?;
         let truncated = writable("truncated", truncated, Some(c"?"), cells)?;
-        let format =
-            CString::new(format).map_err(|e| config_error(format!("format {format:?}: {e}")))?;
         Ok(Self {
             steps,
             frames,
@@ -240,7 +243,7 @@ impl EnvStepper {
             frame_bytes,
             steps_per_row,
             shape,
-            format,
+            dtype,
             itemsize,
             ndarray,
         })
