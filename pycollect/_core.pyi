@@ -538,6 +538,8 @@ class EnvStepper:
         Each comes as ``(env index, its step result)``, unchecked, in env order; the others'
         results are stored.
 
+        ``actions`` is iterated once (one item an env, in order).
+
         Raises:
-            ConfigError: ``t`` is outside the rollout.
+            ConfigError: ``t`` is outside the rollout, or ``actions`` has fewer items than envs.
         """

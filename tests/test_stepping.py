@@ -121,6 +121,8 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
     assert terminated[2].tolist() == [True, True] and not truncated.any()  # as the envs returned them
     with pytest.raises(ConfigError, match="step 3 is outside a rollout of 3 steps"):
         stepper.step(3, np.zeros(2, np.int64))
+    with pytest.raises(ConfigError, match="1 actions for 2 envs"):
+        stepper.step(0, np.zeros(1, np.int64))
 
 
 # -- the contract of the two step paths ------------------------------------------------------

@@ -104,7 +104,7 @@ class EnvRunner:
         self._traj_ids = np.zeros(num_envs, np.int64)
         # Steps taken, and the clock at which each env's trajectory started (see _episode_ends).
         self._clock, self._due = 0, 0
-        self._started = np.zeros(num_envs, np.int64)
+        self._started = [0] * num_envs  # a list: set at every episode start, read only near the limit
         self._has_reset = False
         self._checks = OutputChecks(specs.observation, env_name, worker, info)
         self._info = [(entry.key, entry.key[-1], np.zeros(entry.shape, entry.dtype)) for entry in info]
@@ -199,10 +199,11 @@ class EnvRunner:
         self._clock += 1
         limit = self.max_frames_per_traj
         if limit is not None and self._clock >= self._due:
-            reached = self._clock - self._started >= limit
+            started = np.array(self._started)
+            reached = self._clock - started >= limit
             run.truncated[t] |= reached
             # Those truncated here start again at this clock (before any other can reach it).
-            self._due = int(np.where(reached, self._clock, self._started).min()) + limit
+            self._due = int(np.where(reached, self._clock, started).min()) + limit
         start, end = t * run.num_envs, (t + 1) * run.num_envs
         if 1 not in run.terminated_bytes[start:end] and 1 not in run.truncated_bytes[start:end]:
             return []

@@ -267,8 +267,17 @@ impl EnvStepper {
             )));
         }
         let mut left = Vec::new();
+        // Iterated, not indexed: the same objects (numpy scalars, or rows for array actions)
+        // at less cost than an index lookup per env.
+        let mut actions = actions.try_iter()?;
         for (i, step) in self.steps.iter().enumerate() {
-            let result = step.bind(py).call1((actions.get_item(i)?,))?;
+            let Some(action) = actions.next().transpose()? else {
+                return Err(config_error(format!(
+                    "{i} actions for {} envs",
+                    self.steps.len()
+                )));
+            };
+            let result = step.bind(py).call1((action,))?;
             if !self.store(&result, i, t)? {
                 left.push((i, result.unbind()));
             }
