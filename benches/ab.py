@@ -16,8 +16,9 @@ Set up the "before" side once, next to a checkout of the change::
     python -m venv --system-site-packages ../venv-before
     (cd ../before && ../venv-before/bin/pip install -e . --no-deps --no-build-isolation)
 
-Run (~2.5 min a round for the defaults on 2 vCPUs; a ratio within the range that rounds of
-one side show among themselves is noise)::
+Run (about 1.5 min a round for the defaults on 2 vCPUs). To see what is noise on the machine,
+run it once with the same interpreter on both sides (an A/A run): on a shared 2-vCPU machine
+its medians of 6 rounds strayed up to 10% from 1.0::
 
     python benches/ab.py --before ../venv-before/bin/python --after .venv/bin/python --rounds 5
     python benches/ab.py --before A/bin/python --after B/bin/python --workloads cartpole-random \\
