@@ -532,11 +532,12 @@ class EnvStepper:
         Raises:
             ConfigError: An array is not such a buffer, or its size does not fit the layout.
         """
-    def step(self, t: int, actions: Sequence[object]) -> list[tuple[int, object]]:
-        """Step every env once, in order, at step ``t``; return the envs whose result was not stored.
+    def step(self, t: int, actions: Sequence[object]) -> tuple[list[int], list[tuple[int, object]]]:
+        """Step every env once, in order, at step ``t``; return ``(ended, left)``.
 
-        Each comes as ``(env index, its step result)``, unchecked, in env order; the others'
-        results are stored.
+        ``ended``: the envs whose result was stored and whose flags end their episode.
+        ``left``: the envs whose result was not stored, each as ``(env index, its step
+        result)``, unchecked. Both in env order.
 
         ``actions`` is iterated once (one item an env, in order).
 

@@ -41,6 +41,17 @@ class LooseTypesEnv(CountingEnv):
         return obs, reward, term, trunc, info
 
 
+class OddLooseEnv(LooseTypesEnv):
+    """Loose types at every step in every other env (the 2nd, 4th, ... built): at one step, some
+    episodes end in the native path and some in the Python one."""
+
+    built = 0
+
+    def __init__(self, length: int = 5) -> None:
+        super().__init__(length, every=OddLooseEnv.built % 2)
+        OddLooseEnv.built += 1
+
+
 def _batches(every: int, **kwargs: Any) -> list[Any]:
     env_kwargs = {"length": 5, "every": every}
     with Collector(LooseTypesEnv, seed=5, frames_per_batch=24, envs_per_worker=3, env_kwargs=env_kwargs, **kwargs) as c:
@@ -113,12 +124,13 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
     stepper = _core.EnvStepper(
         [env.step for env in envs], frames, [2], np.dtype(np.float32), 4, 3, np.ndarray, rewards, terminated, truncated
     )
-    assert stepper.step(1, np.zeros(2, np.int64)) == []
+    assert stepper.step(1, np.zeros(2, np.int64)) == ([], [])
     assert frames[:, 1, 1].tolist() == [1.0, 1.0] and (frames[:, [0, 2]] == -1).all()
     assert rewards[1].tolist() == [1.0, 1.0] and not rewards[[0, 2]].any()
     assert not terminated.any() and not truncated.any()
-    assert stepper.step(2, np.zeros(2, np.int64)) == []
+    assert stepper.step(2, np.zeros(2, np.int64)) == ([0, 1], [])  # both episodes ended, both stored
     assert terminated[2].tolist() == [True, True] and not truncated.any()  # as the envs returned them
+    assert frames[:, 2, 1].tolist() == [2.0, 2.0]
     with pytest.raises(ConfigError, match="step 3 is outside a rollout of 3 steps"):
         stepper.step(3, np.zeros(2, np.int64))
     with pytest.raises(ConfigError, match="1 actions for 2 envs"):
@@ -128,8 +140,9 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
 # -- the contract of the two step paths ------------------------------------------------------
 #
 # The native step (EnvStepper.step) is a strict subset of the Python one (_Rollout.step_python):
-# it stores only the common case, returns every other env with its result, and counts nothing;
-# the trajectory limit is applied in Python after either path.
+# it stores only the common case, returns the stored envs whose episode ended and every other
+# env with its result, and counts nothing; the trajectory limit is applied in Python after either
+# path.
 
 
 class _Sub(np.ndarray):
@@ -157,9 +170,11 @@ def test_the_native_step_returns_exactly_the_envs_it_does_not_store() -> None:
         "ndarray subclass": (obs.view(_Sub), 0.5, False, False, {}),
         "a list, not a tuple": [obs, 0.5, False, False, {}],
         "four items": (obs, 0.5, False, {}),
-        "ended": (obs * 2, 2.0, True, True, {}),
+        "terminated": (obs * 2, 2.0, True, False, {}),
+        "truncated": (obs * 3, 3.0, False, True, {}),
+        "both": (obs * 4, 4.0, True, True, {}),
     }
-    stored = {"exact", "ended"}
+    stored, ends = {"exact", "terminated", "truncated", "both"}, ["terminated", "truncated", "both"]
     names = list(results)
     steps, k = 2, len(names)
     frames = np.full((k, steps, 2), -1.0, np.float32)
@@ -176,7 +191,8 @@ def test_the_native_step_returns_exactly_the_envs_it_does_not_store() -> None:
         terminated,
         truncated,
     )
-    left = stepper.step(1, np.zeros(k, np.int64))
+    ended, left = stepper.step(1, np.zeros(k, np.int64))
+    assert [names[i] for i in ended] == ends
     assert [names[i] for i, _ in left] == [n for n in names if n not in stored]  # in env order
     assert all(result is results[names[i]] for i, result in left)  # the env's own result, untouched
     for i, name in enumerate(names):
@@ -247,8 +263,9 @@ def _collect(monkeypatch: pytest.MonkeyPatch, native: bool, env: Any, policy: An
         ("CartPole-v1", _lstm, {}),  # carried state, is_init and a log-prob output
         (CountingEnv, None, {"env_kwargs": {"length": 4}}),
         (LooseTypesEnv, None, {"env_kwargs": {"length": 5, "every": 3}, "max_frames_per_traj": 3}),
+        (OddLooseEnv, None, {"env_kwargs": {"length": 4}}),  # ends of both paths at one step, reset in env order
     ],
-    ids=["cartpole-random-limit", "cartpole-mlp-limit", "cartpole-lstm", "counting", "loose-types-limit"],
+    ids=["cartpole-random-limit", "cartpole-mlp-limit", "cartpole-lstm", "counting", "loose-types-limit", "odd-loose"],
 )
 def test_the_python_path_alone_gives_the_native_paths_batches(
     monkeypatch: pytest.MonkeyPatch, env: Any, policy: Any, kwargs: dict[str, Any]

@@ -12,9 +12,10 @@ stepped one of two ways, which store the same values. ``step_python`` checks and
 field and no ``info_keys`` are kept, it steps every env, stores the common case (an
 observation that is exactly a numpy array of the field's dtype and shape, a ``float``
 reward, ``bool`` flags) exactly as the Python path would, and returns the other envs with
-their results, which ``step_python`` then takes. Neither counts steps: the per-env step
-counts and ``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied to
-the step's flags after either path.
+their results, which ``step_python`` then takes. Each path returns the envs whose episode
+ended among those it stored. Neither counts steps: the step counts and
+``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
+path.
 """
 
 from __future__ import annotations
@@ -172,10 +173,12 @@ class EnvRunner:
                 run.use_version(applied, t)
             actions = run.act(t)
             if run.step_native is None:
-                run.step_python(t, run.step_envs(actions))
-            elif left := run.step_native(t, actions):
-                run.step_python(t, left)  # the results the native step did not store, already stepped
-            finished = self._episode_ends(run, t)
+                ended = run.step_python(t, run.step_envs(actions))
+            else:
+                ended, left = run.step_native(t, actions)
+                if left and (more := run.step_python(t, left)):  # the results it did not store, already stepped
+                    ended = sorted(ended + more)
+            finished = self._episode_ends(run, t, ended)
             run.observe(t)
             for i in finished:
                 self._restart(run, i, t)
@@ -187,27 +190,28 @@ class EnvRunner:
         for env in self.envs:
             env.close()
 
-    def _episode_ends(self, run: _Rollout, t: int) -> list[int]:
+    def _episode_ends(self, run: _Rollout, t: int, ended: list[int]) -> list[int]:
         """The envs whose episode ended at step ``t``, in env order, after the trajectory limit.
 
-        Both step paths store the flags as the envs returned them. This is the one place where
-        steps are counted and ``max_frames_per_traj`` truncates: a clock counts the steps, so
-        env ``i``'s trajectory has taken ``clock - started[i]`` of them, and they are compared
-        with the limit only from the first clock at which one can reach it (numpy calls cost
-        more than a cheap env's step, so the common step, where nothing ends, makes none).
+        ``ended`` are the envs whose own flags ended their episode (from the step paths, in env
+        order). This is the one place where steps are counted and ``max_frames_per_traj``
+        truncates: a clock counts the steps, so env ``i``'s trajectory has taken ``clock -
+        started[i]`` of them, and they are compared with the limit only from the first clock
+        at which one can reach it (numpy calls cost more than a cheap env's step, so the common
+        step, where nothing ends, makes none).
         """
         self._clock += 1
         limit = self.max_frames_per_traj
-        if limit is not None and self._clock >= self._due:
-            started = np.array(self._started)
-            reached = self._clock - started >= limit
-            run.truncated[t] |= reached
-            # Those truncated here start again at this clock (before any other can reach it).
-            self._due = int(np.where(reached, self._clock, started).min()) + limit
-        start, end = t * run.num_envs, (t + 1) * run.num_envs
-        if 1 not in run.terminated_bytes[start:end] and 1 not in run.truncated_bytes[start:end]:
-            return []
-        return (run.terminated[t] | run.truncated[t]).nonzero()[0].tolist()  # type: ignore[no-any-return]
+        if limit is None or self._clock < self._due:
+            return ended
+        started = np.array(self._started)
+        reached = self._clock - started >= limit
+        run.truncated[t] |= reached
+        # Those truncated here start again at this clock (before any other can reach it).
+        self._due = int(np.where(reached, self._clock, started).min()) + limit
+        if not reached.any():
+            return ended
+        return sorted(set(ended).union(reached.nonzero()[0].tolist()))
 
     def _restart(self, run: _Rollout, i: int, t: int) -> None:
         """Reset env ``i``, whose episode ended at step ``t``: a new trajectory starts at ``t + 1``."""
@@ -280,14 +284,10 @@ class _Rollout:
         self.state_in = [(array, (*NEXT_OBS_PREFIX, *key)) for key, array in self.carried.items() if key != IS_INIT]
         self.is_init = self.carried.get(IS_INIT)
         self.info_out = [(n, out[key], name, default) for n, (key, name, default) in enumerate(runner._info)]
-        self.num_envs = num_envs = runner.num_envs
+        num_envs = runner.num_envs
         self.rewards = np.empty((self.steps, num_envs), np.float64)
-        # The flags are arrays over bytearrays: a step is tested for an episode end on two
-        # slices of them, cheaper than any numpy call (see EnvRunner._episode_ends).
-        self.terminated_bytes = bytearray(self.steps * num_envs)
-        self.truncated_bytes = bytearray(self.steps * num_envs)
-        self.terminated = np.frombuffer(self.terminated_bytes, bool).reshape(self.steps, num_envs)
-        self.truncated = np.frombuffer(self.truncated_bytes, bool).reshape(self.steps, num_envs)
+        self.terminated = np.empty((self.steps, num_envs), bool)
+        self.truncated = np.empty((self.steps, num_envs), bool)
         self.env_steps = [env.step for env in runner.envs]
         self.step_native = self._native_step() if runner.native else None
         # The current observation is what the policy reads: without a policy call it is needed
@@ -369,17 +369,22 @@ class _Rollout:
         # numpy scalars: gymnasium's Discrete check is fastest on them
         return ((i, step(action)) for i, (step, action) in enumerate(zip(self.env_steps, list(actions), strict=True)))
 
-    def step_python(self, t: int, results: Iterable[tuple[int, Any]]) -> None:
+    def step_python(self, t: int, results: Iterable[tuple[int, Any]]) -> list[int]:
         """Check and store the ``(env index, env.step result)`` pairs of step ``t``.
 
         Writes what the native step writes for the envs it handles (reward, flags as the env
         returned them, next observation) and the kept info entries. A value that is not exactly
         what the batch holds goes through the checks, which convert it or raise
         :class:`~pycollect.EnvOutputError` naming the env and step.
+
+        Returns:
+            The envs whose episode ended (terminated or truncated), in the order given.
         """
         checks, step = self.checks, t + 1
-        rewards, terminated, truncated = self.rewards[t], self.terminated[t], self.truncated[t]
-        observations = []
+        # Written an element at a time: as cheap as into a row view, without making the views
+        # (this often stores one env or two: the native step leaves only the unusual ones).
+        rewards, terminated, truncated = self.rewards, self.terminated, self.truncated
+        observations, ended = [], []
         for i, result in results:
             raw, reward, term, trunc, info = result
             for n, array, name, default in self.info_out:
@@ -387,7 +392,9 @@ class _Rollout:
                 array[i, t] = checks.info(n, value, i, step)
             if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
                 reward, term, trunc = checks.step(reward, term, trunc, i, step)  # else: fits as it is
-            rewards[i], terminated[i], truncated[i] = reward, term, trunc
+            rewards[t, i], terminated[t, i], truncated[t, i] = reward, term, trunc
+            if term or trunc:
+                ended.append(i)
             observations.append((i, raw))
         ndarray = np.ndarray
         for _, next_obs, _, path, field, dtype, shape in self.obs_out:
@@ -396,6 +403,7 @@ class _Rollout:
                 if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
                     value = checks.observation(field, value, i, step)
                 next_obs[i, t] = value
+        return ended
 
     def observe(self, t: int) -> None:
         """After step ``t``: what the policy reads next (episode ends are reset after this)."""

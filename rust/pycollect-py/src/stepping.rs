@@ -89,14 +89,15 @@ pub struct EnvStepper {
 
 impl EnvStepper {
     /// Stores env `env`'s step `result` at step `t` if it is the common case (a 5-tuple with an
-    /// observation `store_frame` takes, a `float` reward, `bool` flags); returns whether it was.
-    /// The flags are stored as they came: the trajectory limit is applied by the caller.
-    fn store(&self, result: &Bound<'_, PyAny>, env: usize, t: usize) -> PyResult<bool> {
+    /// observation `store_frame` takes, a `float` reward, `bool` flags). Returns `None` if it
+    /// was not (nothing written), else whether the step ended the env's episode (the flags
+    /// are stored as they came: the trajectory limit is applied by the caller).
+    fn store(&self, result: &Bound<'_, PyAny>, env: usize, t: usize) -> PyResult<Option<bool>> {
         let Ok(tuple) = result.cast::<PyTuple>() else {
-            return Ok(false);
+            return Ok(None);
         };
         if tuple.len() != 5 {
-            return Ok(false);
+            return Ok(None);
         }
         let (reward, term, trunc) = (tuple.get_item(1)?, tuple.get_item(2)?, tuple.get_item(3)?);
         if !(reward.is_exact_instance_of::<PyFloat>()
@@ -104,7 +105,7 @@ impl EnvStepper {
             && trunc.is_exact_instance_of::<PyBool>()
             && self.store_frame(&tuple.get_item(0)?, env, t))
         {
-            return Ok(false);
+            return Ok(None);
         }
         let cell = t * self.steps.len() + env;
         let reward = reward.cast::<PyFloat>()?.value();
@@ -123,7 +124,7 @@ impl EnvStepper {
                 .add(cell)
                 .write(u8::from(trunc));
         }
-        Ok(true)
+        Ok(Some(term || trunc))
     }
 
     /// Copies `obs` into frame `(env, t)` if it is exactly a `numpy.ndarray` whose dtype is the
@@ -251,22 +252,24 @@ impl EnvStepper {
 
     /// Steps env `i` with `actions[i]`, for every env in order, at step `t` of the rollout.
     ///
-    /// Stores the result of each env that returned the common case (see `store`) and returns
-    /// the others, in env order, each with its whole `step` result, unchecked: Python checks
-    /// and stores those. Counts nothing and ends no trajectory.
+    /// Stores the result of each env that returned the common case (see `store`). Returns the
+    /// stored envs whose episode ended, and the others, each with its whole `step` result,
+    /// unchecked: Python checks and stores those. Both in env order. Counts nothing and ends
+    /// no trajectory.
+    #[allow(clippy::type_complexity)]
     fn step(
         &self,
         py: Python<'_>,
         t: usize,
         actions: &Bound<'_, PyAny>,
-    ) -> PyResult<Vec<(usize, Py<PyAny>)>> {
+    ) -> PyResult<(Vec<usize>, Vec<(usize, Py<PyAny>)>)> {
         if t >= self.steps_per_row {
             return Err(config_error(format!(
                 "step {t} is outside a rollout of {} steps",
                 self.steps_per_row
             )));
         }
-        let mut left = Vec::new();
+        let (mut ended, mut left) = (Vec::new(), Vec::new());
         // Iterated, not indexed: the same objects (numpy scalars, or rows for array actions)
         // at less cost than an index lookup per env.
         let mut actions = actions.try_iter()?;
@@ -278,10 +281,12 @@ impl EnvStepper {
                 )));
             };
             let result = step.bind(py).call1((action,))?;
-            if !self.store(&result, i, t)? {
-                left.push((i, result.unbind()));
+            match self.store(&result, i, t)? {
+                None => left.push((i, result.unbind())),
+                Some(true) => ended.push(i),
+                Some(false) => {}
             }
         }
-        Ok(left)
+        Ok((ended, left))
     }
 }
