@@ -518,13 +518,16 @@ class Supervisor:
 
 @final
 class EnvStepper:
-    """One step of every environment of a rollout, its results stored natively.
+    """One step of every environment of a rollout, the common case of its results stored natively.
 
-    For the common case (the observation exactly a numpy array of the field's dtype and shape,
-    a ``float`` reward and ``bool`` flags) the observation is copied into frame ``(i, t)`` of
-    ``frames`` and the reward and flags into element ``(t, i)`` of their arrays; any other
-    result is handed back for the caller to check and store. Used by
-    :class:`pycollect._rollout.runner.EnvRunner`.
+    A strict subset of the Python path of :class:`pycollect._rollout.runner.EnvRunner`: for
+    an env whose result is the common case (the observation exactly a C-contiguous
+    ``numpy.ndarray`` whose dtype is the field's dtype object and whose shape is the field's, a
+    ``float`` reward and ``bool`` flags) the observation is copied
+    into frame ``(i, t)`` of ``frames`` and the reward and flags, as the env returned them,
+    into element ``(t, i)`` of their arrays; every other env is handed back with its result,
+    for the caller to check and store. It counts nothing: step counts and the trajectory
+    limit are the caller's.
     """
 
     def __init__(
@@ -532,28 +535,32 @@ class EnvStepper:
         steps: Sequence[Callable[[object], object]],
         frames: object,
         shape: Sequence[int],
-        format: str,
+        dtype: object,
         itemsize: int,
         steps_per_row: int,
         ndarray: type,
         rewards: object,
         terminated: object,
         truncated: object,
-        counts: list[int],
-        limit: int | None,
     ) -> None:
         """Bind the envs' ``step`` methods to a rollout's arrays (numpy arrays or other buffer exporters).
 
-        ``frames`` is ``[K, steps_per_row, *shape]``; ``rewards`` (float64), ``terminated``
-        and ``truncated`` (bool) are ``[steps_per_row, K]``; all writable and C-contiguous.
-        With a ``limit``, ``counts[i]`` counts env ``i``'s steps and its trajectory is
-        truncated when they reach it.
+        ``frames`` is ``[K, steps_per_row, *shape]`` of the numpy ``dtype`` (``itemsize`` bytes
+        an element); ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are
+        ``[steps_per_row, K]``; all writable and C-contiguous.
 
         Raises:
             ConfigError: An array is not such a buffer, or its size does not fit the layout.
         """
-    def step(self, t: int, actions: Sequence[object], finished: list[int], raw: list[object]) -> list[int]:
-        """Step every env once at step ``t``; return the envs whose ``step`` result is in ``raw``, unchecked.
+    def step(self, t: int, actions: Sequence[object]) -> tuple[list[int], list[tuple[int, object]]]:
+        """Step every env once, in order, at step ``t``; return ``(ended, left)``.
 
-        The others' results are stored, and those whose episode ended are appended to ``finished``.
+        ``ended``: the envs whose result was stored and whose flags end their episode.
+        ``left``: the envs whose result was not stored, each as ``(env index, its step
+        result)``, unchecked. Both in env order.
+
+        ``actions`` is iterated once (one item an env, in order).
+
+        Raises:
+            ConfigError: ``t`` is outside the rollout, or ``actions`` has fewer items than envs.
         """

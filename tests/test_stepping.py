@@ -41,6 +41,17 @@ class LooseTypesEnv(CountingEnv):
         return obs, reward, term, trunc, info
 
 
+class OddLooseEnv(LooseTypesEnv):
+    """Loose types at every step in every other env (the 2nd, 4th, ... built): at one step, some
+    episodes end in the native path and some in the Python one."""
+
+    built = 0
+
+    def __init__(self, length: int = 5) -> None:
+        super().__init__(length, every=OddLooseEnv.built % 2)
+        OddLooseEnv.built += 1
+
+
 def _batches(every: int, **kwargs: Any) -> list[Any]:
     env_kwargs = {"length": 5, "every": every}
     with Collector(LooseTypesEnv, seed=5, frames_per_batch=24, envs_per_worker=3, env_kwargs=env_kwargs, **kwargs) as c:
@@ -90,19 +101,17 @@ def _flags(steps: int, envs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_the_stepper_refuses_arrays_it_cannot_write() -> None:
     env = gym.make("CartPole-v1")
     steps, frames = [env.step], np.zeros((1, 4, 4), np.float32)
-    frame = ([4], "f", 4)
+    frame = ([4], np.dtype(np.float32), 4)
     with pytest.raises(ConfigError, match="frames must be a writable C-contiguous"):
-        _core.EnvStepper(steps, frames[:, ::2], *frame, 2, np.ndarray, *_flags(2, 1), [0], None)
+        _core.EnvStepper(steps, frames[:, ::2], *frame, 2, np.ndarray, *_flags(2, 1))
     with pytest.raises(ConfigError, match="frames holds 64 bytes, not 1 envs x 3 steps"):
-        _core.EnvStepper(steps, frames, *frame, 3, np.ndarray, *_flags(3, 1), [0], None)
+        _core.EnvStepper(steps, frames, *frame, 3, np.ndarray, *_flags(3, 1))
     rewards, terminated, truncated = _flags(4, 1)
     with pytest.raises(ConfigError, match="rewards must have buffer format"):
-        _core.EnvStepper(
-            steps, frames, *frame, 4, np.ndarray, rewards.astype(np.float32), terminated, truncated, [0], None
-        )
+        _core.EnvStepper(steps, frames, *frame, 4, np.ndarray, rewards.astype(np.float32), terminated, truncated)
     terminated.flags.writeable = False
     with pytest.raises(ConfigError, match="terminated must be a writable C-contiguous"):
-        _core.EnvStepper(steps, frames, *frame, 4, np.ndarray, rewards, terminated, truncated, [0], None)
+        _core.EnvStepper(steps, frames, *frame, 4, np.ndarray, rewards, terminated, truncated)
     env.close()
 
 
@@ -112,17 +121,204 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
         env.reset(seed=0)
     frames = np.full((2, 3, 2), -1.0, np.float32)
     rewards, terminated, truncated = _flags(3, 2)
-    counts = [0, 1]
     stepper = _core.EnvStepper(
-        [env.step for env in envs], frames, [2], "f", 4, 3, np.ndarray, rewards, terminated, truncated, counts, 2
+        [env.step for env in envs], frames, [2], np.dtype(np.float32), 4, 3, np.ndarray, rewards, terminated, truncated
     )
-    finished: list[int] = []
-    assert stepper.step(1, np.zeros(2, np.int64), finished, [None] * 2) == []
+    assert stepper.step(1, np.zeros(2, np.int64)) == ([], [])
     assert frames[:, 1, 1].tolist() == [1.0, 1.0] and (frames[:, [0, 2]] == -1).all()
     assert rewards[1].tolist() == [1.0, 1.0] and not rewards[[0, 2]].any()
-    assert counts == [1, 2] and finished == [1]  # env 1 reached the limit of 2 steps
-    assert truncated[1].tolist() == [False, True] and not terminated.any()
-    assert stepper.step(2, np.zeros(2, np.int64), finished, [None] * 2) == []
-    assert terminated[2].tolist() == [True, True] and finished == [1, 0, 1]
+    assert not terminated.any() and not truncated.any()
+    assert stepper.step(2, np.zeros(2, np.int64)) == ([0, 1], [])  # both episodes ended, both stored
+    assert terminated[2].tolist() == [True, True] and not truncated.any()  # as the envs returned them
+    assert frames[:, 2, 1].tolist() == [2.0, 2.0]
     with pytest.raises(ConfigError, match="step 3 is outside a rollout of 3 steps"):
-        stepper.step(3, np.zeros(2, np.int64), finished, [None] * 2)
+        stepper.step(3, np.zeros(2, np.int64))
+    with pytest.raises(ConfigError, match="1 actions for 2 envs"):
+        stepper.step(0, np.zeros(1, np.int64))
+
+
+# -- the contract of the two step paths ------------------------------------------------------
+#
+# The native step (EnvStepper.step) is a strict subset of the Python one (_Rollout.step_python):
+# it stores only the common case, returns the stored envs whose episode ended and every other
+# env with its result, and counts nothing; the trajectory limit is applied in Python after either
+# path.
+
+
+class _Sub(np.ndarray):
+    """An ndarray subclass: not exactly ``numpy.ndarray``, so not the common case."""
+
+
+def _returning(result: object) -> Any:
+    return lambda action: result
+
+
+def test_the_native_step_returns_exactly_the_envs_it_does_not_store() -> None:
+    obs = np.array([1.0, 2.0], np.float32)
+    results: dict[str, Any] = {
+        "exact": (obs, 0.5, False, False, {}),
+        "float64 observation": (obs.astype(np.float64), 0.5, False, False, {}),
+        "byte-swapped observation": (obs.astype(">f4"), 0.5, False, False, {}),  # equal values, other dtype
+        "numpy float reward": (obs, np.float64(0.5), False, False, {}),
+        "int reward": (obs, 1, False, False, {}),
+        "numpy bool flag": (obs, 0.5, np.bool_(True), False, {}),
+        "int flag": (obs, 0.5, False, 0, {}),
+        "dict observation": ({"observation": obs}, 0.5, False, False, {}),
+        "list observation": ([1.0, 2.0], 0.5, False, False, {}),
+        "strided observation": (np.array([1, 0, 2, 0], np.float32)[::2], 0.5, False, False, {}),
+        "wrong shape": (np.zeros(3, np.float32), 0.5, False, False, {}),
+        "ndarray subclass": (obs.view(_Sub), 0.5, False, False, {}),
+        "a list, not a tuple": [obs, 0.5, False, False, {}],
+        "four items": (obs, 0.5, False, {}),
+        "terminated": (obs * 2, 2.0, True, False, {}),
+        "truncated": (obs * 3, 3.0, False, True, {}),
+        "both": (obs * 4, 4.0, True, True, {}),
+    }
+    stored, ends = {"exact", "terminated", "truncated", "both"}, ["terminated", "truncated", "both"]
+    names = list(results)
+    steps, k = 2, len(names)
+    frames = np.full((k, steps, 2), -1.0, np.float32)
+    rewards, terminated, truncated = np.full((steps, k), -7.0), np.zeros((steps, k), bool), np.zeros((steps, k), bool)
+    stepper = _core.EnvStepper(
+        [_returning(results[n]) for n in names],
+        frames,
+        [2],
+        np.dtype(np.float32),
+        4,
+        steps,
+        np.ndarray,
+        rewards,
+        terminated,
+        truncated,
+    )
+    ended, left = stepper.step(1, np.zeros(k, np.int64))
+    assert [names[i] for i in ended] == ends
+    assert [names[i] for i, _ in left] == [n for n in names if n not in stored]  # in env order
+    assert all(result is results[names[i]] for i, result in left)  # the env's own result, untouched
+    for i, name in enumerate(names):
+        if name in stored:
+            observation, reward, term, trunc, _ = results[name]
+            assert frames[i, 1].tolist() == observation.tolist() and rewards[1, i] == reward
+            assert (terminated[1, i], truncated[1, i]) == (term, trunc)  # as returned: nothing counted
+        else:  # nothing written for an env left to Python
+            assert (frames[i] == -1).all() and rewards[1, i] == -7.0 and not terminated[1, i] and not truncated[1, i]
+    assert (frames[:, 0] == -1).all() and (rewards[0] == -7.0).all()  # and nothing at another step
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+    class Argmax(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, observation: torch.Tensor) -> torch.Tensor:
+            return self.net(observation).argmax(-1)
+
+    return Argmax()
+
+
+def _lstm() -> Any:
+    """A recurrent actor (carried state, is_init, a log-prob output); torchrl imported only here."""
+    pytest.importorskip("torchrl")
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torch.distributions import Categorical
+    from torchrl.modules import LSTMModule, ProbabilisticActor
+
+    torch.manual_seed(0)
+    lstm = LSTMModule(input_size=4, hidden_size=8, in_key="observation", out_key="embed")
+    head = TensorDictModule(torch.nn.Linear(8, 2), in_keys=["embed"], out_keys=["logits"])
+    body = TensorDictSequential(lstm, head)
+    return ProbabilisticActor(body, in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
+
+
+def _collect(monkeypatch: pytest.MonkeyPatch, native: bool, env: Any, policy: Any, **kwargs: Any) -> list[Any]:
+    """Three in-process batches, with the native stepper allowed or not (checked to be used where allowed)."""
+    from pycollect._rollout import runner
+
+    used: list[bool] = []
+    native_step = runner._Rollout._native_step
+
+    def spy(self: Any) -> Any:
+        step = native_step(self)
+        used.append(step is not None)
+        return step
+
+    with monkeypatch.context() as patch:
+        patch.setattr(runner.EnvRunner, "native", native)
+        patch.setattr(runner._Rollout, "_native_step", spy)
+        with Collector(env, policy, seed=3, **kwargs) as collector:
+            batches = [collector.next_batch() for _ in range(3)]
+    assert used == ([True] * 3 if native else [])
+    return batches
+
+
+@pytest.mark.parametrize(
+    ("env", "policy", "kwargs"),
+    [
+        ("CartPole-v1", None, {"max_frames_per_traj": 9}),
+        ("CartPole-v1", _mlp, {"max_frames_per_traj": 13}),
+        ("CartPole-v1", _lstm, {}),  # carried state, is_init and a log-prob output
+        (CountingEnv, None, {"env_kwargs": {"length": 4}}),
+        (LooseTypesEnv, None, {"env_kwargs": {"length": 5, "every": 3}, "max_frames_per_traj": 3}),
+        (OddLooseEnv, None, {"env_kwargs": {"length": 4}}),  # ends of both paths at one step, reset in env order
+    ],
+    ids=["cartpole-random-limit", "cartpole-mlp-limit", "cartpole-lstm", "counting", "loose-types-limit", "odd-loose"],
+)
+def test_the_python_path_alone_gives_the_native_paths_batches(
+    monkeypatch: pytest.MonkeyPatch, env: Any, policy: Any, kwargs: dict[str, Any]
+) -> None:
+    make = (lambda: None) if policy is None else policy
+    native = _collect(monkeypatch, True, env, make(), frames_per_batch=3 * 20, envs_per_worker=3, **kwargs)
+    python = _collect(monkeypatch, False, env, make(), frames_per_batch=3 * 20, envs_per_worker=3, **kwargs)
+    ended = False
+    for a, b in zip(native, python, strict=True):
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        for key in a.keys(True, True):
+            assert torch.equal(a[key], b[key]), key
+        ended |= bool(a["next", "done"][:, :-1].any())
+    assert ended  # episodes end inside the rollouts, so the resets are compared too
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_limit_counts_a_trajectory_across_rollouts(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    batches = _collect(
+        monkeypatch, native, CountingEnv, None, frames_per_batch=7, env_kwargs={"length": 100}, max_frames_per_traj=5
+    )
+    truncated = torch.cat([b["next", "truncated"][0, :, 0] for b in batches])
+    steps = torch.cat([b["next", "observation"][0, :, 1] for b in batches])
+    assert torch.nonzero(truncated).flatten().tolist() == [4, 9, 14, 19]  # every 5th step, across batches
+    assert steps.tolist() == [1, 2, 3, 4, 5] * 4 + [1]
+    assert not any(b["next", "terminated"].any() for b in batches)
+
+
+class BadAtStepEnv(CountingEnv):
+    """Env 1 of a collector returns a bad reward at step 3 and env 2 a bad observation at step 3."""
+
+    instances = 0
+
+    def __init__(self) -> None:
+        super().__init__(length=100)
+        self.index = BadAtStepEnv.instances
+        BadAtStepEnv.instances += 1
+
+    def step(self, action: int) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, term, trunc, info = super().step(action)
+        if self._t == 3 and self.index % 3 == 2:
+            return np.zeros(3, np.float32), reward, term, trunc, info
+        if self._t == 3 and self.index % 3 == 1:
+            return obs, "bad", term, trunc, info
+        return obs, reward, term, trunc, info
+
+
+def test_both_paths_raise_the_same_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = []
+    for native in (True, False):
+        BadAtStepEnv.instances = 0
+        with pytest.raises(EnvOutputError) as raised:
+            _collect(monkeypatch, native, BadAtStepEnv, None, frames_per_batch=3 * 8, envs_per_worker=3)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]
+    assert "env 1" in messages[0] and "at step 3 of this rollout" in messages[0] and "reward" in messages[0]

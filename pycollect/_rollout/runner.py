@@ -2,12 +2,26 @@
 
 :class:`EnvRunner` is the one stepping loop of pycollect: the in-process collector drives it
 directly, and each worker process drives its own with arrays that live in shared memory.
+
+A rollout reads top to bottom in :meth:`EnvRunner.rollout`. It binds a ``_Rollout`` to the
+output arrays once, then at each step: the weights hook, the policy's actions (``act``), the
+envs' steps, the episode ends, the observation the policy reads next, the resets. The envs are
+stepped one of two ways, which store the same values. ``step_python`` checks and stores any
+``env.step`` result (through :mod:`pycollect._rollout.checks`). ``step_native``
+(``_core.EnvStepper``) is a strict subset of it: where the observation is one plain array
+field and no ``info_keys`` are kept, it steps every env, stores the common case (an
+observation that is exactly a numpy array of the field's dtype and shape, a ``float``
+reward, ``bool`` flags) exactly as the Python path would, and returns the other envs with
+their results, which ``step_python`` then takes. Each path returns the envs whose episode
+ended among those it stored. Neither counts steps: the step counts and
+``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
+path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,10 +67,16 @@ class EnvRunner:
         info: Entries of the env's step ``info`` to keep (``info_keys``), stored at their keys
             (``("next", name)``); a step whose info lacks one stores zeros.
 
+    Attributes:
+        native: Whether a rollout may use the native stepper for the common case (``False``:
+            every env takes the Python path, which gives the same batch; for tests).
+
     Raises:
         EnvOutputError: (from :meth:`reset` and :meth:`rollout`) an environment returned
             something its spaces do not allow (see :mod:`pycollect._rollout.checks`).
     """
+
+    native: bool = True
 
     def __init__(
         self,
@@ -83,7 +103,9 @@ class EnvRunner:
         self._paths = specs.observation_paths()
         self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
         self._traj_ids = np.zeros(num_envs, np.int64)
-        self._steps = [0] * num_envs
+        # Steps taken, and the clock at which each env's trajectory started (see _episode_ends).
+        self._clock, self._due = 0, 0
+        self._started = [0] * num_envs  # a list: set at every episode start, read only near the limit
         self._has_reset = False
         self._checks = OutputChecks(specs.observation, env_name, worker, info)
         self._info = [(entry.key, entry.key[-1], np.zeros(entry.shape, entry.dtype)) for entry in info]
@@ -145,166 +167,61 @@ class EnvRunner:
         """
         if not self._has_reset:
             self.reset()
-        envs, obs, num_envs = self.envs, self._obs, len(self.envs)
-        steps = next(iter(out.values())).shape[1]
-        obs_out = [
-            (out[key], out[(*NEXT_OBS_PREFIX, *key)], obs[key], path, *expected)
-            for (key, path), expected in zip(self._paths, self._expected, strict=True)
-        ]
-        checks, ndarray = self._checks, np.ndarray
-        # Each observation is written once, from the env into ("next", obs)[t]. Of obs, only
-        # step 0 and the reset observations after an episode's end are written here; the rest
-        # is ("next", obs) one step later, filled in by whoever takes the rollout (see
-        # pycollect._rollout.observations). The runner's current observation, which the policy
-        # reads and the next rollout starts from, is kept in a small buffer of its own.
-        for obs_array, _, current, *_ in obs_out:
-            obs_array[:, 0] = current
-        track_current = not random_actions  # without a policy call it is needed only at the end
-        actions_out, reward_out, traj_out = out[ACTION], out[REWARD], out[TRAJ_IDS]
-        if POLICY_VERSION in out:
-            out[POLICY_VERSION][...] = policy_version
-        term_out, trunc_out, done_out = out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out[NEXT_DONE]
-        extras_out = [(key, out[key]) for key in (o.key for o in self.policy.outputs) if key in out]
-        carried = self._carried
-        carried_out = [(key, out[key], array) for key, array in carried.items()]
-        # A recurrent state comes back from ("next", key) to key; is_init is set by episode ends.
-        state_in = [(array, (*NEXT_OBS_PREFIX, *key)) for key, array in carried.items() if key != IS_INIT]
-        is_init = carried.get(IS_INIT)
-        info_out = [(n, out[key], name, default) for n, (key, name, default) in enumerate(self._info)]
-        rollout_actions = None
-        if random_actions:  # drawn for the whole rollout at once; no policy call, so no extra outputs
-            rollout_actions = self.policy.random_actions(steps)
-            actions_out[...] = np.swapaxes(rollout_actions, 0, 1)
-            for _, array in extras_out:
-                array[...] = 0  # slots are reused
-        # Trajectory ids change only where an episode starts: the rollout is filled with the
-        # current ones here, and each reset below rewrites the rest of its env's row.
-        traj_out[...] = self._traj_ids[:, None]
-        limit = self.max_frames_per_traj
-        step_counts = self._steps
-        # Rewards and flags are gathered step-major, [T, K] (float64, so that a reward too
-        # large for the float32 field is caught), and moved into the [K, T, 1] fields once.
-        rewards = np.empty((steps, num_envs), np.float64)
-        terminated = np.empty((steps, num_envs), bool)
-        truncated = np.empty((steps, num_envs), bool)
-        next_raw: list[Any] = [None] * num_envs
-        env_steps, env_range = [env.step for env in envs], range(num_envs)
-        stepper = self._stepper(env_steps, obs_out, (rewards, terminated, truncated), bool(info_out))
-        pending: Sequence[int] = env_range  # the envs whose step is handled here, in Python
-        no_extras: Mapping[Key, Any] = {}
-        for t in range(steps):
+        run = _Rollout(self, out, random_actions, policy_version)
+        for t in range(run.steps):
             if on_step is not None and (applied := on_step()) is not None:
-                policy_version = applied
-                if POLICY_VERSION in out:
-                    out[POLICY_VERSION][:, t:] = applied
-            for _, array, current in carried_out:
-                array[:, t] = current
-            if rollout_actions is not None:
-                actions, extras = rollout_actions[t], no_extras
+                run.use_version(applied, t)
+            actions = run.act(t)
+            if run.step_native is None:
+                ended = run.step_python(t, run.step_envs(actions))
             else:
-                actions, extras = self.policy.act(obs, carried)
-                actions_out[:, t] = actions
-                if extras:
-                    for key, array in extras_out:
-                        array[:, t] = extras[key].numpy()
-            for state, next_key in state_in:
-                if extras:
-                    state[...] = extras[next_key].numpy()
-                else:
-                    state[...] = 0  # random actions: no policy call, so the state stays a start
-            finished: list[int] = []
-            if stepper is not None:  # the common case natively; the rest (already stepped) below
-                pending = stepper.step(t, actions, finished, next_raw)
-            else:
-                env_actions = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
-            if pending:
-                step_rewards, step_terminated, step_truncated = rewards[t], terminated[t], truncated[t]
-                for i in pending:
-                    next_raw[i], reward, term, trunc, info = next_raw[i] if stepper else env_steps[i](env_actions[i])
-                    if info_out:
-                        for n, array, name, default in info_out:
-                            value = info.get(name, default) if isinstance(info, Mapping) else default
-                            array[i, t] = checks.info(n, value, i, t + 1)
-                    if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
-                        reward, term, trunc = checks.step(reward, term, trunc, i, t + 1)  # else: fits as it is
-                    step_rewards[i], step_terminated[i] = reward, term
-                    if limit is not None:
-                        step_counts[i] += 1
-                        trunc = trunc or step_counts[i] >= limit
-                    step_truncated[i] = trunc
-                    if term or trunc:
-                        finished.append(i)
-                if stepper is not None and finished:
-                    finished.sort()  # resets (and so new trajectory ids) in env order, as without it
-            if is_init is not None:
-                is_init[...] = False
-            last = t + 1 == steps
-            if pending or track_current or last:
-                for _, next_array, current, path, field, dtype, shape in obs_out:
-                    for i in pending:  # one env at a time: no temporary batch array
-                        value = checks.leaf(next_raw[i], path, field, i, t + 1) if path else next_raw[i]
-                        if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
-                            value = checks.observation(field, value, i, t + 1)
-                        next_array[i, t] = value
-                    if track_current or last:
-                        current[...] = next_array[:, t]
+                ended, left = run.step_native(t, actions)
+                if left and (more := run.step_python(t, left)):  # the results it did not store, already stepped
+                    ended = sorted(ended + more)
+            finished = self._episode_ends(run, t, ended)
+            run.observe(t)
             for i in finished:
-                reset_obs, _ = envs[i].reset()
-                for obs_array, _, current, path, field, dtype, shape in obs_out:
-                    value = checks.leaf(reset_obs, path, field, i, t + 1) if path else reset_obs
-                    if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
-                        value = checks.observation(field, value, i, t + 1)
-                    current[i] = value
-                    if not last:
-                        obs_array[i, t + 1] = value  # the one frame of obs that ("next", obs) lacks
-                self._start_trajectory(i)
-                if not last:
-                    traj_out[i, t + 1 :] = self._traj_ids[i]
-                for key, array in carried.items():
-                    array[i] = key == IS_INIT
-        checks.reward_range(rewards, steps)
-        reward_out[..., 0] = rewards.T
-        term_out[..., 0] = terminated.T
-        trunc_out[..., 0] = truncated.T
-        np.logical_or(term_out, trunc_out, out=done_out)
-        return policy_version
+                self._restart(run, i, t)
+        run.finish()
+        return run.policy_version
 
     def close(self) -> None:
         """Close every environment."""
         for env in self.envs:
             env.close()
 
-    def _stepper(
-        self,
-        env_steps: list[Callable[..., Any]],
-        obs_out: list[Any],
-        flags: tuple[np.ndarray, np.ndarray, np.ndarray],
-        with_info: bool,
-    ) -> _core.EnvStepper | None:
-        """The native stepper for this rollout, where the observation is one plain array field.
+    def _episode_ends(self, run: _Rollout, t: int, ended: list[int]) -> list[int]:
+        """The envs whose episode ended at step ``t``, in env order, after the trajectory limit.
 
-        Dict observations and ``info_keys`` are handled in Python only.
+        ``ended`` are the envs whose own flags ended their episode (from the step paths, in env
+        order). This is the one place where steps are counted and ``max_frames_per_traj``
+        truncates: a clock counts the steps, so env ``i``'s trajectory has taken ``clock -
+        started[i]`` of them, and they are compared with the limit only from the first clock
+        at which one can reach it (numpy calls cost more than a cheap env's step, so the common
+        step, where nothing ends, makes none).
         """
-        if len(obs_out) != 1 or with_info:
-            return None
-        ((_, next_array, _, path, _, dtype, shape),) = obs_out
-        if path or not next_array.flags.c_contiguous or not next_array.flags.writeable:
-            return None
-        rewards, terminated, truncated = flags
-        return _core.EnvStepper(
-            env_steps,
-            next_array,
-            list(shape),
-            np.empty(0, dtype).data.format,  # what a numpy array of the field's dtype exports
-            dtype.itemsize,
-            next_array.shape[1],
-            np.ndarray,
-            rewards,
-            terminated,
-            truncated,
-            self._steps,
-            self.max_frames_per_traj,
-        )
+        self._clock += 1
+        limit = self.max_frames_per_traj
+        if limit is None or self._clock < self._due:
+            return ended
+        started = np.array(self._started)
+        reached = self._clock - started >= limit
+        run.truncated[t] |= reached
+        # Those truncated here start again at this clock (before any other can reach it).
+        self._due = int(np.where(reached, self._clock, started).min()) + limit
+        if not reached.any():
+            return ended
+        return sorted(set(ended).union(reached.nonzero()[0].tolist()))
+
+    def _restart(self, run: _Rollout, i: int, t: int) -> None:
+        """Reset env ``i``, whose episode ended at step ``t``: a new trajectory starts at ``t + 1``."""
+        raw, _ = self.envs[i].reset()
+        run.store_reset(i, t, raw)
+        self._start_trajectory(i)
+        if t + 1 < run.steps:
+            run.traj_out[i, t + 1 :] = self._traj_ids[i]
+        for key, array in self._carried.items():
+            array[i] = key == IS_INIT
 
     def _store_obs(self, i: int, raw: Any) -> None:
         for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):
@@ -313,4 +230,204 @@ class EnvRunner:
     def _start_trajectory(self, i: int) -> None:
         self._traj_ids[i] = self._next_traj_id
         self._next_traj_id += self._traj_stride
-        self._steps[i] = 0
+        self._started[i] = self._clock
+
+
+class _ObsOut(NamedTuple):
+    """One observation field as a rollout writes it (unpacked as a tuple in the per-env loops)."""
+
+    obs: np.ndarray  # out[key], [K, T, *shape]: step 0 and the reset frames
+    next_obs: np.ndarray  # out[("next", *key)], [K, T, *shape]: every frame an env returned
+    current: np.ndarray  # the runner's [K, *shape] observation, what the policy reads next
+    path: Key  # where the leaf sits in a Dict observation (empty: the observation itself)
+    field: int  # index into the runner's observation fields, for the checks
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+
+class _Rollout:
+    """What one :meth:`EnvRunner.rollout` writes, bound once before its first step.
+
+    Holds the views of ``out`` every step writes, the ``[T, K]`` rewards and flags (gathered
+    step-major and moved into the ``[K, T, 1]`` fields by :meth:`finish`; float64 rewards, so
+    that one too large for the float32 field is caught) and the two ways to step: the native
+    stepper, when the observation is one plain array field and no info entries are kept, and
+    the Python path, which handles whatever the native one does not. Preparing costs tens of
+    microseconds, against milliseconds for the rollout's steps.
+
+    Args:
+        runner: The runner whose environments, observation and carried state this rollout uses.
+        out: The rollout's arrays (see :meth:`EnvRunner.rollout`).
+        random_actions: Sample actions uniformly instead of calling the policy.
+        policy_version: The version of the policy weights the rollout starts with.
+    """
+
+    def __init__(
+        self, runner: EnvRunner, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int
+    ) -> None:
+        self.steps = next(iter(out.values())).shape[1]
+        self.checks = runner._checks
+        self.policy = runner.policy
+        self.policy_version = policy_version
+        self.observation, self.carried = runner._obs, runner._carried
+        self.obs_out = [
+            _ObsOut(out[key], out[(*NEXT_OBS_PREFIX, *key)], runner._obs[key], path, *expected)
+            for (key, path), expected in zip(runner._paths, runner._expected, strict=True)
+        ]
+        self.actions_out, self.traj_out = out[ACTION], out[TRAJ_IDS]
+        self.reward_out, self.term_out, self.trunc_out = out[REWARD], out[NEXT_TERMINATED], out[NEXT_TRUNCATED]
+        self.done_out = out[NEXT_DONE]
+        self.version_out = out.get(POLICY_VERSION)
+        self.extras_out = [(o.key, out[o.key]) for o in self.policy.outputs if o.key in out]
+        self.carried_out = [(out[key], array) for key, array in self.carried.items()]
+        # A recurrent state comes back from ("next", key) to key; is_init is set by episode ends.
+        self.state_in = [(array, (*NEXT_OBS_PREFIX, *key)) for key, array in self.carried.items() if key != IS_INIT]
+        self.is_init = self.carried.get(IS_INIT)
+        self.info_out = [(n, out[key], name, default) for n, (key, name, default) in enumerate(runner._info)]
+        num_envs = runner.num_envs
+        self.rewards = np.empty((self.steps, num_envs), np.float64)
+        self.terminated = np.empty((self.steps, num_envs), bool)
+        self.truncated = np.empty((self.steps, num_envs), bool)
+        self.env_steps = [env.step for env in runner.envs]
+        self.step_native = self._native_step() if runner.native else None
+        # The current observation is what the policy reads: without a policy call it is needed
+        # only at the end, where the next rollout starts from it.
+        self.track_current = not random_actions
+        self.random_actions = self._start(random_actions, runner._traj_ids)
+
+    def _start(self, random_actions: bool, traj_ids: np.ndarray) -> np.ndarray | None:
+        """Write what is known before the first step; return the random actions ``[T, K, ...]``, if any."""
+        # Each observation is written once, from the env into ("next", obs)[t]. Of obs, only
+        # step 0 and the reset observations after an episode's end are written here; the rest
+        # is ("next", obs) one step later, filled in by whoever takes the rollout (see
+        # pycollect._rollout.observations).
+        for obs_out in self.obs_out:
+            obs_out.obs[:, 0] = obs_out.current
+        if self.version_out is not None:
+            self.version_out[...] = self.policy_version
+        # Trajectory ids change only where an episode starts: the rollout is filled with the
+        # current ones here, and each reset rewrites the rest of its env's row.
+        self.traj_out[...] = traj_ids[:, None]
+        if not random_actions:
+            return None
+        # Drawn for the whole rollout at once; no policy call, so no extra outputs.
+        actions = self.policy.random_actions(self.steps)
+        self.actions_out[...] = np.swapaxes(actions, 0, 1)
+        for _, array in self.extras_out:
+            array[...] = 0  # slots are reused
+        return actions
+
+    def _native_step(self) -> Callable[[int, Any], list[tuple[int, object]]] | None:
+        """The native stepper's ``step`` for this rollout, where the observation is one plain array field.
+
+        Dict observations and ``info_keys`` take the Python path only.
+        """
+        if len(self.obs_out) != 1 or self.info_out:
+            return None
+        ((_, next_obs, _, path, _, dtype, shape),) = self.obs_out
+        if path or not next_obs.flags.c_contiguous or not next_obs.flags.writeable:
+            return None
+        stepper = _core.EnvStepper(
+            self.env_steps,
+            next_obs,
+            list(shape),
+            dtype,
+            dtype.itemsize,
+            self.steps,
+            np.ndarray,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+        )
+        return stepper.step
+
+    def use_version(self, version: int, t: int) -> None:
+        """New weights were applied before step ``t``: the frames from it on record ``version``."""
+        self.policy_version = version
+        if self.version_out is not None:
+            self.version_out[:, t:] = version
+
+    def act(self, t: int) -> np.ndarray:
+        """The actions of step ``t``, with what the policy reads and returns besides stored."""
+        for array, current in self.carried_out:
+            array[:, t] = current
+        if self.random_actions is not None:
+            for state, _ in self.state_in:
+                state[...] = 0  # no policy call, so the state stays a start
+            return self.random_actions[t]  # type: ignore[no-any-return]
+        actions, extras = self.policy.act(self.observation, self.carried)
+        self.actions_out[:, t] = actions
+        if extras:
+            for key, array in self.extras_out:
+                array[:, t] = extras[key].numpy()
+        for state, next_key in self.state_in:
+            state[...] = extras[next_key].numpy() if extras else 0
+        return actions
+
+    def step_envs(self, actions: np.ndarray) -> Iterator[tuple[int, Any]]:
+        """Each env's index and ``step`` result, stepped one at a time as the caller asks."""
+        # numpy scalars: gymnasium's Discrete check is fastest on them
+        return ((i, step(action)) for i, (step, action) in enumerate(zip(self.env_steps, list(actions), strict=True)))
+
+    def step_python(self, t: int, results: Iterable[tuple[int, Any]]) -> list[int]:
+        """Check and store the ``(env index, env.step result)`` pairs of step ``t``.
+
+        Writes what the native step writes for the envs it handles (reward, flags as the env
+        returned them, next observation) and the kept info entries. A value that is not exactly
+        what the batch holds goes through the checks, which convert it or raise
+        :class:`~pycollect.EnvOutputError` naming the env and step.
+
+        Returns:
+            The envs whose episode ended (terminated or truncated), in the order given.
+        """
+        checks, step = self.checks, t + 1
+        # Written an element at a time: as cheap as into a row view, without making the views
+        # (this often stores one env or two: the native step leaves only the unusual ones).
+        rewards, terminated, truncated = self.rewards, self.terminated, self.truncated
+        observations, ended = [], []
+        for i, result in results:
+            raw, reward, term, trunc, info = result
+            for n, array, name, default in self.info_out:
+                value = info.get(name, default) if isinstance(info, Mapping) else default
+                array[i, t] = checks.info(n, value, i, step)
+            if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
+                reward, term, trunc = checks.step(reward, term, trunc, i, step)  # else: fits as it is
+            rewards[t, i], terminated[t, i], truncated[t, i] = reward, term, trunc
+            if term or trunc:
+                ended.append(i)
+            observations.append((i, raw))
+        ndarray = np.ndarray
+        for _, next_obs, _, path, field, dtype, shape in self.obs_out:
+            for i, raw in observations:  # one env at a time: no temporary batch array
+                value = checks.leaf(raw, path, field, i, step) if path else raw
+                if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
+                    value = checks.observation(field, value, i, step)
+                next_obs[i, t] = value
+        return ended
+
+    def observe(self, t: int) -> None:
+        """After step ``t``: what the policy reads next (episode ends are reset after this)."""
+        if self.is_init is not None:
+            self.is_init[...] = False
+        if self.track_current or t + 1 == self.steps:
+            for obs_out in self.obs_out:
+                obs_out.current[...] = obs_out.next_obs[:, t]
+
+    def store_reset(self, i: int, t: int, raw: Any) -> None:
+        """Store env ``i``'s reset observation, after its episode ended at step ``t``."""
+        checks, ndarray = self.checks, np.ndarray
+        for obs, _, current, path, field, dtype, shape in self.obs_out:
+            value = checks.leaf(raw, path, field, i, t + 1) if path else raw
+            if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
+                value = checks.observation(field, value, i, t + 1)
+            current[i] = value
+            if t + 1 < self.steps:
+                obs[i, t + 1] = value  # the one frame of obs that ("next", obs) lacks
+
+    def finish(self) -> None:
+        """Move the rewards and flags into their ``[K, T, 1]`` fields, once the last step is done."""
+        self.checks.reward_range(self.rewards, self.steps)
+        self.reward_out[..., 0] = self.rewards.T
+        self.term_out[..., 0] = self.terminated.T
+        self.trunc_out[..., 0] = self.truncated.T
+        np.logical_or(self.term_out, self.trunc_out, out=self.done_out)

@@ -4,16 +4,20 @@
 //! The stepping loop (`pycollect._rollout.runner`) spends most of its own time, for cheap
 //! environments, on per-env bookkeeping around `env.step`: unpacking the result, checking its
 //! types, and copying the observation into the rollout array. This does that part in Rust for
-//! the common case, an observation that is exactly a numpy array of the field's dtype and
-//! shape, a `float` reward and `bool` flags. Anything else is handed back to Python, which
-//! checks and converts it as before, so errors and conversions stay in one place.
+//! the common case, an observation that is exactly a C-contiguous numpy array of the field's
+//! dtype and shape, a `float` reward and `bool` flags. It is a strict subset of the Python
+//! path: for the envs it handles it writes exactly what Python would write, it returns every
+//! other env with its step result for Python to check and convert (so errors and conversions
+//! stay in one place), and it counts nothing: step counts and the trajectory limit are
+//! Python's.
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CStr};
 use std::ptr;
 
 use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyList, PyTuple, PyType};
+use pyo3::types::{PyBool, PyFloat, PyTuple, PyType};
 
 use crate::errors::config_error;
 
@@ -74,45 +78,83 @@ pub struct EnvStepper {
     rewards: Export,
     terminated: Export,
     truncated: Export,
-    /// Steps of each env's trajectory so far, counted only with a `limit`.
-    counts: Py<PyList>,
-    limit: Option<u64>,
     frame_bytes: usize,
     steps_per_row: usize,
     shape: Vec<isize>,
-    format: CString,
+    /// The field's numpy dtype: an observation must have this very object as its dtype.
+    dtype: Py<PyAny>,
     itemsize: isize,
     ndarray: Py<PyType>,
 }
 
 impl EnvStepper {
-    /// Copies `obs` into frame `(env, t)` if it is exactly a numpy array of the field's dtype
-    /// and shape, C-contiguous; returns whether it did.
+    /// Stores env `env`'s step `result` at step `t` if it is the common case (a 5-tuple with an
+    /// observation `store_frame` takes, a `float` reward, `bool` flags). Returns `None` if it
+    /// was not (nothing written), else whether the step ended the env's episode (the flags
+    /// are stored as they came: the trajectory limit is applied by the caller).
+    fn store(&self, result: &Bound<'_, PyAny>, env: usize, t: usize) -> PyResult<Option<bool>> {
+        let Ok(tuple) = result.cast::<PyTuple>() else {
+            return Ok(None);
+        };
+        if tuple.len() != 5 {
+            return Ok(None);
+        }
+        let (reward, term, trunc) = (tuple.get_item(1)?, tuple.get_item(2)?, tuple.get_item(3)?);
+        if !(reward.is_exact_instance_of::<PyFloat>()
+            && term.is_exact_instance_of::<PyBool>()
+            && trunc.is_exact_instance_of::<PyBool>()
+            && self.store_frame(&tuple.get_item(0)?, env, t))
+        {
+            return Ok(None);
+        }
+        let cell = t * self.steps.len() + env;
+        let reward = reward.cast::<PyFloat>()?.value();
+        let (term, trunc) = (term.is_truthy()?, trunc.is_truthy()?);
+        // SAFETY: `cell < steps_per_row * K` (`step` checked `t`, and `env < K`), and the three
+        // exports were checked in `new` to hold that many float64 and bool elements; unaligned
+        // writes make no assumption about alignment.
+        unsafe {
+            (self.rewards.view.buf as *mut f64)
+                .add(cell)
+                .write_unaligned(reward);
+            (self.terminated.view.buf as *mut u8)
+                .add(cell)
+                .write(u8::from(term));
+            (self.truncated.view.buf as *mut u8)
+                .add(cell)
+                .write(u8::from(trunc));
+        }
+        Ok(Some(term || trunc))
+    }
+
+    /// Copies `obs` into frame `(env, t)` if it is exactly a `numpy.ndarray` whose dtype is the
+    /// field's dtype object (the Python path's test) and whose shape is the field's,
+    /// C-contiguous; returns whether it did.
     fn store_frame(&self, obs: &Bound<'_, PyAny>, env: usize, t: usize) -> bool {
         if !obs.get_type().is(self.ndarray.bind(obs.py())) {
             return false;
         }
-        let Some(source) = Export::get(obs, ffi::PyBUF_FORMAT | ffi::PyBUF_C_CONTIGUOUS) else {
+        // The dtype object itself, as the Python path tests it: cheaper than asking numpy
+        // for a buffer format string, which it builds anew for every fresh array.
+        match obs.getattr(intern!(obs.py(), "dtype")) {
+            Ok(dtype) if dtype.is(self.dtype.bind(obs.py())) => {}
+            _ => return false,
+        }
+        let Some(source) = Export::get(obs, ffi::PyBUF_C_CONTIGUOUS) else {
             return false;
         };
         let view = &source.view;
         if view.itemsize != self.itemsize
             || source.bytes() != self.frame_bytes
             || view.ndim as usize != self.shape.len()
-            || view.format.is_null()
         {
             return false;
         }
-        // SAFETY: a successful export with PyBUF_FORMAT and PyBUF_ND (implied by
-        // PyBUF_C_CONTIGUOUS) has a NUL-terminated `format` and `ndim` shape entries, valid
-        // until the export is released (when `source` drops, after this block).
-        let (format, shape) = unsafe {
-            (
-                CStr::from_ptr(view.format as *const c_char),
-                std::slice::from_raw_parts(view.shape, view.ndim as usize),
-            )
-        };
-        if format != self.format.as_c_str() || shape != self.shape.as_slice() {
+        // SAFETY: a successful export with PyBUF_ND (implied by PyBUF_C_CONTIGUOUS) has
+        // `ndim` shape entries, valid until the export is released (when `source` drops,
+        // after this block).
+        let shape = unsafe { std::slice::from_raw_parts(view.shape, view.ndim as usize) };
+        if shape != self.shape.as_slice() {
             return false;
         }
         let offset = (env * self.steps_per_row + t) * self.frame_bytes;
@@ -138,27 +180,23 @@ impl EnvStepper {
     /// Binds the envs' `step` methods to a rollout's arrays.
     ///
     /// `frames` is the `("next", obs)` array itself: writable and C-contiguous, of
-    /// `K * steps_per_row` frames, each of `shape` elements of buffer format `format`
+    /// `K * steps_per_row` frames, each of `shape` elements of the numpy dtype `dtype`
     /// (`itemsize` bytes each); `ndarray` is `numpy.ndarray`. `rewards` (float64),
     /// `terminated` and `truncated` (bool) are writable, C-contiguous `[steps_per_row, K]`.
-    /// With a `limit` (`max_frames_per_traj`), `counts[i]` counts env `i`'s steps and its
-    /// trajectory is truncated once they reach the limit.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (steps, frames, shape, format, itemsize, steps_per_row, ndarray, rewards, terminated, truncated, counts, limit))]
+    #[pyo3(signature = (steps, frames, shape, dtype, itemsize, steps_per_row, ndarray, rewards, terminated, truncated))]
     fn new(
         steps: Vec<Py<PyAny>>,
         frames: &Bound<'_, PyAny>,
         shape: Vec<isize>,
-        format: &str,
+        dtype: Py<PyAny>,
         itemsize: isize,
         steps_per_row: usize,
         ndarray: Py<PyType>,
         rewards: &Bound<'_, PyAny>,
         terminated: &Bound<'_, PyAny>,
         truncated: &Bound<'_, PyAny>,
-        counts: Py<PyList>,
-        limit: Option<u64>,
     ) -> PyResult<Self> {
         let writable = |name: &str, obj: &Bound<'_, PyAny>, format: Option<&CStr>, bytes: usize| {
             let flags = ffi::PyBUF_WRITABLE | ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
@@ -197,100 +235,58 @@ impl EnvStepper {
         let rewards = writable("rewards", rewards, Some(c"d"), 8 * cells)?;
         let terminated = writable("terminated", terminated, Some(c"?"), cells)?;
         let truncated = writable("truncated", truncated, Some(c"?"), cells)?;
-        let format =
-            CString::new(format).map_err(|e| config_error(format!("format {format:?}: {e}")))?;
         Ok(Self {
             steps,
             frames,
             rewards,
             terminated,
             truncated,
-            counts,
-            limit,
             frame_bytes,
             steps_per_row,
             shape,
-            format,
+            dtype,
             itemsize,
             ndarray,
         })
     }
 
-    /// Steps env `i` with `actions[i]`, for every env, at step `t` of the rollout.
+    /// Steps env `i` with `actions[i]`, for every env in order, at step `t` of the rollout.
     ///
-    /// For an env whose result is the common case it stores the observation into frame
-    /// `(i, t)` and the reward and flags into element `(t, i)` of their arrays, and appends
-    /// `i` to `finished` if either flag is set (counting its steps against the limit). For
-    /// any other env it stores the whole `step` result into `raw[i]` and returns `i` among the
-    /// envs Python must handle (and count).
+    /// Stores the result of each env that returned the common case (see `store`). Returns the
+    /// stored envs whose episode ended, and the others, each with its whole `step` result,
+    /// unchecked: Python checks and stores those. Both in env order. Counts nothing and ends
+    /// no trajectory.
+    #[allow(clippy::type_complexity)]
     fn step(
         &self,
         py: Python<'_>,
         t: usize,
         actions: &Bound<'_, PyAny>,
-        finished: &Bound<'_, PyList>,
-        raw: &Bound<'_, PyList>,
-    ) -> PyResult<Vec<usize>> {
+    ) -> PyResult<(Vec<usize>, Vec<(usize, Py<PyAny>)>)> {
         if t >= self.steps_per_row {
             return Err(config_error(format!(
                 "step {t} is outside a rollout of {} steps",
                 self.steps_per_row
             )));
         }
-        let num_envs = self.steps.len();
-        let mut odd = Vec::new();
+        let (mut ended, mut left) = (Vec::new(), Vec::new());
+        // Iterated, not indexed: the same objects (numpy scalars, or rows for array actions)
+        // at less cost than an index lookup per env.
+        let mut actions = actions.try_iter()?;
         for (i, step) in self.steps.iter().enumerate() {
-            let action = actions.get_item(i)?;
-            let result = step.bind(py).call1((action,))?;
-            let stored = match result.cast::<PyTuple>() {
-                Ok(tuple) if tuple.len() == 5 => {
-                    let reward = tuple.get_item(1)?;
-                    let term = tuple.get_item(2)?;
-                    let trunc = tuple.get_item(3)?;
-                    if reward.is_exact_instance_of::<PyFloat>()
-                        && term.is_exact_instance_of::<PyBool>()
-                        && trunc.is_exact_instance_of::<PyBool>()
-                        && self.store_frame(&tuple.get_item(0)?, i, t)
-                    {
-                        let ended_by_term = term.is_truthy()?;
-                        let mut ended_by_trunc = trunc.is_truthy()?;
-                        if let Some(limit) = self.limit {
-                            let counts = self.counts.bind(py);
-                            let count = counts.get_item(i)?.extract::<u64>()? + 1;
-                            counts.set_item(i, count)?;
-                            ended_by_trunc |= count >= limit;
-                        }
-                        let cell = t * num_envs + i;
-                        let reward = reward.cast::<PyFloat>()?.value();
-                        // SAFETY: `cell < steps_per_row * K` (t and i are in range), and the
-                        // three exports were checked in `new` to hold that many float64 and
-                        // bool elements; unaligned writes make no assumption about alignment.
-                        unsafe {
-                            (self.rewards.view.buf as *mut f64)
-                                .add(cell)
-                                .write_unaligned(reward);
-                            (self.terminated.view.buf as *mut u8)
-                                .add(cell)
-                                .write(u8::from(ended_by_term));
-                            (self.truncated.view.buf as *mut u8)
-                                .add(cell)
-                                .write(u8::from(ended_by_trunc));
-                        }
-                        if ended_by_term || ended_by_trunc {
-                            finished.append(i)?;
-                        }
-                        true
-                    } else {
-                        false
-                    }
-                }
-                _ => false,
+            let Some(action) = actions.next().transpose()? else {
+                return Err(config_error(format!(
+                    "{i} actions for {} envs",
+                    self.steps.len()
+                )));
             };
-            if !stored {
-                raw.set_item(i, result)?;
-                odd.push(i);
+            let result = step.bind(py).call1((action,))?;
+            match self.store(&result, i, t)? {
+                None => left.push((i, result.unbind())),
+                Some(true) => ended.push(i),
+                Some(false) => {}
             }
         }
-        Ok(odd)
+        Ok((ended, left))
     }
 }
