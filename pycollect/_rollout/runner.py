@@ -317,7 +317,7 @@ class _Rollout:
             array[...] = 0  # slots are reused
         return actions
 
-    def _native_step(self) -> Callable[[int, Any], list[tuple[int, object]]] | None:
+    def _native_step(self) -> Callable[[int, Any], tuple[list[int], list[tuple[int, object]]]] | None:
         """The native stepper's ``step`` for this rollout, where the observation is one plain array field.
 
         Dict observations and ``info_keys`` take the Python path only.
