@@ -163,6 +163,7 @@ TORCH_FREE = [
     "pycollect._steps.infos",
     "pycollect._steps.backend",
     "pycollect._steps.inprocess",
+    "pycollect.vector",
     "pycollect.envs",
     "pycollect.envs.source",
     "pycollect.devices",

@@ -226,6 +226,29 @@ def test_a_group_returns_no_material_when_every_info_is_empty() -> None:
     same.close()
 
 
+def test_a_group_in_disabled_mode_refuses_an_ended_env_itself() -> None:
+    """The worker side checks too: a group is not stepped past an end it was not reset from."""
+    group = _group([CountingEnv(length=1) for _ in range(2)], AutoresetMode.DISABLED)
+    group.reset(seeds=[0, 1])
+    group.step([np.zeros(2, np.int64)])
+    with pytest.raises(ActionError, match=r"DISABLED and envs 0, 1 ended"):
+        group.step([np.zeros(2, np.int64)])
+    group.reset(mask=np.array([False, True]))
+    with pytest.raises(ActionError, match=r"DISABLED and env 0 ended"):
+        group.step([np.zeros(2, np.int64)])
+    group.close()
+
+
+def test_layouts_travel_pickled_without_their_views() -> None:
+    layout = SpaceLayout(SpacesEnv("dict", "tuple").observation_space, "observation")
+    arrays = layout.empty(2)
+    layout.batched(arrays, copy=False)
+    copy = pickle.loads(pickle.dumps(layout))
+    assert copy.fields == layout.fields and copy.tree == layout.tree and copy._views is None
+    assert [leaf.path for leaf in copy.leaves] == [("inner", "bits"), ("inner", "count"), ("position",)]
+    assert copy.fields[0].key == ("observation", "inner", "bits")
+
+
 def test_material_survives_pickling_and_merges_as_gymnasium() -> None:
     envs: list[gym.Env[Any, Any]] = [SpacesEnv("tuple", "discrete") for _ in range(3)]
     group = _group(envs, AutoresetMode.SAME_STEP)
