@@ -1,7 +1,8 @@
 """pycollect: fast, crash-safe reinforcement-learning data collection for PyTorch.
 
 The front door is :class:`Collector`; batches come out as TorchRL-compatible ``TensorDict``
-objects. Errors derive from :class:`PyCollectError`.
+objects. For a loop that steps its envs itself, :func:`make_vec` returns a gymnasium vector env
+(:mod:`pycollect.vector`). Errors derive from :class:`PyCollectError`.
 
 Extension points, each a subpackage with its interface, extended through pluggy hooks
 (:mod:`pycollect.hookspecs`, mark implementations with :data:`hookimpl`) and managed by
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 from pycollect._core import __version__
 from pycollect._lazy import lazy_exports
 from pycollect.exceptions import (
+    ActionError,
     BufferExportError,
     CollectorClosedError,
     ConfigError,
@@ -49,6 +51,7 @@ from pycollect.exceptions import (
     UnknownEnvError,
     UnknownSchemeError,
     UnsupportedSpaceError,
+    VectorEnvClosedError,
     WorkerCrashedError,
     WorkerStoppedError,
 )
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
     )
     from pycollect.devices import DevicePolicy, Placement
     from pycollect.envs import EnvBackend, EnvSpecs, Field, FieldSpec, GymLikeEnv, specs_from_spaces
+    from pycollect.vector import make_vec
     from pycollect.weights import WeightSyncScheme
 
 # Imported on first use: a worker process imports this package too, and one with a random
@@ -91,6 +95,7 @@ _LAZY = {
     "EpisodeRecord": "pycollect._batch.episodes",
     "env_seeds": "pycollect._rollout.seeding",
     "prestart": "pycollect._engines.workers._prestart",
+    "make_vec": "pycollect.vector",
     # The built-in plugins' classes, to configure them (SharedMemoryScheme(mode="view")).
     **{name: "pycollect.default_plugins" for name in ("CpuPolicy", "ExplicitPolicy", "RoundRobinPolicy")},
     **{name: "pycollect.default_plugins" for name in ("NoSyncScheme", "SharedMemoryScheme", "TorchDistributedScheme")},
@@ -105,6 +110,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
+    "ActionError",
     "BufferExportError",
     "Collector",
     "CollectorClosedError",
@@ -142,12 +148,14 @@ __all__ = [
     "UnknownEnvError",
     "UnknownSchemeError",
     "UnsupportedSpaceError",
+    "VectorEnvClosedError",
     "WeightSyncScheme",
     "WorkerCrashedError",
     "WorkerStoppedError",
     "__version__",
     "env_seeds",
     "hookimpl",
+    "make_vec",
     "prestart",
     "specs_from_spaces",
 ]

@@ -14,10 +14,12 @@ bindings' ``errors.rs``::
     │   ├── UnknownDevicePolicyError      no device placement policy has that name
     │   ├── UnsupportedSpaceError         a space that cannot be laid out in a batch
     │   ├── PolicyError                   the policy does not fit the env (at start or mid-run)
-    │   └── EnvCreationError              the env's constructor raised
+    │   ├── EnvCreationError              the env's constructor raised
+    │   └── ActionError                   a vector env's step() got actions that do not fit
     ├── EnvOutputError                    an env returned what its spaces do not allow
     ├── PluginError                       a plugin failed to import or to register
     ├── CollectorClosedError (RuntimeError)
+    ├── VectorEnvClosedError (RuntimeError)   a vector env used after close()
     ├── TransportError (RuntimeError)     the shared-memory transport failed
     │   ├── LayoutMismatchError           a segment of another layout or build
     │   └── BufferExportError (BufferError)
@@ -30,6 +32,7 @@ bindings' ``errors.rs``::
 from __future__ import annotations
 
 __all__ = [
+    "ActionError",
     "BufferExportError",
     "CollectorClosedError",
     "ConfigError",
@@ -49,6 +52,7 @@ __all__ = [
     "UnknownEnvError",
     "UnknownSchemeError",
     "UnsupportedSpaceError",
+    "VectorEnvClosedError",
     "WorkerCrashedError",
     "WorkerStoppedError",
 ]
@@ -97,6 +101,17 @@ class EnvCreationError(ConfigError):
     """Building an environment raised; the message names the env, its kwargs and the error."""
 
 
+class ActionError(ConfigError):
+    """A vector env's ``step()`` got actions it cannot send; nothing was sent.
+
+    Actions of the wrong shape or structure (a Dict action without one of its keys), of a
+    dtype that cannot be cast to the action space's without changing their kind (floats for a
+    Discrete space), outside the action space's bounds, or actions for envs that ended while
+    ``autoreset_mode`` is ``DISABLED`` and were not reset. The message names the value and the
+    env whose action it is.
+    """
+
+
 class EnvOutputError(PyCollectError):
     """An environment returned something its spaces do not allow.
 
@@ -122,6 +137,10 @@ class PluginError(PyCollectError):
 
 class CollectorClosedError(PyCollectError, RuntimeError):
     """The collector was used after :meth:`~pycollect.Collector.shutdown`."""
+
+
+class VectorEnvClosedError(PyCollectError, RuntimeError):
+    """A :class:`pycollect.vector.VectorEnv` was used (``step``, ``reset``, ``call``...) after ``close()``."""
 
 
 class TransportError(PyCollectError, RuntimeError):

@@ -8,7 +8,10 @@ gymnasium ``Env``:
 * :class:`CountingEnv`: deterministic observations ``[episode base, step]``, reward = step.
 * :class:`DictObsEnv`: a nested Dict observation and a MultiDiscrete action.
 * :class:`MultiBinaryActionEnv`: a MultiBinary action.
-* :class:`TupleObsEnv`: an observation space pycollect refuses (Tuple).
+* :class:`TupleObsEnv`: an observation space the Collector refuses (Tuple).
+* :class:`SpacesEnv`: any of Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple
+  observation and action spaces, short episodes of seeded lengths, infos of many types (for
+  comparing vector envs with gymnasium's).
 * :class:`RaisingEnv`: raises ``ZeroDivisionError`` at a given step (a crashing simulator).
 * :class:`HangingEnv`: never returns from a given step (a stuck simulator).
 * :class:`ExitingEnv`: ends its worker process with status 0 at a given step (a library that
@@ -22,6 +25,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -36,6 +40,7 @@ __all__ = [
     "MultiBinaryActionEnv",
     "OrphanChildEnv",
     "RaisingEnv",
+    "SpacesEnv",
     "TupleObsEnv",
     "make_counting",
 ]
@@ -134,6 +139,117 @@ class TupleObsEnv(gym.Env[Any, Any]):
     def __init__(self) -> None:
         self.observation_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3)))
         self.action_space = gym.spaces.Discrete(2)
+
+
+def _space(kind: str) -> gym.Space[Any]:
+    spaces: dict[str, Callable[[], gym.Space[Any]]] = {
+        "box": lambda: gym.spaces.Box(-10, 10, (3,), np.float32),
+        "discrete": lambda: gym.spaces.Discrete(5, start=2),
+        "multidiscrete": lambda: gym.spaces.MultiDiscrete([3, 4]),
+        "multibinary": lambda: gym.spaces.MultiBinary(4),
+        "dict": lambda: gym.spaces.Dict(
+            {
+                "position": gym.spaces.Box(-10, 10, (2,), np.float32),
+                "inner": gym.spaces.Dict({"count": gym.spaces.Discrete(6), "bits": gym.spaces.MultiBinary(3)}),
+            }
+        ),
+        "tuple": lambda: gym.spaces.Tuple((gym.spaces.Box(-10, 10, (2,), np.float64), gym.spaces.Discrete(3))),
+    }
+    if kind not in spaces:
+        raise ValueError(f"unknown space kind {kind!r}: one of {sorted(spaces)}")
+    return spaces[kind]()
+
+
+def _total(value: Any) -> float:
+    """The sum of every number in a (nested) action."""
+    if isinstance(value, dict):
+        return sum(_total(item) for item in value.values())
+    if isinstance(value, tuple):
+        return sum(_total(item) for item in value)
+    return float(np.sum(value))
+
+
+class SpacesEnv(gym.Env[Any, Any]):
+    """Short deterministic episodes in spaces of a chosen kind, with infos of many types.
+
+    Episodes last 2 to ``max_length`` steps (drawn from the seeded generator at each reset)
+    and end by termination, truncation or both. The observation is built from the step count,
+    a base drawn at reset and the last action, so it shows which action an env got. Step infos
+    hold, on some steps only, a Python int, a numpy float32, a string, an int32 array, a nested
+    dict and, at an episode's end, ``{"episode": {"r": ..., "l": ...}}``; some are empty. Reset
+    infos hold the base on some episodes and the options given. Rewards are Python floats or
+    numpy float32, flags Python bools or numpy bools.
+
+    Args:
+        observation: ``"box"``, ``"discrete"``, ``"multidiscrete"``, ``"multibinary"``,
+            ``"dict"`` or ``"tuple"``.
+        action: The same kinds, for the action space.
+        max_length: The longest episode.
+    """
+
+    def __init__(self, observation: str = "box", action: str = "discrete", max_length: int = 6) -> None:
+        self.observation_space = _space(observation)
+        self.action_space = _space(action)
+        self.kind = observation
+        self.max_length = max_length
+        self.last_options: dict[str, Any] | None = None
+        self._t, self._base, self._length, self._last, self._return = 0, 0, 1, 0.0, 0.0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, Info]:
+        """Start an episode of a drawn length from a drawn base."""
+        super().reset(seed=seed)
+        self._base = int(self.np_random.integers(0, 100))
+        self._length = int(self.np_random.integers(2, self.max_length + 1))
+        self._t, self._last, self._return = 0, 0.0, 0.0
+        self.last_options = options
+        info: Info = {"base": self._base} if self._base % 2 == 0 else {}
+        if options:
+            info["options"] = dict(options)
+        return self._obs(), info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, Info]:
+        """Advance one step; the episode ends at its drawn length."""
+        assert self.action_space.contains(action), action
+        t = self._t = self._t + 1
+        self._last = _total(action) % 7
+        reward: Any = t + self._last / 10
+        self._return += float(reward)
+        if t % 2:
+            reward = np.float32(reward)
+        end = t >= self._length
+        terminated: Any = end and self._base % 3 != 1
+        truncated: Any = end and self._base % 3 != 0
+        if self._base % 2:
+            terminated, truncated = np.bool_(terminated), np.bool_(truncated)
+        info: Info = {}
+        if not (self._base % 3 == 0 and t % 2 == 0):
+            info["t"] = t
+            if t % 2 == 0:
+                info["half"] = np.float32(t / 2)
+            if t % 3 == 0:
+                info["label"] = f"step {t}"
+            if t % 2 == 1:
+                info["pair"] = np.array([t, self._base], np.int32)
+            if t % 4 == 1:
+                info["nested"] = {"a": float(t), "b": bool(t % 3)}
+        if end:
+            info["episode"] = {"r": self._return, "l": t}
+        return self._obs(), reward, terminated, truncated, info
+
+    def _obs(self) -> Any:
+        t, base, last = self._t, self._base, self._last
+        parts: dict[str, Callable[[], Any]] = {
+            "box": lambda: np.array([base / 10, t, last], np.float32),
+            "discrete": lambda: 2 + (t + int(last)) % 5,
+            "multidiscrete": lambda: np.array([t % 3, (base + int(last)) % 4], np.int64),
+            "multibinary": lambda: np.array([(base + t) >> k & 1 for k in range(4)], np.int8),
+            "dict": lambda: {
+                "position": np.array([base / 10, last], np.float32),
+                "inner": {"count": t % 6, "bits": np.array([t & 1, base & 1, int(last) & 1], np.int8)},
+            },
+            "tuple": lambda: (np.array([t / 10, last], np.float64), (base + t) % 3),
+        }
+        return parts[self.kind]()
 
 
 def make_counting(length: int = 5) -> CountingEnv:

@@ -1,0 +1,348 @@
+"""A group of environments stepped with gymnasium's autoreset semantics, into arrays it is given.
+
+:class:`EnvGroup` is what steps the envs of a vector env: all of them in the trainer
+(``num_workers=0``), or the ``K`` envs of one worker process, whose arrays are then views of
+shared memory. Per env it does exactly what ``gymnasium.vector.SyncVectorEnv`` does in each
+:class:`~gymnasium.vector.AutoresetMode`:
+
+* ``NEXT_STEP``: an env whose episode ended at the last step is reset instead of stepped (its
+  action ignored, reward 0, flags False, its info the reset's info).
+* ``SAME_STEP``: an env whose episode ends is reset in the same step; its final observation
+  goes into the final-observation arrays and its final info into the returned material.
+* ``DISABLED``: never reset here; stepping an env that ended and was not reset (``reset`` with
+  a mask) is an :class:`~pycollect.ActionError`.
+
+Observations are written leaf by leaf (see :class:`~pycollect._steps.spaces.SpaceLayout`),
+rewards as float64, flags as bools. A value that is not exactly what its array holds goes
+through pycollect's output checks, which convert what fits and raise
+:class:`~pycollect.EnvOutputError` (naming the env and the step) for what does not.
+
+What gymnasium's vector infos need is returned, not built here (the trainer builds them, see
+:mod:`pycollect._steps.infos`): ``None`` when no env returned a non-empty info and none ended in
+``SAME_STEP`` mode (the common case; it costs one truth test per env), else one
+:data:`InfoEntry` per env that has something, in env order. It is plain data (dicts, lists,
+numpy values as the envs returned them), to be pickled across a process boundary; the final
+observations are not in it (they are in the arrays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from pycollect._rollout.checks import OutputChecks
+from pycollect._steps.spaces import SpaceLayout
+from pycollect.envs.backend import GymLikeEnv
+from pycollect.exceptions import ActionError, ConfigError, EnvOutputError
+
+__all__ = ["AUTORESET_MODES", "EnvGroup", "InfoEntry", "Material", "autoreset_mode", "disabled_message"]
+
+InfoEntry: TypeAlias = tuple[int, dict[str, Any], dict[str, Any] | None]
+"""One env's info material: ``(env index in its group, info, final info)``.
+
+``info`` is the env's step or reset info. ``final info`` is ``None`` unless the env's episode
+ended at this step in ``SAME_STEP`` mode; then it is the info of the ending step (possibly
+empty) and ``info`` the info of the reset that followed.
+"""
+
+Material: TypeAlias = list[InfoEntry]
+"""The info material of one group's step or reset, in env order."""
+
+# How one observation leaf is stored: (path in the raw observation, field index, dtype, shape, array).
+_Out: TypeAlias = list[tuple[Any, int, np.dtype[Any], tuple[int, ...], np.ndarray]]
+
+AUTORESET_MODES = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+"""The names ``autoreset_mode`` accepts (besides gymnasium's enum and its values)."""
+
+
+def autoreset_mode(value: Any) -> AutoresetMode:
+    """Gymnasium's :class:`~gymnasium.vector.AutoresetMode` for a name, a value or the enum itself.
+
+    ``"next_step"``, ``"NEXT_STEP"``, gymnasium's value ``"NextStep"`` and
+    ``AutoresetMode.NEXT_STEP`` are the same mode (likewise for the two others).
+
+    Raises:
+        ConfigError: No mode has that name; the message lists the valid ones.
+    """
+    if isinstance(value, AutoresetMode):
+        return value
+    if isinstance(value, str):
+        for mode in AutoresetMode:
+            if value == mode.value or value.lower() == mode.name.lower():
+                return mode
+    names = ", ".join(repr(name) for name in AUTORESET_MODES)
+    raise ConfigError(
+        f"unknown autoreset_mode {value!r}: use one of {names} or a gymnasium.vector.AutoresetMode "
+        f"({', '.join(f'AutoresetMode.{mode.name}' for mode in AutoresetMode)})"
+    )
+
+
+class _GroupChecks(OutputChecks):
+    """The output checks, with messages in a vector env's terms.
+
+    ``step`` is the group's step count: 0 for a ``reset()``, ``n > 0`` for the n-th ``step()``
+    since the group started, and ``-n`` for a reset at the n-th step (an autoreset).
+    """
+
+    def __init__(self, layout: SpaceLayout, env: str, offset: int, worker: int | None) -> None:
+        super().__init__(layout.fields, env, worker)
+        self.offset = offset
+
+    def _where(self, env_index: int, step: int) -> str:
+        place = f"env {self.offset + env_index}" + (f" (in worker {self.worker})" if self.worker is not None else "")
+        if step == 0:
+            when = "on reset"
+        elif step < 0:
+            when = f"on its automatic reset at step {-step}"
+        else:
+            when = f"at step {step}"
+        return f"env {self.env!r} ({place}) {when}"
+
+
+class EnvGroup:
+    """``K`` environments stepped one after another, results written into arrays given.
+
+    Args:
+        envs: The environments, built (the group closes them in :meth:`close`).
+        mode: The autoreset mode (see :func:`autoreset_mode`).
+        observation: The observation space's leaves; every env's space must equal its space.
+        action: The action space's leaves; every env's space must equal its space.
+        observations: One ``[K, *shape]`` array per observation leaf, of its dtype.
+        rewards: ``[K]`` float64.
+        terminated: ``[K]`` bool.
+        truncated: ``[K]`` bool.
+        final_observations: One ``[K, *shape]`` array per observation leaf, where an env's
+            final observation goes when its episode ends (``SAME_STEP`` mode; required there).
+        env_name: The env's name, for messages.
+        env_offset: The index of the group's first env in the vector env, for messages.
+        worker: The worker the group steps in (``None``: the trainer), for messages.
+
+    Raises:
+        ConfigError: An env's spaces differ from the layouts', or an array does not fit.
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[GymLikeEnv],
+        mode: AutoresetMode,
+        observation: SpaceLayout,
+        action: SpaceLayout,
+        observations: Sequence[np.ndarray],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        final_observations: Sequence[np.ndarray] | None = None,
+        *,
+        env_name: str = "env",
+        env_offset: int = 0,
+        worker: int | None = None,
+    ) -> None:
+        self.envs = list(envs)
+        self.mode = mode
+        self.observation = observation
+        self.action = action
+        count = len(self.envs)
+        for i, env in enumerate(self.envs):
+            for what, layout in (("observation", observation), ("action", action)):
+                space = getattr(env, f"{what}_space")
+                if space != layout.space:
+                    raise ConfigError(
+                        f"env {env_name!r} (env {env_offset + i}) has {what}_space {space}, but the vector env's "
+                        f"single_{what}_space is {layout.space}: every env of a vector env must have the same spaces"
+                    )
+        observation.check_arrays(observations, count, "observations")
+        if mode is AutoresetMode.SAME_STEP:
+            if final_observations is None:
+                raise ConfigError("autoreset_mode SAME_STEP needs arrays for the final observations")
+            observation.check_arrays(final_observations, count, "final observations")
+        for name, array, dtype in (("rewards", rewards, np.float64), ("terminated", terminated, np.bool_)):
+            if array.shape != (count,) or array.dtype != dtype:
+                raise ConfigError(
+                    f"{name}: shape {array.shape} and dtype {array.dtype}, not ({count},) {np.dtype(dtype)}"
+                )
+        if truncated.shape != (count,) or truncated.dtype != np.bool_:
+            raise ConfigError(f"truncated: shape {truncated.shape} and dtype {truncated.dtype}, not ({count},) bool")
+        self.rewards, self.terminated, self.truncated = rewards, terminated, truncated
+        self._checks = _GroupChecks(observation, env_name, env_offset, worker)
+        self._out: _Out = [
+            (leaf.path, n, leaf.field.dtype, leaf.field.shape, array)
+            for n, (leaf, array) in enumerate(zip(observation.leaves, observations, strict=True))
+        ]
+        self._final_out: _Out | None = (
+            None
+            if final_observations is None
+            else [
+                (path, n, dtype, shape, array)
+                for (path, n, dtype, shape, _), array in zip(self._out, final_observations, strict=True)
+            ]
+        )
+        self._steps_taken = 0
+        self._ended = [False] * count  # an env's episode ended at its last step (terminated or truncated)
+        self._closed = False
+
+    @property
+    def num_envs(self) -> int:
+        """How many envs the group steps."""
+        return len(self.envs)
+
+    def reset(
+        self,
+        seeds: Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        mask: Sequence[bool] | np.ndarray | None = None,
+    ) -> Material | None:
+        """Reset every env, or the envs of ``mask``, as gymnasium's ``SyncVectorEnv.reset`` does.
+
+        Args:
+            seeds: One seed per env (``None`` for an env: its own stream goes on), or ``None``.
+            options: Passed to every reset env's ``reset`` as it is.
+            mask: Which envs to reset (``None``: all); the others keep their observation.
+
+        Returns:
+            The info material of the reset envs (``None`` if every info was empty).
+        """
+        count = len(self.envs)
+        if seeds is None:
+            seeds = [None] * count
+        if len(seeds) != count or (mask is not None and len(mask) != count):
+            raise ConfigError(f"reset of a group of {count} envs got {len(seeds)} seeds and a mask of {mask!r}")
+        material: Material | None = None
+        for i, env in enumerate(self.envs):
+            if mask is not None and not mask[i]:
+                continue
+            self.terminated[i] = self.truncated[i] = False
+            self._ended[i] = False
+            raw, info = env.reset(seed=seeds[i], options=options)
+            self._store(self._out, i, raw, 0)
+            if info:
+                material = self._add(material, i, info, None, 0)
+        return material
+
+    def step(self, actions: Sequence[np.ndarray]) -> Material | None:
+        """Step every env once with its action, in env order, autoresetting as the mode says.
+
+        Args:
+            actions: One ``[K, *shape]`` array per action leaf (checked: see
+                :class:`~pycollect._steps.spaces.ActionChecker`).
+
+        Returns:
+            The info material (``None``: nothing to add to gymnasium's infos).
+
+        Raises:
+            ActionError: ``DISABLED`` mode and an env ended without being reset since.
+            EnvOutputError: An env returned what its spaces do not allow.
+        """
+        mode, ended = self.mode, self._ended
+        if mode is AutoresetMode.DISABLED and True in ended:
+            raise ActionError(disabled_message([i for i, done in enumerate(ended) if done], self._checks.offset))
+        self._steps_taken += 1
+        step = self._steps_taken
+        checks = self._checks
+        rewards, terminated, truncated = self.rewards, self.terminated, self.truncated
+        next_step, same_step = mode is AutoresetMode.NEXT_STEP, mode is AutoresetMode.SAME_STEP
+        material: Material | None = None
+        for i, (env, action) in enumerate(zip(self.envs, self.action.per_env(actions), strict=True)):
+            final = None
+            if next_step and ended[i]:
+                raw, info = env.reset()
+                reward, term, trunc, when = 0.0, False, False, -step
+            else:
+                raw, reward, term, trunc, info = env.step(action)
+                when = step
+                if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
+                    reward, term, trunc = checks.step(reward, term, trunc, i, step)
+                if same_step and (term or trunc):
+                    self._store(self._final_out, i, raw, step)  # type: ignore[arg-type]
+                    final = info if isinstance(info, dict) else self._info(info, i, step)
+                    raw, info = env.reset()
+                    when = -step
+            rewards[i], terminated[i], truncated[i] = reward, term, trunc
+            ended[i] = term or trunc
+            self._store(self._out, i, raw, when)
+            if info or final is not None:
+                material = self._add(material, i, info, final, when)
+        return material
+
+    def _add(self, material: Material | None, i: int, info: Any, final: dict[str, Any] | None, when: int) -> Material:
+        entry = (i, info if isinstance(info, dict) else self._info(info, i, when), final)
+        if material is None:
+            return [entry]
+        material.append(entry)
+        return material
+
+    def _info(self, info: Any, i: int, when: int) -> dict[str, Any]:
+        """A non-empty info that is not a dict: a Mapping's items, or an error."""
+        if isinstance(info, Mapping):
+            return dict(info)
+        if not info:
+            return {}
+        raise EnvOutputError(f"{self._checks._where(i, when)} returned info {info!r}; an info is a dict")
+
+    def _store(self, out: _Out, i: int, raw: Any, when: int) -> None:
+        checks, ndarray = self._checks, np.ndarray
+        for path, n, dtype, shape, array in out:
+            value = checks.leaf(raw, path, n, i, when) if path else raw
+            if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
+                value = checks.observation(n, value, i, when)
+            array[i] = value
+
+    def call(self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> list[Any]:
+        """Each env's ``name``: called with the arguments if it is callable, else its value (gymnasium's ``call``).
+
+        The attribute is looked up through wrappers (``get_wrapper_attr``) where the env has them.
+        """
+        kwargs = kwargs or {}
+        results = []
+        for env in self.envs:
+            attribute = _get(env, name)
+            results.append(attribute(*args, **kwargs) if callable(attribute) else attribute)
+        return results
+
+    def get_attr(self, name: str) -> list[Any]:
+        """Each env's ``name``, as gymnasium's ``SyncVectorEnv.get_attr`` gives it (through :meth:`call`)."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        """Set ``name`` on each env to its value (through wrappers: ``set_wrapper_attr``)."""
+        if len(values) != len(self.envs):
+            raise ConfigError(f"set_attr({name!r}): {len(values)} values for {len(self.envs)} envs")
+        for env, value in zip(self.envs, values, strict=True):
+            if hasattr(env, "set_wrapper_attr"):
+                env.set_wrapper_attr(name, value)
+            else:
+                setattr(env, name, value)
+
+    def close(self) -> None:
+        """Close every env (once; every env even if one raises, the first error raised after)."""
+        if self._closed:
+            return
+        self._closed = True
+        error: BaseException | None = None
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+
+
+def _get(env: Any, name: str) -> Any:
+    return env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") else getattr(env, name)
+
+
+def disabled_message(envs: Sequence[int], offset: int = 0) -> str:
+    """Why ``step()`` refuses envs that ended in ``DISABLED`` mode (envs numbered from ``offset``)."""
+    names = ", ".join(str(offset + i) for i in envs)
+    return (
+        f"autoreset_mode is DISABLED and env{'s' if len(envs) > 1 else ''} {names} ended (terminated or truncated) "
+        "at the last step without a reset since: reset them first with "
+        "reset(options={'reset_mask': mask}), mask a bool array that is True for them"
+    )

@@ -1,0 +1,107 @@
+"""The in-process step backend (``num_workers=0``): every env in one group, in the trainer."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from pycollect._steps.backend import InfoParts
+from pycollect._steps.group import EnvGroup
+from pycollect._steps.spaces import SpaceLayout
+from pycollect.envs.backend import GymLikeEnv
+from pycollect.envs.source import EnvSource
+
+__all__ = ["InProcessBackend"]
+
+
+class InProcessBackend:
+    """Steps every env of a vector env in this process, as one :class:`~pycollect._steps.group.EnvGroup`.
+
+    Implements :class:`~pycollect._steps.backend.StepBackend`; its result arrays are plain
+    numpy arrays it owns.
+
+    Args:
+        envs: The environments, built; the backend closes them.
+        mode: The autoreset mode.
+        env_name: The env's name, for messages.
+
+    Raises:
+        ConfigError: The envs' spaces differ from each other.
+        UnsupportedSpaceError: A space has a leaf pycollect cannot lay out.
+    """
+
+    def __init__(self, envs: Sequence[GymLikeEnv], mode: AutoresetMode, env_name: str = "env") -> None:
+        first = envs[0]
+        self.num_envs = len(envs)
+        self.observation = SpaceLayout(first.observation_space, "observation")
+        self.action = SpaceLayout(first.action_space, "action")
+        self.metadata: Mapping[str, Any] = dict(getattr(first, "metadata", {}))
+        self.render_mode: str | None = getattr(first, "render_mode", None)
+        self.observations = self.observation.empty(self.num_envs)
+        same_step = mode is AutoresetMode.SAME_STEP
+        self.final_observations = self.observation.empty(self.num_envs) if same_step else None
+        self.rewards = np.zeros(self.num_envs, np.float64)
+        self.terminated = np.zeros(self.num_envs, np.bool_)
+        self.truncated = np.zeros(self.num_envs, np.bool_)
+        self.group = EnvGroup(
+            envs,
+            mode,
+            self.observation,
+            self.action,
+            self.observations,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.final_observations,
+            env_name=env_name,
+        )
+
+    @classmethod
+    def start(cls, source: EnvSource, num_envs: int, mode: AutoresetMode) -> InProcessBackend:
+        """Build ``num_envs`` envs from ``source`` and a backend over them (closing them if that fails).
+
+        Raises:
+            EnvCreationError: An env's constructor raised.
+            ConfigError: What was built is not a gymnasium-style env, or the envs' spaces differ.
+            UnsupportedSpaceError: A space has a leaf pycollect cannot lay out.
+        """
+        envs: list[GymLikeEnv] = []
+        try:
+            for _ in range(num_envs):
+                envs.append(source.make())
+            return cls(envs, mode, source.describe())
+        except BaseException:
+            for env in envs:
+                with contextlib.suppress(Exception):  # the error that stopped the start is the one to report
+                    env.close()
+            raise
+
+    def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: np.ndarray | None) -> InfoParts:
+        """Reset every env or the envs of ``mask`` (see :class:`~pycollect._steps.backend.StepBackend`)."""
+        material = self.group.reset(seeds, options, mask)
+        return [] if material is None else [(0, material)]
+
+    def step(self, actions: Sequence[np.ndarray]) -> InfoParts:
+        """Step every env (see :class:`~pycollect._steps.backend.StepBackend`)."""
+        material = self.group.step(actions)
+        return [] if material is None else [(0, material)]
+
+    def call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        """Each env's ``name``, called if callable."""
+        return self.group.call(name, args, kwargs)
+
+    def get_attr(self, name: str) -> list[Any]:
+        """Each env's ``name``."""
+        return self.group.get_attr(name)
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        """Set ``name`` on each env."""
+        self.group.set_attr(name, values)
+
+    def close(self) -> None:
+        """Close every env (once)."""
+        self.group.close()

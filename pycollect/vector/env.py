@@ -1,0 +1,274 @@
+"""``pycollect.make_vec`` and the gymnasium vector env it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from pycollect._steps.backend import StepBackend
+from pycollect._steps.group import autoreset_mode as parse_autoreset_mode
+from pycollect._steps.group import disabled_message
+from pycollect._steps.infos import InfoMerger
+from pycollect._steps.inprocess import InProcessBackend
+from pycollect._steps.spaces import ActionChecker
+from pycollect.envs.source import EnvSource
+from pycollect.exceptions import ActionError, ConfigError, VectorEnvClosedError
+from pycollect.plugins import resolve_env
+
+__all__ = ["VectorEnv", "make_vec"]
+
+
+class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
+    """A gymnasium vector env whose envs pycollect steps, step for step what ``SyncVectorEnv`` returns.
+
+    Made by :func:`make_vec`. It checks what it is given (actions, seeds, the reset mask)
+    before anything is sent, hands the request to its backend (which steps the envs, in this
+    process or in worker processes) and builds what gymnasium returns from the backend's result
+    arrays: observations in the batched observation space's structure, float64 rewards, bool
+    flags, and infos merged with gymnasium's own ``_add_info``.
+
+    Attributes:
+        num_envs: How many envs it steps.
+        single_observation_space: One env's observation space.
+        single_action_space: One env's action space.
+        observation_space: The batched observation space (gymnasium's ``batch_space``).
+        action_space: The batched action space.
+        metadata: The first env's metadata, with ``"autoreset_mode"`` (an ``AutoresetMode``).
+        autoreset_mode: The autoreset mode.
+        copy: Whether observations are fresh arrays (``True``) or views of the result arrays,
+            valid until the next ``step`` or ``reset`` (``False``).
+    """
+
+    def __init__(
+        self,
+        backend: StepBackend,
+        *,
+        autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        name: str = "env",
+    ) -> None:
+        self._backend = backend
+        self._name = name
+        self.autoreset_mode = autoreset_mode
+        self.copy = copy
+        self.num_envs = backend.num_envs
+        self.single_observation_space = backend.observation.space
+        self.single_action_space = backend.action.space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self._actions = ActionChecker(backend.action, self.num_envs)
+        self.action_space = self._actions.space
+        self.metadata = dict(backend.metadata)
+        self.metadata["autoreset_mode"] = autoreset_mode
+        self.render_mode = backend.render_mode
+        self._infos = InfoMerger(self.num_envs)
+        self._ended = np.zeros(self.num_envs, np.bool_)  # DISABLED mode: envs that ended and were not reset
+        self._final_obs: Callable[[int], Any] | None = None
+        if backend.final_observations is not None:
+            final, layout = backend.final_observations, backend.observation
+            self._final_obs = lambda env: layout.single(final, env)
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: Mapping[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env (or those of ``options["reset_mask"]``); return the observations and infos.
+
+        Args:
+            seed: ``None`` (each env's own stream goes on, or fresh entropy at the first
+                reset), an int ``s`` (env ``i`` gets ``s + i``), or one seed (or ``None``) per env.
+            options: Passed to every env's ``reset``. ``options["reset_mask"]``, a bool array of
+                ``num_envs``, resets only the envs where it is True (they get the other options);
+                the others keep their observation.
+
+        Raises:
+            ConfigError: A bad seed or reset mask (gymnasium's checks and messages).
+            VectorEnvClosedError: The vector env was closed.
+        """
+        self._check_open("reset")
+        seeds = self._seeds(seed)
+        mask, passed = None, None
+        if options is not None:
+            if not isinstance(options, Mapping):
+                raise ConfigError(f"options must be a dict or None, got {type(options).__name__}: {options!r}")
+            passed = dict(options)  # gymnasium pops the mask out of the caller's dict; this leaves it alone
+            if "reset_mask" in passed:
+                mask = self._mask(passed.pop("reset_mask"))
+        parts = self._backend.reset(seeds, passed, mask)
+        if mask is None:
+            self._ended[:] = False
+        else:
+            self._ended[mask] = False
+        infos = self._infos.merge(parts) if parts else {}
+        return self._observations(), infos
+
+    def step(
+        self, actions: Any
+    ) -> tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]]:
+        """Step every env with its action, autoresetting as ``autoreset_mode`` says.
+
+        Args:
+            actions: A batch of the batched action space (``[num_envs, ...]`` arrays, in the
+                action space's Dict or Tuple structure). Any array-like that numpy can make one
+                of the same kind is accepted and cast to the space's dtype.
+
+        Returns:
+            ``(observations, rewards, terminated, truncated, infos)``, as gymnasium's vector envs.
+
+        Raises:
+            ActionError: The actions do not fit the action space, or (``DISABLED`` mode) an env
+                that ended was not reset; nothing was stepped.
+            EnvOutputError: An env returned what its spaces do not allow.
+            VectorEnvClosedError: The vector env was closed.
+        """
+        self._check_open("step")
+        checked = self._actions.check(actions)
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._ended.any():
+            raise ActionError(disabled_message(np.flatnonzero(self._ended).tolist()))
+        parts = self._backend.step(checked)
+        backend = self._backend
+        terminated, truncated = backend.terminated.copy(), backend.truncated.copy()
+        np.logical_or(terminated, truncated, out=self._ended)
+        infos = self._infos.merge(parts, self._final_obs) if parts else {}
+        return self._observations(), backend.rewards.copy(), terminated, truncated, infos
+
+    def render(self) -> tuple[Any, ...]:
+        """Each env's ``render()``."""
+        return self.call("render")
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each env's ``name``: called with the arguments if it is callable, else its value.
+
+        Raises:
+            VectorEnvClosedError: The vector env was closed.
+        """
+        self._check_open("call")
+        return tuple(self._backend.call(name, args, kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Each env's ``name`` (as ``SyncVectorEnv.get_attr``: a method is called without arguments).
+
+        Raises:
+            VectorEnvClosedError: The vector env was closed.
+        """
+        self._check_open("get_attr")
+        return tuple(self._backend.get_attr(name))
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set ``name`` on every env: ``values[i]`` on env ``i`` for a list or tuple, else the one value on all.
+
+        Raises:
+            ConfigError: A list or tuple whose length is not ``num_envs``.
+            VectorEnvClosedError: The vector env was closed.
+        """
+        self._check_open("set_attr")
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ConfigError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self._backend.set_attr(name, list(values))
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the envs (and whatever the backend holds)."""
+        self._backend.close()
+
+    def __repr__(self) -> str:
+        return f"pycollect.vector.VectorEnv({self._name}, num_envs={self.num_envs})"
+
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise VectorEnvClosedError(f"{what}() on a closed vector env ({self._name}): it was closed by close()")
+
+    def _observations(self) -> Any:
+        return self._backend.observation.batched(self._backend.observations, copy=self.copy)
+
+    def _seeds(self, seed: Any) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+            return [int(seed) + i for i in range(self.num_envs)]
+        if not isinstance(seed, Sequence | np.ndarray) or isinstance(seed, str | bytes):
+            raise ConfigError(f"seed must be None, an int or a list of {self.num_envs} ints, got {seed!r}")
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ConfigError(
+                "If seeds are passed as a list the length must match "
+                f"num_envs={self.num_envs} but got length={len(seeds)}."
+            )
+        for value in seeds:
+            if value is not None and (not isinstance(value, int | np.integer) or isinstance(value, bool)):
+                raise ConfigError(f"seed list item {value!r} is not an int or None (seed={seed!r})")
+        return [None if value is None else int(value) for value in seeds]
+
+    def _mask(self, mask: Any) -> np.ndarray:
+        """Gymnasium's checks of ``options["reset_mask"]``, with its messages."""
+        if not isinstance(mask, np.ndarray):
+            raise ConfigError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+        if mask.shape != (self.num_envs,):
+            raise ConfigError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise ConfigError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+        if not np.any(mask):
+            raise ConfigError(
+                "`options['reset_mask']` must contain a boolean array with at least one True value, "
+                f"got reset_mask={mask}"
+            )
+        return mask
+
+
+def make_vec(
+    env: str | Callable[..., Any] | EnvSource,
+    num_envs: int,
+    *,
+    num_workers: int = 0,
+    autoreset_mode: str | AutoresetMode = "next_step",
+    copy: bool = True,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> VectorEnv:
+    """A gymnasium vector env of ``num_envs`` envs, stepped by pycollect.
+
+    Step for step it returns what ``gymnasium.vector.SyncVectorEnv`` over the same env
+    functions returns, for the same seeds and actions: observations, rewards, flags, infos
+    (with their ``_key`` masks) and, in ``SAME_STEP`` mode, ``final_obs`` and ``final_info``.
+
+    Args:
+        env: A gymnasium id (``"CartPole-v1"``), ``"<backend>:<target>"`` for an env backend
+            plugin, or a callable that builds one env (a factory or an env class).
+        num_envs: How many envs (1 or more).
+        num_workers: Worker processes to step them in; ``0``: in this process.
+        autoreset_mode: ``"next_step"`` (the default), ``"same_step"``, ``"disabled"``, or a
+            ``gymnasium.vector.AutoresetMode``.
+        copy: ``True``: observations are fresh arrays. ``False``: views of the arrays the
+            results are written into, valid until the next ``step`` or ``reset``.
+        env_kwargs: Keyword arguments for every env's constructor.
+
+    Raises:
+        ConfigError: A bad argument (the message names it), before any env is built; envs
+            whose spaces differ; ``env`` that is not something to build envs from.
+        UnknownEnvError: The backend does not know the env.
+        EnvCreationError: An env's constructor raised.
+        UnsupportedSpaceError: A space pycollect cannot lay out (Text, Graph, Sequence...).
+    """
+    mode = parse_autoreset_mode(autoreset_mode)
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+        raise ConfigError(f"num_envs must be an int of 1 or more, got {num_envs!r}")
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
+        raise ConfigError(
+            f"num_workers must be an int of 0 or more (0: step the envs in this process), got {num_workers!r}"
+        )
+    if not isinstance(copy, bool):
+        raise ConfigError(f"copy must be a bool, got {copy!r}")
+    if num_workers > 0:
+        raise ConfigError(
+            f"num_workers={num_workers}: make_vec steps its envs in this process only for now; use num_workers=0"
+        )
+    source = resolve_env(env, env_kwargs)
+    backend = InProcessBackend.start(source, num_envs, mode)
+    return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=source.describe())
