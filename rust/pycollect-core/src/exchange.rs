@@ -26,11 +26,16 @@
 //! numbers are 64-bit and monotonic (never wrap in practice), and `request - response` is 0 (idle)
 //! or 1 (pending); anything else is corruption, reported as [`ExchangeError::Corrupt`].
 //!
-//! A worker that restarts finds the channel as its dead predecessor left it. A request posted
-//! before the new generation started was meant for the predecessor, whose envs are gone, so it
-//! must not be served: [`StepWorker::skip_pending`] answers it with [`STATUS_RESTARTED`] and no
-//! payload. The trainer sees that status (and the new generation in the response header) and
-//! re-posts what the new generation needs (a reset).
+//! Every request names the worker generation it is for (the trainer reads it from the worker's
+//! control block when it posts; the supervisor begins a generation just before it starts the
+//! process). A worker that restarts finds the channel as its dead predecessor left it. A
+//! request for an older generation was meant for the predecessor, whose envs are gone, so it
+//! must not be served: the worker answers it with [`STATUS_RESTARTED`] and no payload
+//! ([`StepWorker::skip_pending`] at start, and [`StepWorker::try_request`] whenever one
+//! arrives). The trainer sees that status (and the new generation in the response header) and
+//! re-posts what the new generation needs (a reset). A request posted for the new generation
+//! before its process got going is served by it: whether a request is skipped depends on what
+//! the trainer knew when it posted, never on how fast the new process starts.
 //!
 //! Payload bytes are copied with `ptr::copy` through the [`Mailbox`] trait (shared memory in
 //! production, loom cells in the loom model), never borrowed as slices of shared memory.
@@ -69,6 +74,8 @@ struct RequestWords {
     arg: AtomicU64,
     /// Bytes of request payload.
     len: AtomicU64,
+    /// The worker generation the request is for.
+    generation: AtomicU64,
     /// The request's command.
     command: AtomicU32,
 }
@@ -312,6 +319,17 @@ pub enum ExchangeError {
         /// Payload length stored in the header (0 when not the problem).
         len: u64,
     },
+    /// A request for a newer generation than the worker's own: this process was replaced.
+    Superseded {
+        /// The worker.
+        worker: usize,
+        /// This end's generation.
+        generation: u64,
+        /// The request.
+        seq: u64,
+        /// The generation the request is for.
+        request_generation: u64,
+    },
     /// `wait_answers` over no channel at all.
     NothingToWait,
     /// `wait_answers` over channels that ring different doorbells (different segments).
@@ -379,6 +397,16 @@ impl fmt::Display for ExchangeError {
                 f,
                 "step channel of worker {worker} is corrupt: request seq {request}, response seq \
                  {response}, payload length {len}"
+            ),
+            Self::Superseded {
+                worker,
+                generation,
+                seq,
+                request_generation,
+            } => write!(
+                f,
+                "worker {worker} generation {generation} was superseded: request {seq} is for \
+                 generation {request_generation}"
             ),
             Self::NothingToWait => f.write_str("wait_answers needs at least one channel"),
             Self::MixedDoorbells => f.write_str(
@@ -486,6 +514,8 @@ impl<M: Mailbox> StepChannelMem<M> {
 pub struct Request {
     /// Its sequence number (1, 2, ... per channel).
     pub seq: u64,
+    /// The worker generation it is for (the worker's own: others are never handed out).
+    pub generation: u64,
     /// The command.
     pub command: u32,
     /// The argument.
@@ -543,9 +573,17 @@ impl<M: Mailbox> StepTrainer<M> {
         self.mem.is_answered(seq)
     }
 
-    /// Posts a request: writes the payload and header, publishes the seq and rings the
-    /// worker's bell. Refused while the previous request is unanswered. Returns the new seq.
-    pub fn post(&mut self, command: u32, arg: u64, payload: &[u8]) -> Result<u64, ExchangeError> {
+    /// Posts a request for worker generation `generation` (the one in the worker's control
+    /// block now: a request for an older one is answered RESTARTED, unserved): writes the
+    /// payload and header, publishes the seq and rings the worker's bell. Refused while the
+    /// previous request is unanswered. Returns the new seq.
+    pub fn post(
+        &mut self,
+        generation: u64,
+        command: u32,
+        arg: u64,
+        payload: &[u8],
+    ) -> Result<u64, ExchangeError> {
         let capacity = self.mem.capacity();
         if payload.len() > capacity {
             return Err(ExchangeError::TooLarge {
@@ -573,6 +611,7 @@ impl<M: Mailbox> StepTrainer<M> {
         let words = &self.mem.ctl.request;
         // Relaxed: published by the Release store of the seq below.
         words.command.store(command, Ordering::Relaxed);
+        words.generation.store(generation, Ordering::Relaxed);
         words.arg.store(arg, Ordering::Relaxed);
         words.len.store(payload.len() as u64, Ordering::Relaxed);
         self.posted += 1;
@@ -649,6 +688,8 @@ impl<M: Mailbox> StepTrainer<M> {
 #[derive(Debug)]
 pub struct StepWorker<M> {
     mem: StepChannelMem<M>,
+    /// This process's generation, stamped on every answer.
+    generation: u64,
     /// The seq of our last answer (published).
     answered: u64,
     /// The request taken and not answered yet.
@@ -656,16 +697,23 @@ pub struct StepWorker<M> {
 }
 
 impl<M: Mailbox> StepWorker<M> {
-    /// Opens the worker's end, continuing from the last answer (a predecessor's, after a
-    /// restart: call [`skip_pending`](Self::skip_pending) first).
-    pub fn new(mem: StepChannelMem<M>) -> Self {
+    /// Opens the worker's end for worker generation `generation`, continuing from the last
+    /// answer (a predecessor's, after a restart: call [`skip_pending`](Self::skip_pending)
+    /// first).
+    pub fn new(mem: StepChannelMem<M>, generation: u64) -> Self {
         // SYNC POINT: Acquire of the last published answer (a predecessor's, after a restart).
         let answered = mem.ctl.response.seq.load(Ordering::Acquire);
         Self {
             mem,
+            generation,
             answered,
             serving: None,
         }
+    }
+
+    /// The generation stamped on every answer.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The shared parts.
@@ -678,14 +726,15 @@ impl<M: Mailbox> StepWorker<M> {
         self.serving
     }
 
-    /// For a worker generation that just started: answers a request posted before it started
-    /// (to its dead predecessor) with [`STATUS_RESTARTED`], no payload and `generation`, so
-    /// that it is never served. Returns that request's seq, or `None` when nothing was pending.
+    /// For a worker generation that just started: answers a request left for an older
+    /// generation (its dead predecessor) with [`STATUS_RESTARTED`] and no payload, so that it
+    /// is never served. Returns that request's seq, or `None` when nothing such was pending (a
+    /// request for this generation stays pending, to be served).
     ///
     /// Also forgets a sleeper the predecessor left on the worker's bell (a killed sleeper never
     /// decrements), which would otherwise cost the trainer a wake syscall per request. Only
     /// this worker ever sleeps on that bell, and its predecessor is dead.
-    pub fn skip_pending(&mut self, generation: u64) -> Result<Option<u64>, ExchangeError> {
+    pub fn skip_pending(&mut self) -> Result<Option<u64>, ExchangeError> {
         if let Some(req) = self.serving {
             return Err(ExchangeError::AlreadyServing {
                 worker: self.mem.worker,
@@ -693,27 +742,19 @@ impl<M: Mailbox> StepWorker<M> {
             });
         }
         self.mem.ctl.bell.reset_sleepers();
-        // SYNC POINT: Acquire pairs with post's Release. Nothing of the request is read here,
-        // so this only keeps every load of the request seq alike.
-        let request = self.mem.ctl.request.seq.load(Ordering::Acquire);
-        if request == self.answered {
+        let Some(header) = self.pending_header()? else {
             return Ok(None);
+        };
+        if header.generation < self.generation {
+            self.publish(header.seq, STATUS_RESTARTED, 0);
+            return Ok(Some(header.seq));
         }
-        if request != self.answered + 1 {
-            return Err(self.mem.corrupt(request, self.answered, 0));
-        }
-        self.publish(request, generation, STATUS_RESTARTED, 0);
-        Ok(Some(request))
+        self.check_not_superseded(&header)?;
+        Ok(None)
     }
 
-    /// Takes the next request if one is posted.
-    pub fn try_request(&mut self) -> Result<Option<Request>, ExchangeError> {
-        if let Some(req) = self.serving {
-            return Err(ExchangeError::AlreadyServing {
-                worker: self.mem.worker,
-                seq: req.seq,
-            });
-        }
+    /// The header of the request posted after our last answer, if any.
+    fn pending_header(&self) -> Result<Option<Request>, ExchangeError> {
         // SYNC POINT: Acquire pairs with post's Release: the header and payload of this
         // request are visible after this load.
         let seq = self.mem.ctl.request.seq.load(Ordering::Acquire);
@@ -729,14 +770,47 @@ impl<M: Mailbox> StepWorker<M> {
         if len > self.mem.capacity() as u64 {
             return Err(self.mem.corrupt(seq, self.answered, len));
         }
-        let req = Request {
+        Ok(Some(Request {
             seq,
+            generation: words.generation.load(Ordering::Relaxed),
             command: words.command.load(Ordering::Relaxed),
             arg: words.arg.load(Ordering::Relaxed),
             len: len as usize,
+        }))
+    }
+
+    fn check_not_superseded(&self, header: &Request) -> Result<(), ExchangeError> {
+        if header.generation > self.generation {
+            return Err(ExchangeError::Superseded {
+                worker: self.mem.worker,
+                generation: self.generation,
+                seq: header.seq,
+                request_generation: header.generation,
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes the next request for this generation if one is posted. One for an older
+    /// generation is answered RESTARTED on the way (never served); one for a newer generation
+    /// means this process was replaced: [`ExchangeError::Superseded`].
+    pub fn try_request(&mut self) -> Result<Option<Request>, ExchangeError> {
+        if let Some(req) = self.serving {
+            return Err(ExchangeError::AlreadyServing {
+                worker: self.mem.worker,
+                seq: req.seq,
+            });
+        }
+        let Some(header) = self.pending_header()? else {
+            return Ok(None);
         };
-        self.serving = Some(req);
-        Ok(Some(req))
+        if header.generation < self.generation {
+            self.publish(header.seq, STATUS_RESTARTED, 0);
+            return Ok(None);
+        }
+        self.check_not_superseded(&header)?;
+        self.serving = Some(header);
+        Ok(Some(header))
     }
 
     /// Takes the next request, waiting (spin, yield, futex sleep on the worker's bell in
@@ -747,27 +821,28 @@ impl<M: Mailbox> StepWorker<M> {
         deadline: Option<Instant>,
         should_abort: impl FnMut() -> bool,
     ) -> Result<Waited<Request>, ExchangeError> {
-        if let Some(req) = self.try_request()? {
-            return Ok(Waited::Ready(req));
-        }
         let ctl = self.mem.ctl.clone();
-        let answered = self.answered;
-        let outcome = wait_until(
-            &ctl.bell,
-            policy,
-            deadline,
-            // SYNC POINT: Acquire pairs with post's Release (try_request reloads it).
-            || ctl.request.seq.load(Ordering::Acquire) != answered,
-            should_abort,
-        );
-        Ok(match outcome {
-            WaitOutcome::Ready => match self.try_request()? {
-                Some(req) => Waited::Ready(req),
-                None => Waited::TimedOut,
-            },
-            WaitOutcome::TimedOut => Waited::TimedOut,
-            WaitOutcome::Aborted => Waited::Aborted,
-        })
+        let mut should_abort = should_abort;
+        loop {
+            if let Some(req) = self.try_request()? {
+                return Ok(Waited::Ready(req));
+            }
+            // Nothing to serve (or a request for an older generation, answered just now).
+            let answered = self.answered;
+            let outcome = wait_until(
+                &ctl.bell,
+                policy,
+                deadline,
+                // SYNC POINT: Acquire pairs with post's Release (try_request reloads it).
+                || ctl.request.seq.load(Ordering::Acquire) != answered,
+                &mut should_abort,
+            );
+            match outcome {
+                WaitOutcome::Ready => {}
+                WaitOutcome::TimedOut => return Ok(Waited::TimedOut),
+                WaitOutcome::Aborted => return Ok(Waited::Aborted),
+            }
+        }
     }
 
     /// Copies the payload of `req` (the request being served) into `dst`, whose length must
@@ -803,14 +878,9 @@ impl<M: Mailbox> StepWorker<M> {
         Ok(out)
     }
 
-    /// Answers the request being served: writes the payload and header (stamped with
-    /// `generation`), publishes the seq and rings the trainer's doorbell. Returns the seq.
-    pub fn respond(
-        &mut self,
-        generation: u64,
-        status: u32,
-        payload: &[u8],
-    ) -> Result<u64, ExchangeError> {
+    /// Answers the request being served: writes the payload and header (stamped with this
+    /// end's generation), publishes the seq and rings the trainer's doorbell. Returns the seq.
+    pub fn respond(&mut self, status: u32, payload: &[u8]) -> Result<u64, ExchangeError> {
         let worker = self.mem.worker;
         let Some(req) = self.serving else {
             return Err(ExchangeError::NotServing { worker });
@@ -831,14 +901,14 @@ impl<M: Mailbox> StepWorker<M> {
         // read the previous answer before posting the request we acquired, and cannot see this
         // one before the Release below.
         unsafe { self.mem.mailbox.write(Half::Response, payload) };
-        self.publish(req.seq, generation, status, payload.len());
+        self.publish(req.seq, status, payload.len());
         Ok(req.seq)
     }
 
-    fn publish(&mut self, seq: u64, generation: u64, status: u32, len: usize) {
+    fn publish(&mut self, seq: u64, status: u32, len: usize) {
         let words = &self.mem.ctl.response;
         // Relaxed: published by the Release store of the seq below.
-        words.generation.store(generation, Ordering::Relaxed);
+        words.generation.store(self.generation, Ordering::Relaxed);
         words.status.store(status, Ordering::Relaxed);
         words.len.store(len as u64, Ordering::Relaxed);
         self.answered = seq;
@@ -942,15 +1012,16 @@ mod tests {
     fn round_trip_carries_header_and_payloads() {
         let mem = channel(8);
         let mut t = StepTrainer::new(mem.clone());
-        let mut w = StepWorker::new(mem);
+        let mut w = StepWorker::new(mem, 7);
         assert_eq!(w.try_request().unwrap(), None);
-        assert_eq!(t.post(CMD_RESET, 42, b"seed").unwrap(), 1);
+        assert_eq!(t.post(7, CMD_RESET, 42, b"seed").unwrap(), 1);
         assert_eq!(t.pending(), Some(1));
         let req = w.try_request().unwrap().unwrap();
         assert_eq!(
             req,
             Request {
                 seq: 1,
+                generation: 7,
                 command: CMD_RESET,
                 arg: 42,
                 len: 4
@@ -958,16 +1029,16 @@ mod tests {
         );
         assert_eq!(w.payload(&req).unwrap(), b"seed");
         assert!(!t.answered(1));
-        assert_eq!(w.respond(7, STATUS_OK, b"obs!ok").unwrap(), 1);
+        assert_eq!(w.respond(STATUS_OK, b"obs!ok").unwrap(), 1);
         assert!(t.answered(1) && t.pending().is_none());
         let (resp, payload) = t.response_bytes().unwrap();
         assert_eq!((resp.seq, resp.generation, resp.status), (1, 7, STATUS_OK));
         assert_eq!(payload, b"obs!ok");
         // An empty payload, then a full one.
-        assert_eq!(t.post(CMD_STEP, 0, b"").unwrap(), 2);
+        assert_eq!(t.post(7, CMD_STEP, 0, b"").unwrap(), 2);
         let req = w.try_request().unwrap().unwrap();
         assert_eq!((req.seq, req.len), (2, 0));
-        w.respond(7, STATUS_ERROR, &[9; 8]).unwrap();
+        w.respond(STATUS_ERROR, &[9; 8]).unwrap();
         let (resp, payload) = t.response_bytes().unwrap();
         assert_eq!((resp.status, payload), (STATUS_ERROR, vec![9; 8]));
     }
@@ -976,9 +1047,9 @@ mod tests {
     fn post_while_pending_is_refused_naming_worker_and_seq() {
         let mem = channel(8);
         let mut t = StepTrainer::new(mem.clone());
-        let mut w = StepWorker::new(mem);
-        t.post(CMD_STEP, 0, b"").unwrap();
-        let e = t.post(CMD_STEP, 0, b"").unwrap_err();
+        let mut w = StepWorker::new(mem, 1);
+        t.post(1, CMD_STEP, 0, b"").unwrap();
+        let e = t.post(1, CMD_STEP, 0, b"").unwrap_err();
         assert_eq!(e, ExchangeError::Pending { worker: 3, seq: 1 });
         assert_eq!(
             e.to_string(),
@@ -992,32 +1063,32 @@ mod tests {
         // Taking it is not answering it.
         w.try_request().unwrap().unwrap();
         assert!(matches!(
-            t.post(CMD_STEP, 0, b""),
+            t.post(1, CMD_STEP, 0, b""),
             Err(ExchangeError::Pending { seq: 1, .. })
         ));
         assert!(matches!(
             w.try_request(),
             Err(ExchangeError::AlreadyServing { seq: 1, .. })
         ));
-        w.respond(1, STATUS_OK, b"").unwrap();
-        assert_eq!(t.post(CMD_STEP, 0, b"").unwrap(), 2);
+        w.respond(STATUS_OK, b"").unwrap();
+        assert_eq!(t.post(1, CMD_STEP, 0, b"").unwrap(), 2);
     }
 
     #[test]
     fn oversize_payloads_are_refused_naming_both_sizes() {
         let mem = channel(4);
         let mut t = StepTrainer::new(mem.clone());
-        let mut w = StepWorker::new(mem);
-        let e = t.post(CMD_CALL, 0, b"12345").unwrap_err();
+        let mut w = StepWorker::new(mem, 1);
+        let e = t.post(1, CMD_CALL, 0, b"12345").unwrap_err();
         assert_eq!(
             e.to_string(),
             "request payload of 5 bytes for worker 3 exceeds the mailbox of 4 bytes \
              (mailbox_bytes)"
         );
         assert_eq!(t.posted(), 0, "a refused post publishes nothing");
-        t.post(CMD_CALL, 0, b"1234").unwrap();
+        t.post(1, CMD_CALL, 0, b"1234").unwrap();
         w.try_request().unwrap().unwrap();
-        let e = w.respond(1, STATUS_OK, b"abcde").unwrap_err();
+        let e = w.respond(STATUS_OK, b"abcde").unwrap_err();
         assert_eq!(
             e,
             ExchangeError::TooLarge {
@@ -1028,7 +1099,7 @@ mod tests {
             }
         );
         // Still serving: a smaller answer goes through.
-        w.respond(1, STATUS_OK, b"abcd").unwrap();
+        w.respond(STATUS_OK, b"abcd").unwrap();
         assert_eq!(t.response_bytes().unwrap().1, b"abcd");
     }
 
@@ -1036,20 +1107,20 @@ mod tests {
     fn misuse_is_named() {
         let mem = channel(4);
         let t = StepTrainer::new(mem.clone());
-        let mut w = StepWorker::new(mem);
+        let mut w = StepWorker::new(mem, 1);
         assert_eq!(
             t.response().unwrap_err(),
             ExchangeError::NothingPosted { worker: 3 }
         );
         assert_eq!(
-            w.respond(1, STATUS_OK, b"").unwrap_err(),
+            w.respond(STATUS_OK, b"").unwrap_err(),
             ExchangeError::NotServing { worker: 3 }
         );
         let mut t = t;
-        t.post(CMD_STEP, 0, b"ab").unwrap();
+        t.post(1, CMD_STEP, 0, b"ab").unwrap();
         let req = w.try_request().unwrap().unwrap();
         assert_eq!(
-            w.respond(1, STATUS_RESTARTED, b"").unwrap_err(),
+            w.respond(STATUS_RESTARTED, b"").unwrap_err(),
             ExchangeError::ReservedStatus {
                 worker: 3,
                 status: STATUS_RESTARTED
@@ -1059,7 +1130,7 @@ mod tests {
             w.read_payload(&req, &mut [0; 1]),
             Err(ExchangeError::WrongLength { len: 2, dst: 1 })
         ));
-        w.respond(1, STATUS_OK, b"").unwrap();
+        w.respond(STATUS_OK, b"").unwrap();
         // The request is answered: its payload is no longer ours to read.
         assert!(matches!(
             w.payload(&req),
@@ -1072,16 +1143,16 @@ mod tests {
         let mem = channel(8);
         let mut t = StepTrainer::new(mem.clone());
         // Generation 1 serves request 1, takes request 2 and dies before answering.
-        let mut w1 = StepWorker::new(mem.clone());
-        t.post(CMD_STEP, 0, b"a").unwrap();
+        let mut w1 = StepWorker::new(mem.clone(), 1);
+        t.post(1, CMD_STEP, 0, b"a").unwrap();
         w1.try_request().unwrap().unwrap();
-        w1.respond(1, STATUS_OK, b"one").unwrap();
-        t.post(CMD_STEP, 0, b"b").unwrap();
+        w1.respond(STATUS_OK, b"one").unwrap();
+        t.post(1, CMD_STEP, 0, b"b").unwrap();
         w1.try_request().unwrap().unwrap();
         drop(w1);
         // Generation 2 starts: request 2 is answered RESTARTED, never served.
-        let mut w2 = StepWorker::new(mem.clone());
-        assert_eq!(w2.skip_pending(2).unwrap(), Some(2));
+        let mut w2 = StepWorker::new(mem.clone(), 2);
+        assert_eq!(w2.skip_pending().unwrap(), Some(2));
         assert_eq!(w2.try_request().unwrap(), None);
         let (resp, payload) = t.response_bytes().unwrap();
         assert_eq!(
@@ -1090,25 +1161,60 @@ mod tests {
         );
         assert!(payload.is_empty());
         // Nothing pending now: a second skip does nothing, and the next request is served.
-        assert_eq!(w2.skip_pending(2).unwrap(), None);
-        t.post(CMD_RESET, 5, b"c").unwrap();
+        assert_eq!(w2.skip_pending().unwrap(), None);
+        t.post(2, CMD_RESET, 5, b"c").unwrap();
         let req = w2.try_request().unwrap().unwrap();
         assert_eq!((req.seq, req.command, req.arg), (3, CMD_RESET, 5));
         assert!(matches!(
-            w2.skip_pending(2),
+            w2.skip_pending(),
             Err(ExchangeError::AlreadyServing { seq: 3, .. })
         ));
-        w2.respond(2, STATUS_OK, b"").unwrap();
+        w2.respond(STATUS_OK, b"").unwrap();
         assert_eq!(t.response().unwrap().generation, 2);
         // A generation that starts with nothing pending skips nothing.
-        let mut w3 = StepWorker::new(mem);
-        assert_eq!(w3.skip_pending(3).unwrap(), None);
+        let mut w3 = StepWorker::new(mem, 3);
+        assert_eq!(w3.skip_pending().unwrap(), None);
+    }
+
+    #[test]
+    fn what_is_skipped_depends_on_the_generation_posted_for_not_on_timing() {
+        let mem = channel(8);
+        let mut t = StepTrainer::new(mem.clone());
+        // Posted for generation 2 before its process opened its end: served, not skipped.
+        t.post(2, CMD_RESET, 0, b"r").unwrap();
+        let mut w2 = StepWorker::new(mem.clone(), 2);
+        assert_eq!(w2.skip_pending().unwrap(), None);
+        let req = w2.try_request().unwrap().unwrap();
+        assert_eq!((req.seq, req.generation), (1, 2));
+        w2.respond(STATUS_OK, b"").unwrap();
+        // Posted for generation 1 (the trainer had not seen the restart) after generation 2
+        // started: answered RESTARTED when it arrives, and the wait goes on.
+        t.post(1, CMD_STEP, 0, b"s").unwrap();
+        let soon = Some(Instant::now() + Duration::from_millis(10));
+        let got = w2.wait_request(&WaitPolicy::BLOCKING, soon, || false);
+        assert_eq!(got.unwrap(), Waited::TimedOut);
+        let resp = t.response().unwrap();
+        assert_eq!(
+            (resp.seq, resp.generation, resp.status),
+            (2, 2, STATUS_RESTARTED)
+        );
+        // Posted for generation 3: generation 2 has been replaced and must not serve it.
+        t.post(3, CMD_STEP, 0, b"").unwrap();
+        let e = w2.try_request().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "worker 3 generation 2 was superseded: request 3 is for generation 3"
+        );
+        assert_eq!(w2.skip_pending().unwrap_err(), e);
+        assert_eq!(t.pending(), Some(3), "left pending for generation 3");
+        let mut w3 = StepWorker::new(mem, 3);
+        assert_eq!(w3.try_request().unwrap().unwrap().seq, 3);
     }
 
     #[test]
     fn corrupt_seqs_are_detected() {
         let mem = channel(4);
-        let mut w = StepWorker::new(mem.clone());
+        let mut w = StepWorker::new(mem.clone(), 1);
         mem.ctl.request.seq.store(5, Ordering::Relaxed);
         assert!(matches!(
             w.try_request(),
@@ -1140,25 +1246,25 @@ mod tests {
         let (mut ta, mut tb) = (StepTrainer::new(a.clone()), StepTrainer::new(b.clone()));
         let policy = WaitPolicy::BLOCKING;
         let soon = || Some(Instant::now() + Duration::from_millis(10));
-        let mut wa = StepWorker::new(a.clone());
+        let mut wa = StepWorker::new(a.clone(), 1);
         assert_eq!(
             wa.wait_request(&policy, soon(), || false).unwrap(),
             Waited::TimedOut
         );
-        let sa = ta.post(CMD_STEP, 0, b"").unwrap();
-        let sb = tb.post(CMD_STEP, 0, b"").unwrap();
+        let sa = ta.post(1, CMD_STEP, 0, b"").unwrap();
+        let sb = tb.post(1, CMD_STEP, 0, b"").unwrap();
         let waits = [(&a, sa), (&b, sb)];
         let got = wait_answers(&waits, true, &policy, soon(), || false).unwrap();
         assert_eq!(got, Waited::TimedOut);
         // Worker b answers from another thread while the trainer sleeps.
         let b2 = b.clone();
         let handle = std::thread::spawn(move || {
-            let mut wb = StepWorker::new(b2);
+            let mut wb = StepWorker::new(b2, 1);
             let Waited::Ready(_) = wb.wait_request(&policy, None, || false).unwrap() else {
                 panic!("no request");
             };
             std::thread::sleep(Duration::from_millis(5));
-            wb.respond(1, STATUS_OK, b"b").unwrap();
+            wb.respond(STATUS_OK, b"b").unwrap();
         });
         let long = Some(Instant::now() + Duration::from_secs(10));
         let got = wait_answers(&waits, true, &policy, long, || false).unwrap();
@@ -1169,7 +1275,7 @@ mod tests {
         let Waited::Ready(_) = wa.wait_request(&policy, soon(), || false).unwrap() else {
             panic!("request to a not taken");
         };
-        wa.respond(1, STATUS_OK, b"").unwrap();
+        wa.respond(STATUS_OK, b"").unwrap();
         let got = wait_answers(&waits, false, &policy, soon(), || false).unwrap();
         assert_eq!(got, Waited::Ready(vec![0, 1]));
         let mut n = 0;

@@ -665,9 +665,10 @@ impl Segment {
         Ok(StepTrainer::new(self.step_channel(w)?))
     }
 
-    /// The worker's end of worker `w`'s step channel.
+    /// The worker's end of worker `w`'s step channel, for the generation in its control block.
     pub fn step_worker(&self, w: usize) -> Result<StepWorker<ShmMailbox>, SegmentError> {
-        Ok(StepWorker::new(self.step_channel(w)?))
+        let generation = self.worker(w)?.generation();
+        Ok(StepWorker::new(self.step_channel(w)?, generation))
     }
 
     /// The single weights writer (the trainer).
@@ -908,26 +909,31 @@ mod tests {
             seg.step_channel(2),
             Err(SegmentError::NoSuchWorker { worker: 2, .. })
         ));
+        let ctl = seg.worker(1).unwrap();
+        assert_eq!(ctl.begin_generation(), 1);
         let mut trainer = seg.step_trainer(1).unwrap();
         let mut worker = att.step_worker(1).unwrap();
-        assert_eq!(worker.skip_pending(1).unwrap(), None);
-        let seq = trainer.post(CMD_STEP, 9, &[5; 100]).unwrap();
+        assert_eq!(worker.skip_pending().unwrap(), None);
+        let seq = trainer
+            .post(ctl.generation(), CMD_STEP, 9, &[5; 100])
+            .unwrap();
         let policy = WaitPolicy::BLOCKING;
         let Waited::Ready(req) = worker.wait_request(&policy, None, || false).unwrap() else {
             panic!("no request");
         };
         assert_eq!((req.seq, req.arg, req.len), (seq, 9, 100));
         assert_eq!(worker.payload(&req).unwrap(), vec![5; 100]);
-        worker.respond(1, STATUS_OK, b"done").unwrap();
+        worker.respond(STATUS_OK, b"done").unwrap();
         let ch = seg.step_channel(1).unwrap();
         let got = wait_answers(&[(&ch, seq)], false, &policy, None, || false).unwrap();
         assert_eq!(got, Waited::Ready(vec![0]));
         assert_eq!(trainer.response_bytes().unwrap().1, b"done");
         // Worker 0's channel is separate; a restarted worker 1 skips a request left pending.
         assert_eq!(att.step_channel(0).unwrap().requested(), 0);
-        trainer.post(CMD_STEP, 0, b"").unwrap();
+        trainer.post(ctl.generation(), CMD_STEP, 0, b"").unwrap();
+        assert_eq!(ctl.begin_generation(), 2);
         let mut restarted = att.step_worker(1).unwrap();
-        assert_eq!(restarted.skip_pending(2).unwrap(), Some(seq + 1));
+        assert_eq!(restarted.skip_pending().unwrap(), Some(seq + 1));
         let resp = trainer.response().unwrap();
         assert_eq!((resp.generation, resp.status), (2, STATUS_RESTARTED));
         // Shutdown ends a worker's wait (and rings its bell, so a sleeper wakes at once).

@@ -285,7 +285,7 @@ fn step_exchange_rounds_lose_no_wakeup_and_never_race_on_payloads() {
         let mem = step_channel();
         // Endpoints are built before spawning (see the weights test).
         let mut trainer = StepTrainer::new(mem.clone());
-        let mut worker = StepWorker::new(mem);
+        let mut worker = StepWorker::new(mem, 7);
         let served = thread::spawn(move || {
             for round in 1..=3u64 {
                 let req = match worker
@@ -302,12 +302,12 @@ fn step_exchange_rounds_lose_no_wakeup_and_never_race_on_payloads() {
                     [v, v],
                     "torn or stale request"
                 );
-                worker.respond(7, STATUS_OK, &[v + 100, v + 100]).unwrap();
+                worker.respond(STATUS_OK, &[v + 100, v + 100]).unwrap();
             }
         });
         for round in 1..=3u64 {
             let v = round as u8;
-            let seq = trainer.post(CMD_STEP, round, &[v, v]).unwrap();
+            let seq = trainer.post(7, CMD_STEP, round, &[v, v]).unwrap();
             assert_eq!(seq, round);
             let got = wait_answers(
                 &[(trainer.mem(), seq)],
@@ -329,44 +329,58 @@ fn step_exchange_rounds_lose_no_wakeup_and_never_race_on_payloads() {
     });
 }
 
-#[test]
-fn step_exchange_request_racing_a_restart_is_answered_once() {
-    // A new generation starts (skip_pending) while the trainer posts: the request is either
-    // skipped (RESTARTED, no payload) or served by the new generation, never both, never lost.
-    loom::model(|| {
+/// Worker generation 2 starts (`skip_pending`, then serves one request) while the trainer
+/// posts a request for each of `generations` in turn: one for generation 1 (the trainer had
+/// not seen the restart) must be answered RESTARTED, unserved, whether it arrives before or
+/// after the new process's `skip_pending`; one for generation 2 must be served.
+fn restart_model(generations: &'static [u64]) {
+    loom::model(move || {
         let mem = step_channel();
         let mut trainer = StepTrainer::new(mem.clone());
-        let mut worker = StepWorker::new(mem);
+        let mut worker = StepWorker::new(mem, 2);
         let started = thread::spawn(move || {
-            if worker.skip_pending(2).unwrap().is_none() {
-                let req = match worker
-                    .wait_request(&WaitPolicy::BLOCKING, None, || false)
-                    .unwrap()
-                {
-                    Waited::Ready(req) => req,
-                    other => panic!("wait_request ended with {other:?}"),
-                };
-                assert_eq!(worker.payload(&req).unwrap(), [1, 1]);
-                worker.respond(2, STATUS_OK, &[2, 2]).unwrap();
-            }
+            worker.skip_pending().unwrap();
+            let req = match worker
+                .wait_request(&WaitPolicy::BLOCKING, None, || false)
+                .unwrap()
+            {
+                Waited::Ready(req) => req,
+                other => panic!("wait_request ended with {other:?}"),
+            };
+            assert_eq!(req.generation, 2, "a request for generation 1 was served");
+            assert_eq!(worker.payload(&req).unwrap(), [2, 2]);
+            worker.respond(STATUS_OK, &[3, 3]).unwrap();
         });
-        let seq = trainer.post(CMD_STEP, 0, &[1, 1]).unwrap();
-        let got = wait_answers(
-            &[(trainer.mem(), seq)],
-            false,
-            &WaitPolicy::BLOCKING,
-            None,
-            || false,
-        )
-        .unwrap();
-        assert_eq!(got, Waited::Ready(vec![0]));
-        let (resp, payload) = trainer.response_bytes().unwrap();
-        assert_eq!((resp.seq, resp.generation), (1, 2));
-        match resp.status {
-            STATUS_RESTARTED => assert!(payload.is_empty()),
-            STATUS_OK => assert_eq!(payload, [2, 2]),
-            other => panic!("status {other}"),
+        for &generation in generations {
+            let v = generation as u8;
+            let seq = trainer.post(generation, CMD_STEP, 0, &[v, v]).unwrap();
+            let got = wait_answers(
+                &[(trainer.mem(), seq)],
+                false,
+                &WaitPolicy::BLOCKING,
+                None,
+                || false,
+            )
+            .unwrap();
+            assert_eq!(got, Waited::Ready(vec![0]));
+            let (resp, payload) = trainer.response_bytes().unwrap();
+            assert_eq!((resp.seq, resp.generation), (seq, 2));
+            if generation == 1 {
+                assert_eq!((resp.status, payload.len()), (STATUS_RESTARTED, 0));
+            } else {
+                assert_eq!((resp.status, payload), (STATUS_OK, vec![3, 3]));
+            }
         }
         started.join().unwrap();
     });
+}
+
+#[test]
+fn step_exchange_request_left_for_a_dead_generation_is_answered_restarted() {
+    restart_model(&[1, 2]);
+}
+
+#[test]
+fn step_exchange_request_for_a_starting_generation_is_served() {
+    restart_model(&[2]);
 }
