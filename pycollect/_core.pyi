@@ -1,7 +1,7 @@
 """Type stubs for the native module ``pycollect._core`` (built from rust/pycollect-py).
 
 The shared-memory transport: a segment per collector, one SPSC ring of rollout slots per
-worker, control blocks and a weights store. All blocking calls release the
+worker, control blocks, a weights store and, when asked for, one step channel per worker. All blocking calls release the
 GIL, wait in slices of at most 50 ms, run Python signal handlers between slices (so Ctrl-C
 raises KeyboardInterrupt promptly), and return early (``None``) when the segment's shutdown
 flag is set.
@@ -48,6 +48,23 @@ WORKER_ERROR_CAPACITY: int
 """Bytes of a worker's error text area (8192): :meth:`WorkerControl.write_error` stores at most
 this many bytes of UTF-8 and drops the rest."""
 
+# Step-channel commands (carried, never interpreted, by the transport) and statuses.
+STEP_CMD_STEP: int
+"""1: step the worker's envs with the actions in its action rows."""
+STEP_CMD_RESET: int
+"""2: reset the worker's envs (seeds and options in the payload)."""
+STEP_CMD_CALL: int
+"""3: call a method or get/set an attribute of the envs (pickled in the payload)."""
+STEP_CMD_CLOSE: int
+"""4: close the envs and stop serving."""
+STEP_STATUS_OK: int
+"""0: the request was served."""
+STEP_STATUS_ERROR: int
+"""1: serving the request failed (the payload says why)."""
+STEP_STATUS_RESTARTED: int
+"""2: the request was posted to a worker generation that died; its successor did not serve it
+(:meth:`StepChannel.skip_pending`). Reserved: :meth:`StepChannel.respond` refuses it."""
+
 FieldDef: TypeAlias = tuple[str, str, tuple[int, ...]]
 """A :class:`pycollect.envs.Field` as the native layer takes it (Rust's ``layout::Field``):
 (name: its key joined by ``/``, dtype name, per-step shape). dtype names: uint8 int8 int16 int32
@@ -68,12 +85,15 @@ class Segment:
         weights_capacity: int,
         weights_buffers: int,
         backing: Literal["auto", "memfd", "named"],
+        mailbox_bytes: int = 0,
     ) -> Segment:
         """Create and map a segment of :func:`segment_bytes` of the same arguments.
 
         Every page is reserved and touched now (a full /dev/shm or memory cgroup fails here
         with TransportError, never later). Invalid or overflowing sizes raise ConfigError
-        naming the value.
+        naming the value. ``mailbox_bytes > 0`` gives every worker a step channel whose
+        mailbox holds that many bytes per direction (:meth:`step_channel`); 0 (the default)
+        makes none, and the segment does not grow.
         """
     @staticmethod
     def attach(fd: int, *, timeout_s: float, expected_layout_hash: int | None = None) -> Segment:
@@ -105,6 +125,9 @@ class Segment:
     @property
     def weights_capacity(self) -> int: ...
     @property
+    def mailbox_bytes(self) -> int:
+        """Bytes of each half of every worker's step-channel mailbox (0: no step channels)."""
+    @property
     def address(self) -> int:
         """Base address of this process's mapping (for zero-copy checks)."""
     def fields(self) -> list[FieldDef]: ...
@@ -121,6 +144,13 @@ class Segment:
     def worker_control(self, worker: int) -> WorkerControl: ...
     def weights_writer(self) -> WeightsWriter: ...
     def weights_reader(self, worker: int) -> WeightsReader: ...
+    def step_channel(self, worker: int) -> StepChannel:
+        """``worker``'s step channel; the same object on every call for this handle.
+
+        Raises:
+            ConfigError: The segment was created with ``mailbox_bytes=0``, or ``worker`` is
+                out of range.
+        """
     def shutdown(self) -> None:
         """Set the shutdown flag and wake every waiter (idempotent).
 
@@ -138,6 +168,7 @@ def segment_bytes(
     slots_per_worker: int,
     weights_capacity: int,
     weights_buffers: int,
+    mailbox_bytes: int = 0,
 ) -> int:
     """Exactly the ``total_len`` that :meth:`Segment.create` with these arguments would map.
 
@@ -237,6 +268,110 @@ class Lease:
         Views made from the lease stay memory-safe but their contents may be overwritten
         afterwards.
         """
+
+@final
+class StepChannel:
+    """One worker's step channel: one request in flight at a time, answered by the worker.
+
+    The trainer posts a request (a command, an argument and a payload of at most
+    :attr:`mailbox_bytes` bytes, copied into the channel's mailbox in the segment) and rings
+    the worker's bell; the worker takes it with :meth:`wait_request`, does the work and
+    answers with :meth:`respond` (a status and a payload), which rings the segment's doorbell
+    the trainer waits on (:func:`wait_answers`). No pipe and no pickling is involved: the
+    payloads are bytes the caller chose. The same object serves both ends (the trainer uses
+    ``post``, ``answered``, ``response``, ``pending``; the worker ``skip_pending``,
+    ``wait_request``, ``respond``); each end is opened on first use and remembers the last seq
+    it posted or answered, which is why a segment handle gives out one object per worker.
+
+    Restarts: each request is for the worker generation in the worker's control block when it
+    is posted (the supervisor begins a generation just before it starts the process), and the
+    worker's end is for the generation there when it is first used. A worker never serves a
+    request for an older generation: it answers it with :data:`STEP_STATUS_RESTARTED`, no
+    payload and its own generation (at :meth:`skip_pending`, or when one arrives). A request
+    posted for a generation whose process is still starting is served by it.
+    Misuse (posting while a request is pending, answering nothing, a payload over the mailbox)
+    raises ConfigError naming the worker and the values; seq words out of protocol
+    TransportError.
+    """
+
+    @property
+    def worker(self) -> int: ...
+    @property
+    def mailbox_bytes(self) -> int:
+        """Bytes a request payload, and a response payload, may each take."""
+    @property
+    def pending(self) -> int | None:
+        """Trainer: the seq of the latest request posted if it is still unanswered."""
+    def post(self, command: int, arg: int, payload: Buffer = b"") -> int:
+        """Trainer: post a request and ring the worker's bell; return its seq (1, 2, ...).
+
+        ``payload`` is copied (bytes-like, at most :attr:`mailbox_bytes` bytes). The request is
+        for the generation in the worker's control block now.
+
+        Raises:
+            ConfigError: The previous request is not answered yet (naming the worker and its
+                seq), or the payload is larger than the mailbox (naming both sizes).
+        """
+    def answered(self, seq: int) -> bool:
+        """Trainer: whether request ``seq`` has been answered."""
+    def response(self) -> tuple[int, int, bytes]:
+        """Trainer: ``(generation, status, payload)`` of the answer to the latest request.
+
+        ``generation`` is the answering worker's (from its control block), so the trainer can
+        tell a restarted worker's answer; status :data:`STEP_STATUS_RESTARTED` means the
+        request was never served.
+
+        Raises:
+            ConfigError: Nothing was posted, or the latest request is not answered yet.
+        """
+    def wait_request(self, timeout_s: float | None = None) -> tuple[int, int, int, bytes] | None:
+        """Worker: take the next request, waiting up to ``timeout_s`` (None: no deadline).
+
+        Spins briefly, then sleeps on the worker's bell, with the GIL released in slices
+        (Ctrl-C raises KeyboardInterrupt). Returns ``(seq, command, arg, payload)``, or None on
+        timeout or shutdown. Answer it with :meth:`respond` before taking the next one. A
+        request for an older generation is answered RESTARTED on the way, never returned.
+
+        Raises:
+            ConfigError: A request is being served (answer it first).
+            TransportError: A request is for a newer generation (this process was replaced),
+                or the channel is corrupt.
+        """
+    def respond(self, status: int, payload: Buffer = b"") -> int:
+        """Worker: answer the request being served; return its seq.
+
+        The answer is stamped with this end's generation (the one in the worker's control block
+        when the worker's end was first used: the one the supervisor started the process as)
+        and rings the segment's doorbell.
+
+        Raises:
+            ConfigError: No request is being served, ``status`` is
+                :data:`STEP_STATUS_RESTARTED`, or the payload is larger than the mailbox
+                (naming both sizes; the request stays served, so a smaller answer may follow).
+        """
+    def skip_pending(self) -> int | None:
+        """Worker, first thing in a new generation: answer a request left for a dead predecessor.
+
+        A pending request for an older generation is answered with
+        :data:`STEP_STATUS_RESTARTED`, no payload and this generation, and never served (the
+        envs it was meant for are gone). Returns its seq, or None when there was none (a
+        request for this generation stays pending, for :meth:`wait_request`).
+        """
+
+def wait_answers(
+    channels: Sequence[StepChannel], seqs: Sequence[int], *, timeout_s: float | None, any: bool = False
+) -> list[int]:
+    """Wait for answers: ``channels[i]`` to request ``seqs[i]``, all of them or (``any``) one.
+
+    Returns the positions of the answered ones, in order. Sleeps on the segment's doorbell
+    (spin briefly, then futex) with the GIL released in slices; Ctrl-C raises
+    KeyboardInterrupt. On timeout (``timeout_s``; None: no deadline) or shutdown it returns the
+    positions answered by then, so fewer than asked for (possibly none).
+
+    Raises:
+        ConfigError: No channel, not one seq per channel, or channels of different segment
+            handles.
+    """
 
 @final
 class WorkerControl:

@@ -15,7 +15,7 @@ use crate::sync::{AtomicU32, Ordering};
 /// `"PYCOLRB1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PYCOLRB1");
 /// Bumped whenever the meaning of any byte in the segment changes.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// Header state: still being initialised (all-zero memory starts here).
 pub const STATE_INIT: u32 = 0;
 /// Header state: fully initialised; attachers may proceed.
@@ -47,8 +47,9 @@ pub struct SegmentHeader {
     pub steps: u64,
     /// Ring slots per worker.
     pub slots_per_worker: u64,
-    /// Unused (zero); keeps the offsets of the words after it.
-    _unused: u64,
+    /// Bytes of each half of every step-channel mailbox (0: no step channels). ABI 2 kept this
+    /// word unused (zero).
+    pub mailbox_bytes: u64,
     /// Bytes per weights buffer.
     pub weights_capacity: u64,
     /// Number of weights buffers.
@@ -165,6 +166,7 @@ pub unsafe fn write_header(base: *mut u8, layout: &Layout, pid: u64, start_time:
         std::ptr::addr_of_mut!((*hdr).slots_per_worker).write(p.slots_per_worker as u64);
         std::ptr::addr_of_mut!((*hdr).weights_capacity).write(p.weights_capacity as u64);
         std::ptr::addr_of_mut!((*hdr).weight_buffers).write(p.weight_buffers as u64);
+        std::ptr::addr_of_mut!((*hdr).mailbox_bytes).write(p.mailbox_bytes as u64);
         std::ptr::addr_of_mut!((*hdr).n_fields).write(p.fields.len() as u64);
     }
     for (i, f) in p.fields.iter().enumerate() {
@@ -311,6 +313,7 @@ pub unsafe fn decode(base: *const u8, map_len: usize) -> Result<DecodedHeader, H
         slots_per_worker: usize_of("slots_per_worker", rd(base, off!(slots_per_worker)))?,
         weights_capacity: usize_of("weights_capacity", rd(base, off!(weights_capacity)))?,
         weight_buffers: usize_of("weight_buffers", rd(base, off!(weight_buffers)))?,
+        mailbox_bytes: usize_of("mailbox_bytes", rd(base, off!(mailbox_bytes)))?,
     };
     let layout = Layout::new(params).map_err(HeaderError::Layout)?;
     let stored = rd(base, off!(layout_hash));
@@ -370,6 +373,19 @@ mod tests {
         let d = unsafe { decode(base, mem.len() * 8) }.unwrap();
         assert_eq!(d.layout, l);
         assert_eq!((d.creator_pid, d.creator_start_time), (42, 7));
+    }
+
+    #[test]
+    fn round_trip_keeps_the_mailbox_size() {
+        let l = Layout::new(layout().params().clone().with_mailbox(3000)).unwrap();
+        let mut mem = buf_for(&l);
+        let base = mem.as_mut_ptr().cast::<u8>();
+        // SAFETY: `mem` is large enough and 8-aligned, and nobody else sees it.
+        unsafe { write_header(base, &l, 1, 1) };
+        // SAFETY: as above; the length passed is the buffer's.
+        let d = unsafe { decode(base, mem.len() * 8) }.unwrap();
+        assert_eq!(d.layout.params().mailbox_bytes, 3000);
+        assert_eq!(d.layout, l);
     }
 
     #[test]

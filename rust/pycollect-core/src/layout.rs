@@ -5,6 +5,8 @@
 //! global ctl      doorbell eventcount | shutdown flag | trainer heartbeat
 //! worker ctl[w]   state, pid, generation | heartbeat | error text (8 KiB)
 //! data ring[w]    RingCtl (tail | head | space bell) + SlotHeader[slots]
+//! step chan[w]    request seq+header | response seq+header | bell, request payload,
+//!                 response payload (mailbox_bytes each; absent when mailbox_bytes = 0)
 //! weights ctl     latest | len[buffers] | pin[n_workers]
 //! weights bufs    buffers × round_up(capacity, 4 KiB)
 //! field[f]        [slot][worker][K][T][*shape] elements
@@ -41,6 +43,8 @@ pub const WORKER_ERROR_TEXT_OFFSET: usize = REGION_ALIGN;
 pub const RING_CTL_SIZE: usize = 3 * LINE;
 /// Bytes of one slot header.
 pub const SLOT_HEADER_SIZE: usize = 64;
+/// Bytes of a step channel's control words (request, response and bell lines).
+pub const STEP_CTL_SIZE: usize = 3 * LINE;
 /// Default number of weight buffers (triple buffering).
 pub const DEFAULT_WEIGHT_BUFFERS: usize = 3;
 
@@ -203,6 +207,9 @@ pub struct LayoutParams {
     pub weights_capacity: usize,
     /// Number of weights buffers (≥ 3).
     pub weight_buffers: usize,
+    /// Bytes of each half (request, response) of every worker's step-channel mailbox; 0: the
+    /// segment has no step channels (a rollout-only segment does not grow).
+    pub mailbox_bytes: usize,
 }
 
 impl LayoutParams {
@@ -222,6 +229,7 @@ impl LayoutParams {
             slots_per_worker,
             weights_capacity: 0,
             weight_buffers: DEFAULT_WEIGHT_BUFFERS,
+            mailbox_bytes: 0,
         }
     }
 
@@ -229,6 +237,12 @@ impl LayoutParams {
     pub fn with_weights(mut self, capacity: usize, buffers: usize) -> Self {
         self.weights_capacity = capacity;
         self.weight_buffers = buffers;
+        self
+    }
+
+    /// Gives every worker a step channel whose mailbox holds `bytes` per half (0: none).
+    pub fn with_mailbox(mut self, bytes: usize) -> Self {
+        self.mailbox_bytes = bytes;
         self
     }
 }
@@ -318,6 +332,8 @@ pub struct Layout {
     worker_ctl: usize,
     data_rings: usize,
     data_ring_stride: usize,
+    step_channels: usize,
+    step_stride: usize,
     weights_ctl: usize,
     weights_bufs: usize,
     weights_stride: usize,
@@ -418,6 +434,21 @@ impl Layout {
             mul(data_ring_stride, p.n_workers, "data rings")?,
             "data rings",
         )?;
+        // Step channels: control lines, then the request and response halves at line
+        // boundaries; each worker's channel on its own 4 KiB boundary. None when 0 bytes.
+        let step_stride = if p.mailbox_bytes == 0 {
+            0
+        } else {
+            round_up(p.mailbox_bytes, LINE)
+                .and_then(|half| half.checked_mul(2))
+                .and_then(|halves| halves.checked_add(STEP_CTL_SIZE))
+                .and_then(|body| round_up(body, REGION_ALIGN))
+                .ok_or(LayoutError::Overflow("step channels"))?
+        };
+        let step_channels = c.take(
+            mul(step_stride, p.n_workers, "step channels")?,
+            "step channels",
+        )?;
         let wctl = LINE + round_up(8 * p.weight_buffers, LINE).unwrap_or(usize::MAX);
         let wctl = wctl
             .checked_add(mul(LINE, p.n_workers, "weights pins")?)
@@ -458,6 +489,8 @@ impl Layout {
             worker_ctl,
             data_rings,
             data_ring_stride,
+            step_channels,
+            step_stride,
             weights_ctl,
             weights_bufs,
             weights_stride,
@@ -481,6 +514,7 @@ impl Layout {
             p.slots_per_worker,
             p.weights_capacity,
             p.weight_buffers,
+            p.mailbox_bytes,
             p.fields.len(),
         ] {
             h.u64(v as u64);
@@ -498,6 +532,8 @@ impl Layout {
             self.worker_ctl,
             self.data_rings,
             self.data_ring_stride,
+            self.step_channels,
+            self.step_stride,
             self.weights_ctl,
             self.weights_bufs,
             self.weights_stride,
@@ -505,6 +541,7 @@ impl Layout {
             WORKER_CTL_SIZE,
             RING_CTL_SIZE,
             SLOT_HEADER_SIZE,
+            STEP_CTL_SIZE,
         ] {
             h.u64(v as u64);
         }
@@ -587,6 +624,28 @@ impl Layout {
     pub fn data_ring_offset(&self, w: usize) -> usize {
         assert!(w < self.params.n_workers, "worker {w} out of range");
         self.data_rings + w * self.data_ring_stride
+    }
+
+    /// Whether the segment has step channels (`mailbox_bytes > 0`).
+    pub fn has_step_channels(&self) -> bool {
+        self.params.mailbox_bytes > 0
+    }
+
+    /// Offset of worker `w`'s step channel (its `StepCtl`); `None` without step channels.
+    pub fn step_channel_offset(&self, w: usize) -> Option<usize> {
+        assert!(w < self.params.n_workers, "worker {w} out of range");
+        if !self.has_step_channels() {
+            return None;
+        }
+        Some(self.step_channels + w * self.step_stride)
+    }
+
+    /// Offsets of worker `w`'s request and response mailbox areas (`mailbox_bytes` each);
+    /// `None` without step channels.
+    pub fn mailbox_offsets(&self, w: usize) -> Option<(usize, usize)> {
+        let ctl = self.step_channel_offset(w)?;
+        let half = round_up(self.params.mailbox_bytes, LINE)?;
+        Some((ctl + STEP_CTL_SIZE, ctl + STEP_CTL_SIZE + half))
     }
 
     /// Offset of the weights control words (latest line, lens, pins).
@@ -693,6 +752,27 @@ mod tests {
     }
 
     #[test]
+    fn mailbox_bytes_grow_the_segment_only_when_set() {
+        let plain = Layout::new(params()).unwrap();
+        let zero = Layout::new(params().with_mailbox(0)).unwrap();
+        assert_eq!(plain, zero);
+        assert!(!plain.has_step_channels());
+        assert_eq!(plain.mailbox_offsets(0), None);
+        let with = Layout::new(params().with_mailbox(1000)).unwrap();
+        assert_ne!(with.hash(), plain.hash());
+        // 3 workers × (384 B of control + 2 × 1024 B of mailbox, rounded to 4 KiB).
+        assert_eq!(with.total_len(), plain.total_len() + 3 * REGION_ALIGN);
+        let bigger = Layout::new(params().with_mailbox(1001)).unwrap();
+        assert_ne!(bigger.hash(), with.hash());
+        let (req, resp) = with.mailbox_offsets(2).unwrap();
+        assert_eq!(with.step_channel_offset(2).unwrap() + STEP_CTL_SIZE, req);
+        assert_eq!(resp, req + 1024);
+        let mut p = params().with_mailbox(usize::MAX / 2);
+        p.n_workers = 1;
+        assert!(matches!(Layout::new(p), Err(LayoutError::Overflow(_))));
+    }
+
+    #[test]
     fn dtype_codes_round_trip() {
         for d in ALL_DTYPES {
             assert_eq!(DType::from_code(d.code()), Some(d));
@@ -707,17 +787,20 @@ mod tests {
             n_workers in 1usize..5, k in 1usize..5, t in 1usize..9, slots_log in 0u32..4,
             dims in proptest::collection::vec(proptest::collection::vec(1usize..4, 0..3), 1..4),
             wcap in 0usize..20_000,
+            mailbox in prop_oneof![Just(0usize), 1usize..10_000],
         ) {
             let fields = dims.iter().enumerate()
                 .map(|(i, s)| Field::new(format!("f{i}"), ALL_DTYPES[i % 13], s))
                 .collect();
             let p = LayoutParams::new(fields, n_workers, k, t, 1 << slots_log)
-                .with_weights(wcap, 3);
+                .with_weights(wcap, 3)
+                .with_mailbox(mailbox);
             let l = Layout::new(p).unwrap();
             let mut regions = vec![
                 (l.global_ctl, 4 * LINE),
                 (l.worker_ctl, WORKER_CTL_SIZE * n_workers),
                 (l.data_rings, l.data_ring_stride * n_workers),
+                (l.step_channels, l.step_stride * n_workers),
                 (l.weights_ctl, LINE),
                 (l.weights_bufs, l.weights_stride * 3),
             ];
@@ -731,6 +814,20 @@ mod tests {
             }
             prop_assert!(end <= l.total_len());
             prop_assert_eq!(l.total_len() % REGION_ALIGN, 0);
+            // Each worker's channel: its own 4 KiB boundary, both halves inside its stride.
+            for w in 0..n_workers {
+                match l.mailbox_offsets(w) {
+                    None => prop_assert_eq!(mailbox, 0),
+                    Some((req, resp)) => {
+                        let ctl = l.step_channel_offset(w).unwrap();
+                        prop_assert_eq!(ctl % REGION_ALIGN, 0);
+                        prop_assert!(req >= ctl + STEP_CTL_SIZE && resp >= req + mailbox);
+                        prop_assert!(resp + mailbox <= ctl + l.step_stride);
+                        prop_assert_eq!(req % LINE, 0);
+                        prop_assert_eq!(resp % LINE, 0);
+                    }
+                }
+            }
         }
     }
 }

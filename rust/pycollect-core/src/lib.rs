@@ -9,6 +9,7 @@
 //! * [`shared`]: references into shared (or, for loom, heap) memory that keep it alive.
 //! * [`futex`], [`eventcount`], [`wait`]: blocking without lost wake-ups.
 //! * [`ring`]: SPSC ring of slot indices (one data ring per worker).
+//! * [`exchange`]: per-worker step channel (one request/response in flight, with a mailbox).
 //! * [`weights`]: versioned multi-buffer weights store with reader pins.
 //! * [`worker`]: per-worker control block (state, generation, heartbeat, error text).
 //! * [`layout`], [`header`], [`segment`]: where everything lives, and the memfd itself.
@@ -23,6 +24,7 @@ compile_error!(
 );
 
 pub mod eventcount;
+pub mod exchange;
 pub mod futex;
 pub mod header;
 pub mod layout;
@@ -38,6 +40,10 @@ pub mod weights;
 pub mod worker;
 
 pub use eventcount::EventCount;
+pub use exchange::{
+    wait_answers, ExchangeError, Mailbox, Request, Response, StepChannelMem, StepTrainer,
+    StepWorker,
+};
 pub use layout::{DType, Field, Layout, LayoutError, LayoutParams};
 pub use ring::{Claim, ClaimBatch, Consumer, Producer, RingError, RingMem, SlotRef};
 #[cfg(not(loom))]

@@ -15,6 +15,7 @@
 //! so a forked child cannot stop its parent's workers or take its segment's name.
 
 use crate::eventcount::EventCount;
+use crate::exchange::{ShmMailbox, StepChannelMem, StepCtl, StepTrainer, StepWorker};
 use crate::header::{self, HeaderError, STATE_READY};
 use crate::layout::{Layout, LayoutError, LINE, RING_CTL_SIZE, WORKER_ERROR_TEXT_OFFSET};
 use crate::ring::{Consumer, Producer, RingCtl, RingError, RingMem, SlotHeader};
@@ -86,6 +87,8 @@ pub enum SegmentError {
     Weights(WeightsError),
     /// A segment name that is not `/pycollect-…` without further slashes.
     BadName(String),
+    /// The segment was made without step channels (`mailbox_bytes` 0).
+    NoStepChannels,
 }
 
 impl fmt::Display for SegmentError {
@@ -122,6 +125,9 @@ impl fmt::Display for SegmentError {
             Self::Ring(e) => write!(f, "{e}"),
             Self::Weights(e) => write!(f, "{e}"),
             Self::BadName(n) => write!(f, "bad segment name {n:?}: expected /{SHM_PREFIX}…"),
+            Self::NoStepChannels => f.write_str(
+                "this segment has no step channels: it was created with mailbox_bytes=0",
+            ),
         }
     }
 }
@@ -534,6 +540,9 @@ impl Segment {
             if let Ok(ring) = self.data_ring(w) {
                 ring.ctl().space_bell().notify_all();
             }
+            if let Ok(channel) = self.step_channel(w) {
+                channel.bell().notify_all();
+            }
         }
     }
 
@@ -622,6 +631,44 @@ impl Segment {
             )
         };
         WeightsMem::new(latest, lens, pins, bufs).map_err(SegmentError::Weights)
+    }
+
+    /// Worker `w`'s step channel (its control words, mailbox and the global doorbell).
+    pub fn step_channel(&self, w: usize) -> Result<StepChannelMem<ShmMailbox>, SegmentError> {
+        self.check_worker(w)?;
+        let (Some(off), Some((req, resp))) = (
+            self.layout.step_channel_offset(w),
+            self.layout.mailbox_offsets(w),
+        ) else {
+            return Err(SegmentError::NoStepChannels);
+        };
+        let capacity = self.layout.params().mailbox_bytes;
+        // SAFETY: a step channel region is a StepCtl (STEP_CTL_SIZE bytes, 4 KiB aligned)
+        // followed by two disjoint mailbox areas of `capacity` bytes at line boundaries, all
+        // inside the segment (layout.rs); the owner keeps the mapping alive.
+        let (ctl, mailbox) = unsafe {
+            (
+                self.shared::<StepCtl>(off),
+                ShmMailbox::from_raw(
+                    self.base_ptr().add(req),
+                    self.base_ptr().add(resp),
+                    capacity,
+                    self.owner(),
+                ),
+            )
+        };
+        Ok(StepChannelMem::new(ctl, self.doorbell(), mailbox, w))
+    }
+
+    /// The trainer's end of worker `w`'s step channel.
+    pub fn step_trainer(&self, w: usize) -> Result<StepTrainer<ShmMailbox>, SegmentError> {
+        Ok(StepTrainer::new(self.step_channel(w)?))
+    }
+
+    /// The worker's end of worker `w`'s step channel, for the generation in its control block.
+    pub fn step_worker(&self, w: usize) -> Result<StepWorker<ShmMailbox>, SegmentError> {
+        let generation = self.worker(w)?.generation();
+        Ok(StepWorker::new(self.step_channel(w)?, generation))
     }
 
     /// The single weights writer (the trainer).
@@ -843,5 +890,59 @@ mod tests {
         assert!(!att.is_shutdown());
         seg.shutdown();
         assert!(att.is_shutdown());
+    }
+
+    #[test]
+    fn step_channels_across_mappings_and_shutdown() {
+        use crate::exchange::{wait_answers, CMD_STEP, STATUS_OK, STATUS_RESTARTED};
+        use crate::wait::{WaitPolicy, Waited};
+        let plain = Segment::create(layout(2)).unwrap();
+        assert!(matches!(
+            plain.step_channel(0),
+            Err(SegmentError::NoStepChannels)
+        ));
+        let l = Layout::new(layout(2).params().clone().with_mailbox(100)).unwrap();
+        let seg = Segment::create_with(l, Backing::Memfd).unwrap();
+        let att = Segment::attach(seg.fd(), AttachOptions::default()).unwrap();
+        assert_eq!(att.layout().params().mailbox_bytes, 100);
+        assert!(matches!(
+            seg.step_channel(2),
+            Err(SegmentError::NoSuchWorker { worker: 2, .. })
+        ));
+        let ctl = seg.worker(1).unwrap();
+        assert_eq!(ctl.begin_generation(), 1);
+        let mut trainer = seg.step_trainer(1).unwrap();
+        let mut worker = att.step_worker(1).unwrap();
+        assert_eq!(worker.skip_pending().unwrap(), None);
+        let seq = trainer
+            .post(ctl.generation(), CMD_STEP, 9, &[5; 100])
+            .unwrap();
+        let policy = WaitPolicy::BLOCKING;
+        let Waited::Ready(req) = worker.wait_request(&policy, None, || false).unwrap() else {
+            panic!("no request");
+        };
+        assert_eq!((req.seq, req.arg, req.len), (seq, 9, 100));
+        assert_eq!(worker.payload(&req).unwrap(), vec![5; 100]);
+        worker.respond(STATUS_OK, b"done").unwrap();
+        let ch = seg.step_channel(1).unwrap();
+        let got = wait_answers(&[(&ch, seq)], false, &policy, None, || false).unwrap();
+        assert_eq!(got, Waited::Ready(vec![0]));
+        assert_eq!(trainer.response_bytes().unwrap().1, b"done");
+        // Worker 0's channel is separate; a restarted worker 1 skips a request left pending.
+        assert_eq!(att.step_channel(0).unwrap().requested(), 0);
+        trainer.post(ctl.generation(), CMD_STEP, 0, b"").unwrap();
+        assert_eq!(ctl.begin_generation(), 2);
+        let mut restarted = att.step_worker(1).unwrap();
+        assert_eq!(restarted.skip_pending().unwrap(), Some(seq + 1));
+        let resp = trainer.response().unwrap();
+        assert_eq!((resp.generation, resp.status), (2, STATUS_RESTARTED));
+        // Shutdown ends a worker's wait (and rings its bell, so a sleeper wakes at once).
+        let waiter = std::thread::spawn(move || {
+            let outcome = restarted.wait_request(&policy, None, || att.is_shutdown());
+            (outcome, att)
+        });
+        seg.shutdown();
+        let (outcome, _att) = waiter.join().unwrap();
+        assert_eq!(outcome.unwrap(), Waited::Aborted);
     }
 }

@@ -51,6 +51,10 @@ unsafe impl ShmSafe for crate::ring::SlotHeader {}
 // SAFETY: `#[repr(C)]`, Padded lines that hold only AtomicU32 and AtomicU64 words.
 #[cfg(not(loom))]
 unsafe impl ShmSafe for crate::worker::WorkerCtlMem {}
+// SAFETY: `#[repr(C)]`, three Padded lines: two of AtomicU64/AtomicU32 words (their padding is
+// never read) and one EventCount.
+#[cfg(not(loom))]
+unsafe impl ShmSafe for crate::exchange::StepCtl {}
 
 /// Sizes and alignments that `layout.rs` and the SAFETY comments in `segment.rs` rely on.
 #[cfg(not(loom))]
@@ -71,6 +75,9 @@ const _: () = {
     assert!(align_of::<crate::ring::RingCtl>() == LINE);
     assert!(size_of::<crate::ring::SlotHeader>() == SLOT_HEADER_SIZE);
     assert!(align_of::<crate::ring::SlotHeader>() == 8);
+    // A step channel is StepCtl, then its mailbox halves (also asserted in exchange.rs).
+    assert!(size_of::<crate::exchange::StepCtl>() == crate::layout::STEP_CTL_SIZE);
+    assert!(align_of::<crate::exchange::StepCtl>() == LINE);
     // The worker block's atomics fit before its error text (also asserted in worker.rs).
     assert!(size_of::<crate::worker::WorkerCtlMem>() <= WORKER_ERROR_TEXT_OFFSET);
 };

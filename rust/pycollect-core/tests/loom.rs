@@ -5,8 +5,8 @@
 //!     cargo test -p pycollect-core --release --test loom
 //! ```
 //!
-//! Payloads live in `loom::cell::UnsafeCell`, so loom reports any access to a slot or weights
-//! buffer that is not ordered by the protocol as a data race.
+//! Payloads live in `loom::cell::UnsafeCell`, so loom reports any access to a slot, weights
+//! buffer or step-channel mailbox that is not ordered by the protocol as a data race.
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
@@ -14,7 +14,12 @@ use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use pycollect_core::eventcount::EventCount;
+use pycollect_core::exchange::{
+    wait_answers, Half, Mailbox, StepChannelMem, StepTrainer, StepWorker, CMD_STEP, STATUS_OK,
+    STATUS_RESTARTED,
+};
 use pycollect_core::ring::{Consumer, Producer, RingMem};
+use pycollect_core::shared::SharedRef;
 use pycollect_core::wait::{wait_until, WaitOutcome, WaitPolicy, Waited};
 use pycollect_core::weights::{WeightBuffers, WeightsMem, WeightsReader, WeightsWriter};
 
@@ -229,4 +234,153 @@ fn weights_reader_never_sees_torn_or_stale_version() {
         }
         writer.join().unwrap();
     });
+}
+
+/// A step-channel mailbox of 2 bytes per half; a consistent payload holds `[v, v]`.
+struct Boxes([UnsafeCell<[u8; 2]>; 2]);
+
+// SAFETY: test code; access is checked by loom's UnsafeCell tracking.
+unsafe impl Sync for Boxes {}
+// SAFETY: test code; as above.
+unsafe impl Send for Boxes {}
+
+impl Mailbox for Boxes {
+    fn capacity(&self) -> usize {
+        2
+    }
+    unsafe fn write(&self, half: Half, src: &[u8]) {
+        // Byte by byte, so a torn write would be observable; the cell is touched even for an
+        // empty payload, so every post and answer is checked for ownership.
+        // SAFETY: test code; protocol ownership, checked by loom.
+        self.0[half as usize].with_mut(|p| unsafe {
+            for (i, &b) in src.iter().enumerate() {
+                (*p)[i] = b;
+            }
+        });
+    }
+    unsafe fn read(&self, half: Half, dst: &mut [u8]) {
+        // SAFETY: test code; protocol ownership, checked by loom.
+        self.0[half as usize].with(|p| unsafe {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = (*p)[i];
+            }
+        });
+    }
+}
+
+fn step_channel() -> StepChannelMem<std::sync::Arc<Boxes>> {
+    let boxes = Boxes([UnsafeCell::new([0; 2]), UnsafeCell::new([0; 2])]);
+    StepChannelMem::new_heap(
+        std::sync::Arc::new(boxes),
+        SharedRef::new_heap(EventCount::new()),
+        0,
+    )
+}
+
+#[test]
+fn step_exchange_rounds_lose_no_wakeup_and_never_race_on_payloads() {
+    // Both sides sleep on eventcounts (the futex model ignores timeouts, so a lost wake-up
+    // deadlocks and fails); payloads are loom cells (a write during a read is a reported race).
+    loom::model(|| {
+        let mem = step_channel();
+        // Endpoints are built before spawning (see the weights test).
+        let mut trainer = StepTrainer::new(mem.clone());
+        let mut worker = StepWorker::new(mem, 7);
+        let served = thread::spawn(move || {
+            for round in 1..=3u64 {
+                let req = match worker
+                    .wait_request(&WaitPolicy::BLOCKING, None, || false)
+                    .unwrap()
+                {
+                    Waited::Ready(req) => req,
+                    other => panic!("wait_request ended with {other:?}"),
+                };
+                assert_eq!((req.seq, req.command, req.arg), (round, CMD_STEP, round));
+                let v = round as u8;
+                assert_eq!(
+                    worker.payload(&req).unwrap(),
+                    [v, v],
+                    "torn or stale request"
+                );
+                worker.respond(STATUS_OK, &[v + 100, v + 100]).unwrap();
+            }
+        });
+        for round in 1..=3u64 {
+            let v = round as u8;
+            let seq = trainer.post(7, CMD_STEP, round, &[v, v]).unwrap();
+            assert_eq!(seq, round);
+            let got = wait_answers(
+                &[(trainer.mem(), seq)],
+                false,
+                &WaitPolicy::BLOCKING,
+                None,
+                || false,
+            )
+            .unwrap();
+            assert_eq!(got, Waited::Ready(vec![0]));
+            let (resp, payload) = trainer.response_bytes().unwrap();
+            assert_eq!(
+                (resp.seq, resp.generation, resp.status),
+                (seq, 7, STATUS_OK)
+            );
+            assert_eq!(payload, [v + 100, v + 100], "torn or stale response");
+        }
+        served.join().unwrap();
+    });
+}
+
+/// Worker generation 2 starts (`skip_pending`, then serves one request) while the trainer
+/// posts a request for each of `generations` in turn: one for generation 1 (the trainer had
+/// not seen the restart) must be answered RESTARTED, unserved, whether it arrives before or
+/// after the new process's `skip_pending`; one for generation 2 must be served.
+fn restart_model(generations: &'static [u64]) {
+    loom::model(move || {
+        let mem = step_channel();
+        let mut trainer = StepTrainer::new(mem.clone());
+        let mut worker = StepWorker::new(mem, 2);
+        let started = thread::spawn(move || {
+            worker.skip_pending().unwrap();
+            let req = match worker
+                .wait_request(&WaitPolicy::BLOCKING, None, || false)
+                .unwrap()
+            {
+                Waited::Ready(req) => req,
+                other => panic!("wait_request ended with {other:?}"),
+            };
+            assert_eq!(req.generation, 2, "a request for generation 1 was served");
+            assert_eq!(worker.payload(&req).unwrap(), [2, 2]);
+            worker.respond(STATUS_OK, &[3, 3]).unwrap();
+        });
+        for &generation in generations {
+            let v = generation as u8;
+            let seq = trainer.post(generation, CMD_STEP, 0, &[v, v]).unwrap();
+            let got = wait_answers(
+                &[(trainer.mem(), seq)],
+                false,
+                &WaitPolicy::BLOCKING,
+                None,
+                || false,
+            )
+            .unwrap();
+            assert_eq!(got, Waited::Ready(vec![0]));
+            let (resp, payload) = trainer.response_bytes().unwrap();
+            assert_eq!((resp.seq, resp.generation), (seq, 2));
+            if generation == 1 {
+                assert_eq!((resp.status, payload.len()), (STATUS_RESTARTED, 0));
+            } else {
+                assert_eq!((resp.status, payload), (STATUS_OK, vec![3, 3]));
+            }
+        }
+        started.join().unwrap();
+    });
+}
+
+#[test]
+fn step_exchange_request_left_for_a_dead_generation_is_answered_restarted() {
+    restart_model(&[1, 2]);
+}
+
+#[test]
+fn step_exchange_request_for_a_starting_generation_is_served() {
+    restart_model(&[2]);
 }

@@ -19,6 +19,7 @@ use std::fmt::Display;
 
 use pycollect_core::header::HeaderError;
 use pycollect_core::supervisor::SupervisorError as CoreSupervisorError;
+use pycollect_core::ExchangeError;
 use pycollect_core::{LayoutError, RingError, SegmentError, WeightsError};
 use pyo3::PyErr;
 
@@ -134,7 +135,8 @@ impl NativeError for SegmentError {
             Self::TooSmall { .. } | Self::LayoutMismatch { .. } => Kind::LayoutMismatch,
             Self::Header(e) => e.kind(),
             Self::Layout(e) => e.kind(),
-            Self::NoSuchWorker { .. } | Self::BadName(_) => Kind::Config,
+            // A worker index, a name, or a step channel asked of a segment created without.
+            Self::NoSuchWorker { .. } | Self::BadName(_) | Self::NoStepChannels => Kind::Config,
             // Rings and the weights store are assembled from the segment's own layout, with
             // no value from the caller: failing to do so means the segment is inconsistent.
             Self::Ring(_) | Self::Weights(_) => Kind::Transport,
@@ -165,6 +167,30 @@ impl NativeError for WeightsError {
             | Self::DestinationTooSmall { .. }
             | Self::NoSuchReader { .. }
             | Self::BadBufferCount(_) => Kind::Config,
+        }
+    }
+}
+
+impl NativeError for ExchangeError {
+    fn kind(&self) -> Kind {
+        match self {
+            // Seq words out of protocol (another writer, or corrupt memory), or a request for
+            // a newer generation: this worker process has been replaced.
+            Self::Corrupt { .. } | Self::Superseded { .. } => Kind::Transport,
+            // Misuse by the caller, each naming the worker and the values: posting while a
+            // request is pending, reading an answer that is not there, answering nothing, a
+            // payload over the mailbox size, a reserved status, channels of two segments.
+            Self::Pending { .. }
+            | Self::NotAnswered { .. }
+            | Self::NothingPosted { .. }
+            | Self::Stale { .. }
+            | Self::NotServing { .. }
+            | Self::AlreadyServing { .. }
+            | Self::TooLarge { .. }
+            | Self::WrongLength { .. }
+            | Self::ReservedStatus { .. }
+            | Self::NothingToWait
+            | Self::MixedDoorbells => Kind::Config,
         }
     }
 }
@@ -234,5 +260,15 @@ mod tests {
             reason: "stdio",
         };
         assert_eq!(fd.kind(), Kind::Config);
+        let pending = ExchangeError::Pending { worker: 0, seq: 1 };
+        assert_eq!(pending.kind(), Kind::Config);
+        let corrupt = ExchangeError::Corrupt {
+            worker: 0,
+            request: 3,
+            response: 1,
+            len: 0,
+        };
+        assert_eq!(corrupt.kind(), Kind::Transport);
+        assert_eq!(SegmentError::NoStepChannels.kind(), Kind::Config);
     }
 }

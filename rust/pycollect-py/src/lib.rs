@@ -9,6 +9,7 @@ mod blocking;
 mod control;
 mod errors;
 mod events;
+mod exchange;
 mod ring;
 mod segment;
 mod stepping;
@@ -28,6 +29,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::Producer>()?;
     m.add_class::<ring::Consumer>()?;
     m.add_class::<ring::Lease>()?;
+    m.add_class::<exchange::StepChannel>()?;
     m.add_class::<control::WorkerControl>()?;
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
@@ -49,7 +51,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "WORKER_ERROR_CAPACITY",
         pycollect_core::layout::ERROR_TEXT_CAP,
     )?;
+    // Step-channel commands and statuses (the core's numbers; the core itself interprets only
+    // STEP_STATUS_RESTARTED, which only `StepChannel.skip_pending` answers with).
+    use pycollect_core::exchange as x;
+    m.add("STEP_CMD_STEP", x::CMD_STEP)?;
+    m.add("STEP_CMD_RESET", x::CMD_RESET)?;
+    m.add("STEP_CMD_CALL", x::CMD_CALL)?;
+    m.add("STEP_CMD_CLOSE", x::CMD_CLOSE)?;
+    m.add("STEP_STATUS_OK", x::STATUS_OK)?;
+    m.add("STEP_STATUS_ERROR", x::STATUS_ERROR)?;
+    m.add("STEP_STATUS_RESTARTED", x::STATUS_RESTARTED)?;
     m.add_function(wrap_pyfunction!(ring::wait_any, m)?)?;
+    m.add_function(wrap_pyfunction!(exchange::wait_answers, m)?)?;
     m.add_function(wrap_pyfunction!(segment::sweep_stale_segments, m)?)?;
     m.add_function(wrap_pyfunction!(segment::segment_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(supervisor::set_parent_death_signal, m)?)?;

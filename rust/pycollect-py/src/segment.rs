@@ -1,7 +1,7 @@
 //! `Segment`: one collector's shared memory, as seen from Python.
 
 use std::os::fd::BorrowedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pycollect_core::{
     AttachOptions, Backing, DType, Field, Layout, LayoutParams, Segment as CoreSegment,
@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use crate::blocking::non_negative_seconds;
 use crate::control::WorkerControl;
 use crate::errors::{config_error, py_err, transport_error};
+use crate::exchange::StepChannel;
 use crate::ring::{Consumer, Producer};
 use crate::view::SlotView;
 use crate::weights::{WeightsReader, WeightsWriter};
@@ -25,9 +26,19 @@ type FieldArg<'py> = (String, String, Vec<Bound<'py, PyAny>>);
 #[pyclass(frozen, module = "pycollect._core")]
 pub struct Segment {
     pub(crate) inner: Arc<CoreSegment>,
+    /// The one `StepChannel` per worker this handle gives out (made on first request).
+    step_channels: Mutex<Vec<Option<Py<StepChannel>>>>,
 }
 
 impl Segment {
+    fn from_core(inner: CoreSegment) -> Self {
+        let n = inner.layout().n_workers();
+        Self {
+            inner: Arc::new(inner),
+            step_channels: Mutex::new((0..n).map(|_| None).collect()),
+        }
+    }
+
     /// Index of a field by name, or a ConfigError that lists the known names.
     pub(crate) fn field_index(&self, field: &str) -> PyResult<usize> {
         let layout = self.inner.layout();
@@ -133,7 +144,13 @@ fn layout_of(
     slots_per_worker: &Bound<'_, PyAny>,
     weights_capacity: &Bound<'_, PyAny>,
     weights_buffers: &Bound<'_, PyAny>,
+    mailbox_bytes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Layout> {
+    // `None` (the Python default) is 0: no step channels.
+    let mailbox_bytes = mailbox_bytes
+        .map(|bytes| size_arg("mailbox_bytes", bytes))
+        .transpose()?
+        .unwrap_or(0);
     let params = LayoutParams::new(
         parse_fields(fields)?,
         size_arg("n_workers", n_workers)?,
@@ -144,14 +161,15 @@ fn layout_of(
     .with_weights(
         size_arg("weights_capacity", weights_capacity)?,
         size_arg("weights_buffers", weights_buffers)?,
-    );
+    )
+    .with_mailbox(mailbox_bytes);
     Layout::new(params).map_err(py_err)
 }
 
 /// The size in bytes of the segment `Segment.create` would map for these arguments, computed
 /// from the layout alone: nothing is allocated, so it is the check to make before creating.
 #[pyfunction]
-#[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers))]
+#[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, mailbox_bytes=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn segment_bytes(
     fields: Vec<FieldArg<'_>>,
@@ -161,6 +179,7 @@ pub fn segment_bytes(
     slots_per_worker: &Bound<'_, PyAny>,
     weights_capacity: &Bound<'_, PyAny>,
     weights_buffers: &Bound<'_, PyAny>,
+    mailbox_bytes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<usize> {
     let layout = layout_of(
         fields,
@@ -170,6 +189,7 @@ pub fn segment_bytes(
         slots_per_worker,
         weights_capacity,
         weights_buffers,
+        mailbox_bytes,
     )?;
     Ok(layout.total_len())
 }
@@ -186,7 +206,7 @@ impl Segment {
     /// Creates a segment sized for `fields` over `n_workers` x `envs_per_worker` envs
     /// (`segment_bytes` of the same arguments says how big it will be).
     #[staticmethod]
-    #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, backing))]
+    #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, backing, mailbox_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -198,6 +218,7 @@ impl Segment {
         weights_capacity: &Bound<'_, PyAny>,
         weights_buffers: &Bound<'_, PyAny>,
         backing: &str,
+        mailbox_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let backing = match backing {
             "auto" => Backing::Auto,
@@ -217,14 +238,13 @@ impl Segment {
             slots_per_worker,
             weights_capacity,
             weights_buffers,
+            mailbox_bytes,
         )?;
         // Creating pre-faults every page, which can take a while for big segments.
         let inner = py
             .detach(|| CoreSegment::create_with(layout, backing))
             .map_err(py_err)?;
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        Ok(Self::from_core(inner))
     }
 
     /// Attaches to the segment behind an inherited file descriptor (which is duplicated).
@@ -248,9 +268,7 @@ impl Segment {
         let inner = py
             .detach(|| CoreSegment::attach(borrowed, opts))
             .map_err(py_err)?;
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        Ok(Self::from_core(inner))
     }
 
     /// Attaches to a named fallback segment (`/pycollect-...`).
@@ -266,9 +284,7 @@ impl Segment {
         let inner = py
             .detach(|| CoreSegment::attach_named(name, opts))
             .map_err(py_err)?;
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        Ok(Self::from_core(inner))
     }
 
     /// The segment's file descriptor in this process (pass it to children).
@@ -324,6 +340,12 @@ impl Segment {
     #[getter]
     fn weights_capacity(&self) -> usize {
         self.inner.layout().params().weights_capacity
+    }
+
+    /// Bytes of each half of every worker's step-channel mailbox (0: no step channels).
+    #[getter]
+    fn mailbox_bytes(&self) -> usize {
+        self.inner.layout().params().mailbox_bytes
     }
 
     /// Size of the segment in bytes.
@@ -401,6 +423,18 @@ impl Segment {
     fn worker_control(&self, worker: usize) -> PyResult<WorkerControl> {
         self.check_worker(worker)?;
         WorkerControl::new(&self.inner, worker)
+    }
+
+    /// `worker`'s step channel: the same object on every call for this handle.
+    fn step_channel(&self, py: Python<'_>, worker: usize) -> PyResult<Py<StepChannel>> {
+        self.check_worker(worker)?;
+        let mut channels = self.step_channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(channel) = &channels[worker] {
+            return Ok(channel.clone_ref(py));
+        }
+        let channel = Py::new(py, StepChannel::new(&self.inner, worker)?)?;
+        channels[worker] = Some(channel.clone_ref(py));
+        Ok(channel)
     }
 
     /// The weights store's writing end (the trainer).

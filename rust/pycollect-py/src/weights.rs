@@ -58,7 +58,7 @@ fn got_buffer<T>(waited: Waited<T>, timeout_s: f64) -> PyResult<T> {
 /// Takes a buffer export of `object` (the argument `name`) and checks that it is one
 /// contiguous run of bytes; returns the export (which keeps the memory alive and unmoved),
 /// its address and its length.
-fn byte_region(
+pub(crate) fn byte_region(
     name: &str,
     object: &Bound<'_, PyAny>,
     writable: bool,
