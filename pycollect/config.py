@@ -14,6 +14,7 @@ import difflib
 import math
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -186,6 +187,29 @@ class SupervisionConfig:
             "term_timeout_s",
         ):
             _positive_seconds(name, getattr(self, name))
+
+    @classmethod
+    def from_settings(
+        cls, config: SupervisionConfig | None = None, /, *, also: Iterable[str] = (), **overrides: Any
+    ) -> SupervisionConfig:
+        """``config`` (or the defaults) with ``overrides`` applied: what a vector env's keywords make.
+
+        Args:
+            config: The settings to start from (``None``: the defaults).
+            also: Other names the caller takes, suggested too when an override is misspelt.
+            **overrides: Fields of this class.
+
+        Raises:
+            ConfigError: An override names no field (the message suggests the closest), or a
+                value is bad.
+        """
+        if config is not None and not isinstance(config, SupervisionConfig):
+            raise ConfigError(f"supervision must be a SupervisionConfig, got {type(config).__name__}: {config!r}")
+        unknown = sorted(set(overrides) - _SUPERVISION_FIELDS)
+        if unknown:
+            raise ConfigError(_unknown_names(unknown, _SUPERVISION_FIELDS | set(also), "SupervisionConfig"))
+        base = config if config is not None else cls()
+        return replace(base, **overrides) if overrides else base
 
 
 @dataclass(frozen=True)
@@ -473,15 +497,17 @@ _SUPERVISION_FIELDS = frozenset(f.name for f in fields(SupervisionConfig))
 
 def _unknown_settings(names: list[str]) -> str:
     """``'frame_per_batch' is not a setting (did you mean 'frames_per_batch'?)``, for each name."""
-    known = sorted(_FIELDS | _SUPERVISION_FIELDS)
+    return _unknown_names(names, _FIELDS | _SUPERVISION_FIELDS, "CollectorConfig and SupervisionConfig")
+
+
+def _unknown_names(names: list[str], known: Iterable[str], classes: str) -> str:
+    """Each unknown name with the closest known one, and where the known ones are documented."""
+    candidates = sorted(known)
     parts = []
     for name in names:
-        close = difflib.get_close_matches(name, known, n=1)
+        close = difflib.get_close_matches(name, candidates, n=1)
         parts.append(f"{name!r} is not a setting" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        "; ".join(parts) + ": the settings are the fields of CollectorConfig and SupervisionConfig "
-        "(help(pycollect.CollectorConfig))"
-    )
+    return "; ".join(parts) + f": the settings are the fields of {classes} (help(pycollect.{classes.split()[0]}))"
 
 
 def _unpickle_config(cls: type[CollectorConfig], state: dict[str, Any]) -> CollectorConfig:

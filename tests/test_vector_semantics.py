@@ -5,7 +5,7 @@ seeded episodes, infos of many types, every space kind) with the same seeds and 
 through both, in each autoreset mode, and require everything returned to be equal: the
 observations (structure, dtypes, values), rewards, flags and infos (keys, values, dtypes,
 ``_key`` masks, ``final_obs``/``final_info``). The ``backend`` fixture says where pycollect
-steps the envs (only in-process for now), so the same comparisons run for every backend.
+steps the envs (in this process, or in a worker process), so the same comparisons run for both.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pycollect import (
     UnknownEnvError,
     UnsupportedSpaceError,
     VectorEnvClosedError,
+    WorkerCrashedError,
 )
 from pycollect._steps.group import EnvGroup
 from pycollect._steps.infos import InfoMerger
@@ -46,10 +47,15 @@ PAIRS = [
 ]
 
 
-@pytest.fixture(params=["inprocess"])
+@pytest.fixture(params=["inprocess", "workers"])
 def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """make_vec's arguments that choose where the envs step."""
-    return {"inprocess": {"num_workers": 0}}[request.param]
+    """make_vec's arguments that choose where the envs step: in this process, or in one worker process.
+
+    One worker, so that every env count the tests use splits; tests/test_vector_workers.py
+    compares with several workers, and covers what only processes do (crashes, restarts).
+    ``restart="never"``: an env error is a crash, raised at once, not a restart.
+    """
+    return {"inprocess": {"num_workers": 0}, "workers": {"num_workers": 1, "restart": "never"}}[request.param]
 
 
 def assert_same(ours: Any, theirs: Any, where: str = "value") -> None:
@@ -514,7 +520,7 @@ class _Varying(gym.Env[np.ndarray, int]):
 def test_envs_whose_spaces_differ_are_refused() -> None:
     _Varying.made = 0
     with pytest.raises(ConfigError, match=r"\(env 1\) has observation_space Box\(0.0, 1.0, \(2,\), float32\), but"):
-        make_vec(_Varying, 3)
+        make_vec(_Varying, 3, num_workers=0)
 
 
 class _TextEnv(gym.Env[str, int]):
@@ -556,19 +562,26 @@ class _BadEnv(CountingEnv):
 @pytest.mark.parametrize(
     ("what", "match"),
     [
-        ("shape", r"\(env 0\) at step 3 returned observation 'observation' of shape \(3,\) and dtype float32"),
-        ("reward", r"\(env 0\) at step 3 returned reward 'much' \(str\); a reward is one real number"),
-        ("info", r"\(env 0\) at step 3 returned info \['not', 'a', 'dict'\]; an info is a dict"),
+        (
+            "shape",
+            r"\(env 0(, in worker 0)?\) at step 3 returned observation 'observation' of shape \(3,\) and dtype float32",
+        ),
+        ("reward", r"\(env 0(, in worker 0)?\) at step 3 returned reward 'much' \(str\); a reward is one real number"),
+        ("info", r"\(env 0(, in worker 0)?\) at step 3 returned info \['not', 'a', 'dict'\]; an info is a dict"),
     ],
 )
 def test_env_outputs_that_do_not_fit_raise_naming_env_and_step(what: str, match: str, backend: dict[str, Any]) -> None:
+    """In a worker process the error ends the worker: the crash, raised in the trainer, carries it."""
     env = make_vec(_BadEnv, 2, env_kwargs={"what": what}, **backend)
+    expected = WorkerCrashedError if backend["num_workers"] else EnvOutputError
     try:
         env.reset(seed=0)
         for _ in range(2):
             env.step(np.zeros(2, np.int64))
-        with pytest.raises(EnvOutputError, match=match):
+        with pytest.raises(expected, match=match) as raised:
             env.step(np.zeros(2, np.int64))
+        if expected is WorkerCrashedError:
+            assert "EnvOutputError" in str(raised.value.error)
     finally:
         env.close()
 

@@ -24,10 +24,10 @@ except KeyboardInterrupt:
 """
 
 
-def start_trainer() -> tuple[subprocess.Popen[str], list[int]]:
-    """Start the trainer; return it once its workers delivered a batch, with their pids."""
+def start_trainer(script: str = TRAINER) -> tuple[subprocess.Popen[str], list[int]]:
+    """Start the trainer (``script``); return it once it printed its workers' pids, with them."""
     trainer = subprocess.Popen(
-        [sys.executable, "-c", TRAINER],
+        [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -94,5 +94,8 @@ class StepBackend(Protocol):
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
         """Set ``name`` on env ``n`` to ``values[n]``."""
 
+    def workers(self) -> tuple[Any, ...]:
+        """Each worker process's supervision state (:class:`~pycollect._core.WorkerStats`); ``()`` in-process."""
+
     def close(self) -> None:
         """Close every env and release what the backend holds; a second call does nothing."""

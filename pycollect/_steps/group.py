@@ -96,7 +96,7 @@ class _GroupChecks(OutputChecks):
         self.offset = offset
 
     def _where(self, env_index: int, step: int) -> str:
-        place = f"env {self.offset + env_index}" + (f" (in worker {self.worker})" if self.worker is not None else "")
+        place = f"env {self.offset + env_index}" + (f", in worker {self.worker}" if self.worker is not None else "")
         if step == 0:
             when = "on reset"
         elif step < 0:
@@ -191,6 +191,15 @@ class EnvGroup:
     def num_envs(self) -> int:
         """How many envs the group steps."""
         return len(self.envs)
+
+    def end_every_episode(self) -> None:
+        """Count every env's episode as ended, as if its last step had ended it.
+
+        What a restarted worker's group starts with: the trainer reported the envs of the dead
+        generation truncated, so in ``NEXT_STEP`` mode the next step resets them (action
+        ignored, reward 0), and in ``DISABLED`` mode they must be reset before they are stepped.
+        """
+        self._ended[:] = [True] * len(self.envs)
 
     def reset(
         self,

@@ -102,6 +102,10 @@ class InProcessBackend:
         """Set ``name`` on each env."""
         self.group.set_attr(name, values)
 
+    def workers(self) -> tuple[Any, ...]:
+        """No worker processes: ``()``."""
+        return ()
+
     def close(self) -> None:
         """Close every env (once)."""
         self.group.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -11,17 +12,19 @@ import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._steps.backend import StepBackend
 from pycollect._steps.group import autoreset_mode as parse_autoreset_mode
 from pycollect._steps.group import disabled_message
 from pycollect._steps.infos import InfoMerger
 from pycollect._steps.inprocess import InProcessBackend
 from pycollect._steps.spaces import ActionChecker
+from pycollect.config import SupervisionConfig
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ActionError, ConfigError, VectorEnvClosedError
 from pycollect.plugins import resolve_env
 
-__all__ = ["VectorEnv", "make_vec"]
+__all__ = ["VectorEnv", "default_num_workers", "make_vec"]
 
 
 class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
@@ -68,6 +71,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self.render_mode = backend.render_mode
         self._infos = InfoMerger(self.num_envs)
         self._ended = np.zeros(self.num_envs, np.bool_)  # DISABLED mode: envs that ended and were not reset
+        self._was_reset = False  # gymnasium's order: reset() before the first step()
         self._final_obs: Callable[[int], Any] | None = None
         if backend.final_observations is not None:
             final, layout = backend.final_observations, backend.observation
@@ -99,6 +103,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             if "reset_mask" in passed:
                 mask = self._mask(passed.pop("reset_mask"))
         parts = self._backend.reset(seeds, passed, mask)
+        self._was_reset = True
         if mask is None:
             self._ended[:] = False
         else:
@@ -122,10 +127,15 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         Raises:
             ActionError: The actions do not fit the action space, or (``DISABLED`` mode) an env
                 that ended was not reset; nothing was stepped.
+            ConfigError: ``step()`` before the first ``reset()``.
+            WorkerCrashedError: (worker processes) a worker crashed or hung and its restart
+                policy gives up; the error carries what the worker raised.
             EnvOutputError: An env returned what its spaces do not allow.
             VectorEnvClosedError: The vector env was closed.
         """
         self._check_open("step")
+        if not self._was_reset:
+            raise ConfigError(f"step() before reset() on {self._name}: call reset() first, as with any gymnasium env")
         checked = self._actions.check(actions)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._ended.any():
             raise ActionError(disabled_message(np.flatnonzero(self._ended).tolist()))
@@ -175,6 +185,14 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             )
         self._backend.set_attr(name, list(values))
 
+    @property
+    def workers(self) -> tuple[Any, ...]:
+        """Each worker process's :class:`~pycollect._core.WorkerStats`; ``()`` in-process.
+
+        Its pid, generation, restarts and last exit, as the supervisor sees them now.
+        """
+        return self._backend.workers()
+
     def close_extras(self, **kwargs: Any) -> None:
         """Close the envs (and whatever the backend holds)."""
         self._backend.close()
@@ -223,14 +241,22 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         return mask
 
 
+def default_num_workers(num_envs: int) -> int:
+    """The workers ``make_vec`` starts when not told: the most, up to the CPUs, that split ``num_envs`` evenly."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(w for w in range(1, max(1, min(cpus, num_envs)) + 1) if num_envs % w == 0)
+
+
 def make_vec(
     env: str | Callable[..., Any] | EnvSource,
     num_envs: int,
     *,
-    num_workers: int = 0,
+    num_workers: int | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     copy: bool = True,
     env_kwargs: Mapping[str, Any] | None = None,
+    supervision: SupervisionConfig | None = None,
+    **supervision_overrides: Any,
 ) -> VectorEnv:
     """A gymnasium vector env of ``num_envs`` envs, stepped by pycollect.
 
@@ -238,16 +264,29 @@ def make_vec(
     functions returns, for the same seeds and actions: observations, rewards, flags, infos
     (with their ``_key`` masks) and, in ``SAME_STEP`` mode, ``final_obs`` and ``final_info``.
 
+    With worker processes (``num_workers > 0``) each worker steps ``num_envs / num_workers``
+    envs, env ``i`` in worker ``i // (num_envs / num_workers)``; the processes are supervised
+    as a :class:`~pycollect.Collector`'s are (``restart``, ``max_restarts``, heartbeats, ...).
+    A worker that crashes or hangs makes ``step()`` raise :class:`~pycollect.WorkerCrashedError`
+    with what it raised (``restart="never"``), or is restarted, and its envs report
+    ``truncated`` at that step with ``infos["worker_restarted"]`` (``"permanent"``, the default).
+
     Args:
         env: A gymnasium id (``"CartPole-v1"``), ``"<backend>:<target>"`` for an env backend
             plugin, or a callable that builds one env (a factory or an env class).
         num_envs: How many envs (1 or more).
-        num_workers: Worker processes to step them in; ``0``: in this process.
+        num_workers: Worker processes to step them in; ``0``: in this process. ``None`` (the
+            default): as many as there are CPUs, or fewer, so that they split ``num_envs``
+            evenly (:func:`default_num_workers`).
         autoreset_mode: ``"next_step"`` (the default), ``"same_step"``, ``"disabled"``, or a
             ``gymnasium.vector.AutoresetMode``.
         copy: ``True``: observations are fresh arrays. ``False``: views of the arrays the
             results are written into, valid until the next ``step`` or ``reset``.
         env_kwargs: Keyword arguments for every env's constructor.
+        supervision: How worker processes are watched and restarted (a
+            :class:`~pycollect.SupervisionConfig`; ``None``: its defaults).
+        **supervision_overrides: Fields of :class:`~pycollect.SupervisionConfig` applied on
+            top (``restart="never"``, ``max_restarts=5``, ``heartbeat_timeout_s=10``...).
 
     Raises:
         ConfigError: A bad argument (the message names it), before any env is built; envs
@@ -257,18 +296,28 @@ def make_vec(
         UnsupportedSpaceError: A space pycollect cannot lay out (Text, Graph, Sequence...).
     """
     mode = parse_autoreset_mode(autoreset_mode)
+    settings = SupervisionConfig.from_settings(supervision, also=_MAKE_VEC_ARGUMENTS, **supervision_overrides)
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
         raise ConfigError(f"num_envs must be an int of 1 or more, got {num_envs!r}")
+    if num_workers is None:
+        num_workers = default_num_workers(num_envs)
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
         raise ConfigError(
             f"num_workers must be an int of 0 or more (0: step the envs in this process), got {num_workers!r}"
         )
     if not isinstance(copy, bool):
         raise ConfigError(f"copy must be a bool, got {copy!r}")
-    if num_workers > 0:
+    if num_workers > num_envs:
         raise ConfigError(
-            f"num_workers={num_workers}: make_vec steps its envs in this process only for now; use num_workers=0"
+            f"num_workers={num_workers} is more than num_envs={num_envs}: a worker steps at least one env"
         )
     source = resolve_env(env, env_kwargs)
-    backend = InProcessBackend.start(source, num_envs, mode)
+    backend: StepBackend
+    if num_workers == 0:
+        backend = InProcessBackend.start(source, num_envs, mode)
+    else:
+        backend = WorkerStepBackend.start(source, num_envs, num_workers, mode, settings)
     return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=source.describe())
+
+
+_MAKE_VEC_ARGUMENTS = ("num_workers", "autoreset_mode", "copy", "env_kwargs", "supervision")

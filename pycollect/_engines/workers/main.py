@@ -8,6 +8,9 @@ times writing transitions straight into the slot, commit it. It beats a heartbea
 one. On any exception it writes the exception type, message and traceback into its control
 block, where the trainer reads them, and exits with status 1.
 
+A vector env's worker (its spec a :class:`~.spec.StepWorkerSpec`) runs the other loop,
+:func:`~.steps.serve_steps`: it steps its envs one request at a time, as the trainer asks.
+
 With a random policy nothing here imports torch.
 """
 
@@ -21,9 +24,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pycollect._engines.workers import contract
+
+if TYPE_CHECKING:
+    from pycollect._engines.workers.spec import WorkerSpec
 
 __all__ = ["format_error", "run"]
 
@@ -79,13 +85,9 @@ def _watch_lifeline(fd: int) -> None:
     threading.Thread(target=watch, name="pycollect-lifeline", daemon=True).start()
 
 
-def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
-    import numpy as np
-
-    from pycollect._engines.workers.spec import field_name, read_spec
-    from pycollect._rollout.actions import action_source
-    from pycollect._rollout.runner import EnvRunner
-    from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
+def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
+    """Read the spec and run the loop it asks for: rollouts (a collector's) or steps (a vector env's)."""
+    from pycollect._engines.workers.spec import StepWorkerSpec, read_spec
     from pycollect.exceptions import LayoutMismatchError
 
     spec_fd = int(os.environ[contract.ENV_SPEC_FD])
@@ -93,6 +95,22 @@ def _collect(segment: Any, control: Any, worker: int, generation: int) -> None:
     os.close(spec_fd)  # read once; nothing this worker runs may inherit it
     if segment.layout_hash != spec.layout_hash:
         raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
+    if isinstance(spec, StepWorkerSpec):
+        from pycollect._engines.workers.steps import serve_steps
+
+        serve_steps(segment, control, worker, generation, spec)
+    else:
+        _collect(segment, control, worker, generation, spec)
+
+
+def _collect(segment: Any, control: Any, worker: int, generation: int, spec: WorkerSpec) -> None:
+    import numpy as np
+
+    from pycollect._engines.workers.spec import field_name
+    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.runner import EnvRunner
+    from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
+
     placement = spec.placements[worker]
     if not placement.cuda:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything can create a CUDA context
@@ -220,7 +238,7 @@ def run() -> int:
     control.state = "starting"
     control.beat()
     try:
-        _collect(segment, control, worker, generation)
+        _work(segment, control, worker, generation)
     except BaseException as exc:
         if segment.is_shutdown and isinstance(exc, KeyboardInterrupt | SystemExit):
             return 0

@@ -1,7 +1,8 @@
 """What a worker process needs to know, and how it gets there.
 
-The trainer pickles one :class:`WorkerSpec` (with cloudpickle, so lambdas and local classes
-work) into an anonymous memory file whose descriptor every worker inherits. It is trusted
+The trainer pickles one :class:`WorkerSpec` (a collector's rollout worker) or
+:class:`StepWorkerSpec` (a vector env's step-serving worker), with cloudpickle, so lambdas
+and local classes work, into an anonymous memory file whose descriptor every worker inherits. It is trusted
 data from the parent, read once at start; what moves during the run (rollouts, weights) goes
 through shared memory, never as pickles. Everything in it was resolved in the trainer (the env backend,
 the weight-sync scheme's receiver, each worker's placement): a worker never looks plugins up.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from pycollect._keys import Key
+from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import CollectorConfig
 from pycollect.devices.placement import Placement
 from pycollect.engines.policy_blob import unpack_policy
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from pycollect.weights.layout import WeightsLayout
     from pycollect.weights.scheme import WeightReceiver
 
-__all__ = ["WorkerSpec", "field_name", "read_spec", "write_spec"]
+__all__ = ["StepWorkerSpec", "WorkerSpec", "field_name", "read_spec", "step_fields", "write_spec"]
 
 
 def field_name(key: Key) -> str:
@@ -71,10 +73,59 @@ class WorkerSpec:
         return unpack_policy(self.policy)
 
 
+REWARD_FIELD, TERMINATED_FIELD, TRUNCATED_FIELD = "reward", "terminated", "truncated"
+"""The segment fields of a step's rewards (float64), terminated and truncated flags (bool)."""
+_FINAL = "final"  # the prefix of the final observations' fields (SAME_STEP mode)
+
+
+@dataclass(frozen=True)
+class StepWorkerSpec:
+    """Everything a step-serving worker (a vector env's) builds its envs and answers from.
+
+    Attributes:
+        env_source: Which backend builds the environments, from what.
+        envs_per_worker: How many envs each worker steps (``K``).
+        autoreset_mode: gymnasium's ``AutoresetMode`` value (``"NextStep"``, ...).
+        observation: One env's observation space, as leaves.
+        action: One env's action space, as leaves.
+        layout_hash: The segment layout the worker must find.
+    """
+
+    env_source: EnvSource
+    envs_per_worker: int
+    autoreset_mode: str
+    observation: SpaceLayout
+    action: SpaceLayout
+    layout_hash: int
+
+    @property
+    def final_observations(self) -> bool:
+        """Whether the results hold final observations (``SAME_STEP`` mode)."""
+        return self.autoreset_mode == "SameStep"
+
+
+def step_fields(spec: StepWorkerSpec) -> dict[str, list[tuple[str, str, tuple[int, ...]]]]:
+    """The segment fields of a vector env's steps, by role: ``(name, dtype name, shape)`` each.
+
+    Roles: ``"observation"`` and ``"final"`` (one field per observation leaf; ``"final"`` only
+    in ``SAME_STEP`` mode), ``"action"`` (one per action leaf) and ``"flags"`` (the reward and
+    the two flags). A worker's rows of each are ``[K, 1, *shape]``: a segment of one step.
+    """
+    observation = [(field_name(f.key), f.dtype.name, f.shape) for f in spec.observation.fields]
+    return {
+        "observation": observation,
+        "final": [(f"{_FINAL}/{name}", dtype, shape) for name, dtype, shape in observation]
+        if spec.final_observations
+        else [],
+        "action": [(field_name(f.key), f.dtype.name, f.shape) for f in spec.action.fields],
+        "flags": [(REWARD_FIELD, "float64", ()), (TERMINATED_FIELD, "bool", ()), (TRUNCATED_FIELD, "bool", ())],
+    }
+
+
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
 
-def write_spec(spec: WorkerSpec) -> int:
+def write_spec(spec: WorkerSpec | StepWorkerSpec) -> int:
     """Pickle ``spec`` into a new anonymous memory file, seal it, and return its descriptor.
 
     Workers unpickle what the file holds, and every worker inherits it: sealed against writes,
@@ -90,10 +141,10 @@ def write_spec(spec: WorkerSpec) -> int:
     return fd
 
 
-def read_spec(fd: int) -> WorkerSpec:
+def read_spec(fd: int) -> WorkerSpec | StepWorkerSpec:
     """Read the spec from an inherited descriptor (from its start, so restarts can re-read)."""
     data = os.pread(fd, os.fstat(fd).st_size, 0)
     spec = cloudpickle.loads(data)
-    if not isinstance(spec, WorkerSpec):
+    if not isinstance(spec, WorkerSpec | StepWorkerSpec):
         raise TransportError(f"fd {fd} does not hold a WorkerSpec but a {type(spec).__name__}")
     return spec

@@ -1,0 +1,380 @@
+"""The trainer's side of a vector env over worker processes (``make_vec(num_workers=N)``).
+
+:class:`WorkerStepBackend` implements :class:`~pycollect._steps.backend.StepBackend` with
+``N`` supervised worker processes of ``K = num_envs / N`` envs each (the loop in
+:mod:`.steps`). One shared-memory segment holds everything a step moves, one step deep:
+per field, the rows of every worker side by side, so the trainer's ``[num_envs, ...]``
+result arrays are single views of it and the actions go in with one copy per action leaf.
+Each worker has a step channel (:mod:`.step_protocol`); a step posts one request to every
+worker, then waits for all the answers on the segment's doorbell (spinning briefly, then
+sleeping), looking at the supervisor's events between waits.
+
+Faults follow the restart policy. A worker given up on (``restart="never"``, or past
+``max_restarts``) makes the waiting call raise :class:`~pycollect.WorkerCrashedError` with
+what the worker raised. A restarted worker answers the request it was sent with "restarted"
+(or "not mine", for a request meant for its dead predecessor), and the trainer reports its
+envs' episodes as cut at that step: reward 0, ``truncated`` True, ``info["worker_restarted"]``
+True; the observation is the last one the envs returned (in ``SAME_STEP`` mode that one is
+the final observation, and the observation is the reset one of the new generation). The new
+generation starts with every episode ended, so the next ``NEXT_STEP`` step resets them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from pycollect import _core
+from pycollect._engines.workers import contract, forkserver
+from pycollect._engines.workers import step_protocol as protocol
+from pycollect._engines.workers.spec import StepWorkerSpec, step_fields, write_spec
+from pycollect._engines.workers.supervision import SupervisionLog
+from pycollect._steps.backend import InfoParts
+from pycollect._steps.group import InfoEntry, Material
+from pycollect._steps.spaces import SpaceLayout
+from pycollect.config import SupervisionConfig
+from pycollect.envs.source import EnvSource
+from pycollect.exceptions import ConfigError, TransportError, VectorEnvClosedError
+
+__all__ = ["MAILBOX_BYTES", "RESTARTED_KEY", "WorkerStepBackend"]
+
+MAILBOX_BYTES = 1 << 20
+"""Bytes a request, and an answer, may take in a worker's mailbox (reset options, infos, call results)."""
+RESTARTED_KEY = "worker_restarted"
+"""The info entry (True) of the envs whose episode a worker restart cut."""
+_POLL_S = 0.1  # how often a waiting trainer looks at the supervisor's events
+_STARTUP_POLL_S = 0.01  # how often make_vec looks whether the workers have built their envs
+
+logger = logging.getLogger("pycollect.vector")
+
+
+class WorkerStepBackend:
+    """Steps ``num_envs`` envs in ``num_workers`` supervised processes, results in shared memory.
+
+    Build it with :meth:`start`. The attributes are :class:`~pycollect._steps.backend.StepBackend`'s.
+    """
+
+    def __init__(
+        self,
+        spec: StepWorkerSpec,
+        num_workers: int,
+        supervision: SupervisionConfig,
+        metadata: Mapping[str, Any],
+        render_mode: str | None,
+    ) -> None:
+        k = spec.envs_per_worker
+        self.num_envs = num_workers * k
+        self.num_workers = num_workers
+        self.observation = spec.observation
+        self.action = spec.action
+        self.metadata = dict(metadata)
+        self.render_mode = render_mode
+        self._mode = AutoresetMode(spec.autoreset_mode)
+        self._k = k
+        self._grace_s = supervision.shutdown_grace_s
+        self._generations = [1] * num_workers  # the generation of each worker requests are meant for
+        self._closed = False
+        self._final_workers: tuple[Any, ...] = ()  # what workers() reports once closed
+        self._spec_fd = -1
+        self.supervisor: Any = None
+        self._log: SupervisionLog | None = None
+        fields = step_fields(spec)
+        _core.sweep_stale_segments()
+        self.segment = _core.Segment.create(
+            [field for role in fields.values() for field in role],
+            n_workers=num_workers,
+            envs_per_worker=k,
+            steps=1,
+            slots_per_worker=1,
+            weights_capacity=0,
+            weights_buffers=3,
+            backing="auto",
+            mailbox_bytes=MAILBOX_BYTES,
+        )
+        if self.segment.name is not None:
+            self.segment.unlink_name()  # workers get the descriptor, never the name
+        try:
+
+            def block(role: str) -> list[np.ndarray]:
+                # batch_view is [num_envs, 1, *shape]: every worker's rows of one field
+                views = [self.segment.batch_view(name, 0, writable=True) for name, _, _ in fields[role]]
+                return [np.asarray(view)[:, 0] for view in views]
+
+            self.observations = block("observation")
+            self.final_observations = block("final") if spec.final_observations else None
+            self._actions = block("action")
+            self.rewards, self.terminated, self.truncated = block("flags")
+            self._channels = [self.segment.step_channel(w) for w in range(num_workers)]
+            spec = replace(spec, layout_hash=self.segment.layout_hash)
+            self._spec_fd = write_spec(spec)
+            fork_server = forkserver.connect()
+            try:
+                self.supervisor = _core.Supervisor(
+                    self.segment,
+                    contract.worker_argv(),
+                    env=contract.worker_env(hide_cuda=True),
+                    pass_fds=[(self._spec_fd, contract.SPEC_FD)],
+                    supervision=supervision,
+                    fork_server=fork_server,
+                )
+            finally:
+                if fork_server is not None:
+                    os.close(fork_server)  # the supervisor holds its own duplicate
+            self._log = SupervisionLog(self.supervisor, num_workers, supervision.restart)
+            self._await_running()
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_running(self) -> None:
+        """Wait until every worker has built its envs, so that an env that fails to build fails here.
+
+        Raises:
+            WorkerCrashedError: A worker failed to start (its envs' constructor raised, their
+                spaces differ from the probe env's) and its restart policy gave up.
+        """
+        controls = [self.segment.worker_control(w) for w in range(self.num_workers)]
+        while True:
+            assert self._log is not None
+            self._log.poll()
+            if all(control.state == "running" for control in controls):
+                return
+            time.sleep(_STARTUP_POLL_S)
+
+    @classmethod
+    def start(
+        cls,
+        source: EnvSource,
+        num_envs: int,
+        num_workers: int,
+        mode: AutoresetMode,
+        supervision: SupervisionConfig,
+    ) -> WorkerStepBackend:
+        """Check everything (the split, one probe env's spaces, pickling), then start the workers.
+
+        Raises:
+            ConfigError: ``num_envs`` does not split evenly over ``num_workers``, or the env
+                source cannot be pickled for the workers; before any worker starts.
+            UnsupportedSpaceError: A space pycollect cannot lay out.
+            EnvCreationError: The probe env's constructor raised.
+        """
+        if num_envs % num_workers:
+            below, above = num_envs - num_envs % num_workers, num_envs - num_envs % num_workers + num_workers
+            choices = f"{below} or {above}" if below else f"{above}"
+            raise ConfigError(
+                f"num_envs={num_envs} does not split over num_workers={num_workers}: every worker steps the "
+                f"same number of envs, so num_envs must be a multiple of num_workers ({choices})"
+            )
+        forkserver.start()  # its imports overlap with the probe env
+        probe = source.make()
+        try:
+            observation = SpaceLayout(probe.observation_space, "observation")
+            action = SpaceLayout(probe.action_space, "action")
+            metadata = dict(getattr(probe, "metadata", {}))
+            render_mode = getattr(probe, "render_mode", None)
+        finally:
+            with contextlib.suppress(Exception):  # a probe that fails to close does not stop the start
+                probe.close()
+        try:
+            cloudpickle.dumps(source)
+        except Exception as exc:
+            raise ConfigError(
+                f"env {source.describe()!r} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
+            ) from exc
+        spec = StepWorkerSpec(source, num_envs // num_workers, mode.value, observation, action, layout_hash=0)
+        return cls(spec, num_workers, supervision, metadata, render_mode)
+
+    # -- the StepBackend interface --------------------------------------------------------
+
+    def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: np.ndarray | None) -> InfoParts:
+        """Reset every env or the envs of ``mask`` (see :class:`~pycollect._steps.backend.StepBackend`)."""
+        k = self._k
+        payloads = {}
+        for w in range(self.num_workers):
+            rows = slice(w * k, (w + 1) * k)
+            worker_mask = None if mask is None else [bool(m) for m in mask[rows]]
+            if worker_mask is not None and not any(worker_mask):
+                continue  # none of its envs: it is not asked
+            payloads[w] = protocol.dumps((list(seeds[rows]), options, worker_mask))
+        answers = self._exchange(protocol.RESET, payloads, retry=True)
+        return [(w * k, material) for w, material in sorted(answers.items()) if material]
+
+    def step(self, actions: Sequence[np.ndarray]) -> InfoParts:
+        """Step every env (see :class:`~pycollect._steps.backend.StepBackend`)."""
+        for block, leaf in zip(self._actions, actions, strict=True):
+            block[...] = leaf
+        answers = self._exchange(protocol.STEP, dict.fromkeys(range(self.num_workers), b""), retry=False)
+        parts: InfoParts = []
+        for w in range(self.num_workers):
+            material = answers[w]
+            if material is _RESTARTED:
+                material = self._cut(w)
+            if material:
+                parts.append((w * self._k, material))
+        return parts
+
+    def call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        """Each env's ``name``, called with the arguments if callable."""
+        payload = protocol.dumps((name, tuple(args), dict(kwargs)))
+        return self._gather(protocol.CALL, dict.fromkeys(range(self.num_workers), payload))
+
+    def get_attr(self, name: str) -> list[Any]:
+        """Each env's ``name``."""
+        return self._gather(protocol.GET_ATTR, dict.fromkeys(range(self.num_workers), protocol.dumps(name)))
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        """Set ``name`` on env ``n`` to ``values[n]``."""
+        k = self._k
+        payloads = {w: protocol.dumps((name, list(values[w * k : (w + 1) * k]))) for w in range(self.num_workers)}
+        self._exchange(protocol.SET_ATTR, payloads, retry=True)
+
+    def workers(self) -> tuple[Any, ...]:
+        """Each worker's :class:`~pycollect._core.WorkerStats` (pid, generation, restarts, last exit...)."""
+        if self.supervisor is None:
+            return self._final_workers
+        return tuple(self.supervisor.stats())
+
+    def close(self) -> None:
+        """Stop the workers (they close their envs) and release the segment; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.supervisor is not None:
+            self.supervisor.shutdown(grace_s=self._grace_s)
+            self._final_workers = tuple(self.supervisor.stats())
+        elif hasattr(self, "segment"):
+            self.segment.shutdown()
+        if self._spec_fd >= 0:
+            os.close(self._spec_fd)
+            self._spec_fd = -1
+        self._log = None
+        self.supervisor = None
+        self._channels = []
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _gather(self, command: int, payloads: dict[int, bytes]) -> list[Any]:
+        answers = self._exchange(command, payloads, retry=True)
+        return [value for w in range(self.num_workers) for value in answers[w]]
+
+    def _exchange(self, command: int, payloads: dict[int, bytes], *, retry: bool) -> dict[int, Any]:
+        """Post ``command`` to each worker of ``payloads``, wait for every answer, return them unpickled.
+
+        A worker that was restarted answers without serving: with ``retry`` the request goes
+        again to its new generation; else its answer is :data:`_RESTARTED`. An error a worker
+        answered with (a ``call`` that raised, an answer too large for the mailbox) is raised
+        here once every answer is in, so the channels are all free again.
+
+        Raises:
+            WorkerCrashedError: A worker was given up on.
+            WorkerStoppedError: A worker ended cleanly and its restart policy leaves it down.
+            VectorEnvClosedError: The vector env was closed (or is closing).
+        """
+        channels = self._live()
+        self._drain(channels)
+        answers: dict[int, Any] = {}
+        error: BaseException | None = None
+        todo = dict(payloads)
+        while todo:
+            posted = {w: channels[w].post(command, self._generations[w], payload) for w, payload in todo.items()}
+            self._wait(channels, posted)
+            again = {}
+            for w in posted:
+                generation, status, payload = channels[w].response()
+                if status in (protocol.NOT_MINE, protocol.RESTARTED):
+                    self._restarted(w, generation)
+                    if retry:
+                        again[w] = todo[w]
+                    else:
+                        answers[w] = _RESTARTED
+                elif status == protocol.CALL_FAILED:
+                    exc, trace = protocol.loads(payload)
+                    logger.debug("worker %d raised:\n%s", w, trace)
+                    error = error or exc
+                else:
+                    answers[w] = protocol.loads(payload)
+            todo = again
+        if error is not None:
+            raise error
+        return answers
+
+    def _wait(self, channels: list[Any], posted: dict[int, int]) -> None:
+        """Wait until every posted request is answered, looking at the supervisor between slices."""
+        waiting = dict(posted)
+        while waiting:
+            log = self._log
+            if log is None:
+                raise VectorEnvClosedError("the vector env was closed while it waited for its workers")
+            log.poll()  # raises WorkerCrashedError once a worker is given up on
+            for w in waiting:
+                if log.stopped(w):
+                    raise log.stopped_error(w, "and a vector env needs every worker")
+            workers = list(waiting)
+            done = _core.wait_answers([channels[w] for w in workers], [waiting[w] for w in workers], timeout_s=_POLL_S)
+            for i in done:
+                del waiting[workers[i]]
+            if waiting and self.segment.is_shutdown:
+                raise VectorEnvClosedError("the vector env is shutting down")
+
+    def _drain(self, channels: list[Any]) -> None:
+        """Wait out requests left unanswered by an interrupted call (Ctrl-C); their answers are dropped."""
+        pending = {w: seq for w, channel in enumerate(channels) if (seq := channel.pending) is not None}
+        if not pending:
+            return
+        self._wait(channels, pending)
+        for w in pending:
+            generation, status, _ = channels[w].response()
+            if status in (protocol.NOT_MINE, protocol.RESTARTED):
+                self._restarted(w, generation)
+
+    def _restarted(self, worker: int, generation: int) -> None:
+        if generation <= self._generations[worker]:
+            raise TransportError(
+                f"worker {worker} answered 'restarted' as generation {generation}, but generation "
+                f"{self._generations[worker]} is the one it was asked as"
+            )
+        logger.warning("worker %d was restarted (generation %d): its envs' episodes end here", worker, generation)
+        self._generations[worker] = generation
+
+    def _cut(self, worker: int) -> Material:
+        """Report the envs of ``worker``, just restarted, as truncated at this step (see the module doc)."""
+        k = self._k
+        rows = slice(worker * k, (worker + 1) * k)
+        restarted = {RESTARTED_KEY: True}
+        if self._mode is AutoresetMode.SAME_STEP:
+            assert self.final_observations is not None
+            for final, last in zip(self.final_observations, self.observations, strict=True):
+                final[rows] = last[rows]  # the last observations the envs returned end their episodes
+            answers = self._exchange(protocol.RESET, {worker: protocol.dumps(([None] * k, None, None))}, retry=True)
+            reset_infos = {i: info for i, info, _ in answers[worker] or []}
+            entries: list[InfoEntry] = [(i, reset_infos.get(i, {}), dict(restarted)) for i in range(k)]
+        else:
+            entries = [(i, dict(restarted), None) for i in range(k)]
+        self.rewards[rows] = 0.0
+        self.terminated[rows] = False
+        self.truncated[rows] = True
+        return entries
+
+    def _live(self) -> list[Any]:
+        if self._closed or not self._channels:
+            raise VectorEnvClosedError("the vector env is closed")
+        return self._channels
+
+
+class _Restarted:
+    """The answer of a worker that was restarted instead of serving a request (not retried)."""
+
+    def __repr__(self) -> str:
+        return "<restarted>"
+
+
+_RESTARTED = _Restarted()

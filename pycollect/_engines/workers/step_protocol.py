@@ -1,0 +1,80 @@
+"""What the trainer and a step-serving worker say to each other through a step channel.
+
+A vector env over worker processes (``pycollect.make_vec(num_workers=N)``) talks to each
+worker through its :class:`~pycollect._core.StepChannel`: one request in flight, answered
+before the next. Requests and answers carry a command or a status (ints), the request's
+``arg`` and a payload of bytes in the segment's mailbox. Actions and results never go
+through the mailbox: the trainer writes the actions into the worker's rows of the action
+fields before it posts a :data:`STEP`, and the worker writes observations, rewards and flags
+into its rows of the result fields before it answers. The mailbox carries what varies in size
+and is rare or small: reset seeds and options, ``call``/``get_attr``/``set_attr`` arguments and
+results, and the info material of a step (``None``, an empty payload, when every env's info
+was empty).
+
+Every request's ``arg`` is the worker generation it is meant for. A worker that was restarted
+answers a request meant for an earlier generation with :data:`NOT_MINE` and does not serve
+it, so the trainer always learns of a restart from the answer itself (a request left pending
+for a dead generation is answered :data:`~pycollect._core.STEP_STATUS_RESTARTED` by the new
+one, which never serves it either).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import cloudpickle
+
+from pycollect import _core
+
+__all__ = [
+    "CALL",
+    "CALL_FAILED",
+    "CLOSE",
+    "GET_ATTR",
+    "NOT_MINE",
+    "OK",
+    "RESET",
+    "RESTARTED",
+    "SET_ATTR",
+    "STEP",
+    "dumps",
+    "loads",
+]
+
+# Commands (the trainer's): the native module's, and two more.
+STEP = _core.STEP_CMD_STEP
+"""Step every env with the actions in the worker's action rows; answer: the info material."""
+RESET = _core.STEP_CMD_RESET
+"""Reset the envs: payload ``(seeds, options, mask)``; answer: the info material."""
+CALL = _core.STEP_CMD_CALL
+"""Call (or read) an attribute of every env: payload ``(name, args, kwargs)``; answer: the results."""
+CLOSE = _core.STEP_CMD_CLOSE
+"""Close the envs and stop serving (the supervisor's shutdown does this too)."""
+GET_ATTR = 5
+"""Read an attribute of every env: payload ``name``; answer: the values."""
+SET_ATTR = 6
+"""Set an attribute of every env: payload ``(name, values)``; answer: nothing."""
+
+# Statuses (the worker's): the native module's, and one more.
+OK = _core.STEP_STATUS_OK
+"""Served; the payload is the answer."""
+CALL_FAILED = _core.STEP_STATUS_ERROR
+"""Not served, or failed: the payload is ``(exception, traceback text)``, raised in the trainer."""
+RESTARTED = _core.STEP_STATUS_RESTARTED
+"""Not served: the request was left for a generation that died (answered by its successor)."""
+NOT_MINE = 3
+"""Not served: the request is for an earlier generation of this worker (it was restarted)."""
+
+
+def dumps(value: Any) -> bytes:
+    """A payload: ``b""`` for ``None`` (the common step), else the value pickled (cloudpickle for callables)."""
+    if value is None:
+        return b""
+    payload: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return payload
+
+
+def loads(payload: bytes) -> Any:
+    """The value of a payload made by :func:`dumps`."""
+    return None if not payload else pickle.loads(payload)

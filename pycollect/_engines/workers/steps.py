@@ -1,0 +1,148 @@
+"""A vector env's worker: ``K`` envs, one request at a time from the trainer's step channel.
+
+The second kind of worker loop (the first, in :mod:`.main`, fills rollout slots with a policy
+inside the worker). Here the trainer drives: it writes actions into this worker's rows of the
+action fields and posts a request (see :mod:`.step_protocol`); the worker steps its
+:class:`~pycollect._steps.group.EnvGroup` (gymnasium's autoreset semantics), whose results go
+straight into its rows of the result fields in the segment, and answers with the info
+material (an empty payload in the common step). It beats its heartbeat while it waits and
+before each request, so the supervisor tells a hung env from an idle trainer.
+
+An exception from an env ends the process as in the rollout loop (its traceback in the control
+block, exit status 1): the supervisor restarts the worker or gives up, and the trainer reports
+the crash. ``call``/``get_attr``/``set_attr`` errors are answered instead (the trainer raises
+them), as is an answer too large for the mailbox. A restarted generation starts with every
+episode ended, which is what the trainer told the user (``truncated``) when it saw the restart.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from pycollect._engines.workers import step_protocol as protocol
+from pycollect._engines.workers.spec import StepWorkerSpec, step_fields
+from pycollect._steps.group import EnvGroup
+from pycollect.exceptions import PyCollectError, TransportError
+
+__all__ = ["serve_steps"]
+
+_WAIT_SLICE_S = 0.25  # how long one wait for a request lasts before the next heartbeat
+
+
+def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: StepWorkerSpec) -> None:
+    """Build this worker's envs and answer the trainer's requests until shutdown or CLOSE."""
+    channel = segment.step_channel(worker)
+    channel.skip_pending()  # a request left for a dead predecessor is never served
+    k = spec.envs_per_worker
+    fields = step_fields(spec)
+
+    def rows(role: str, writable: bool) -> list[np.ndarray]:
+        # slot_view is [K, 1, *shape]: a vector env's segment holds one step
+        return [np.asarray(segment.slot_view(name, 0, worker, writable=writable))[:, 0] for name, _, _ in fields[role]]
+
+    reward, terminated, truncated = rows("flags", writable=True)
+    actions = rows("action", writable=False)
+    envs: list[Any] = []
+    try:
+        for _ in range(k):
+            envs.append(spec.env_source.make())
+        group = EnvGroup(
+            envs,
+            AutoresetMode(spec.autoreset_mode),
+            spec.observation,
+            spec.action,
+            rows("observation", writable=True),
+            reward,
+            terminated,
+            truncated,
+            rows("final", writable=True) if spec.final_observations else None,
+            env_name=spec.env_source.describe(),
+            env_offset=worker * k,
+            worker=worker,
+        )
+    except BaseException:
+        for env in envs:
+            env.close()
+        raise
+    if generation > 1:
+        group.end_every_episode()  # the trainer reported them truncated when it saw the restart
+    control.state = "running"
+    try:
+        _serve(channel, control, generation, group, actions, segment)
+    finally:
+        group.close()
+
+
+def _serve(
+    channel: Any, control: Any, generation: int, group: EnvGroup, actions: list[np.ndarray], segment: Any
+) -> None:
+    while True:
+        control.beat()  # waiting for the trainer is not a hang
+        request = channel.wait_request(timeout_s=_WAIT_SLICE_S)
+        if request is None:
+            if segment.is_shutdown:
+                return
+            continue
+        _seq, command, addressed, payload = request
+        if addressed != generation:
+            channel.respond(protocol.NOT_MINE)
+            continue
+        control.beat()
+        if command == protocol.STEP:
+            # Copies: an env may keep its action, and the trainer rewrites the rows next step.
+            material = group.step([np.array(rows) for rows in actions])
+            _answer(channel, material, "the infos of a step")
+        elif command == protocol.RESET:
+            seeds, options, mask = protocol.loads(payload)
+            _answer(channel, group.reset(seeds, options, mask), "the infos of a reset")
+        elif command == protocol.CLOSE:
+            channel.respond(protocol.OK)
+            return
+        else:
+            _answer_call(channel, group, command, protocol.loads(payload))
+
+
+def _answer(channel: Any, value: Any, what: str) -> None:
+    """Answer OK with ``value``; one too large for the mailbox is answered as the trainer's error."""
+    payload = protocol.dumps(value)
+    if len(payload) > channel.mailbox_bytes:
+        error = TransportError(
+            f"{what} of worker {channel.worker} take {len(payload):,} bytes pickled, more than the "
+            f"{channel.mailbox_bytes:,} bytes of its mailbox"
+        )
+        channel.respond(protocol.CALL_FAILED, _exception_payload(error))
+        return
+    channel.respond(protocol.OK, payload)
+
+
+def _answer_call(channel: Any, group: EnvGroup, command: int, arguments: Any) -> None:
+    """Serve a ``call``/``get_attr``/``set_attr``: its result, or the exception it raised, goes back."""
+    try:
+        if command == protocol.CALL:
+            name, args, kwargs = arguments
+            result: Any = group.call(name, args, kwargs)
+        elif command == protocol.GET_ATTR:
+            result = group.get_attr(arguments)
+        elif command == protocol.SET_ATTR:
+            name, values = arguments
+            group.set_attr(name, values)
+            result = None
+        else:
+            raise TransportError(f"worker {channel.worker} got unknown command {command}")
+    except Exception as exc:
+        channel.respond(protocol.CALL_FAILED, _exception_payload(exc))
+        return
+    _answer(channel, result, "the results of a call")
+
+
+def _exception_payload(exc: Exception) -> bytes:
+    """``exc`` pickled with its traceback text, or (unpicklable) a PyCollectError that says what it was."""
+    trace = "".join(traceback.format_exception(exc))
+    try:
+        return protocol.dumps((exc, trace))
+    except Exception:
+        return protocol.dumps((PyCollectError(f"{type(exc).__name__}: {exc}"), trace))
