@@ -65,6 +65,14 @@ def test_custom_env_runs_and_its_walker_beats_random_play() -> None:
     assert result["walker_return"] > 0.5 > result["random_return"]
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("vec", ["pycollect", "gymnasium"])
+def test_the_cleanrl_loop_runs_on_either_vector_env(vec: str) -> None:
+    result = run_example("cleanrl_ppo_vec.py", "--vec", vec, "--total-timesteps", "2048", timeout_s=140)
+    assert result["vec"] == vec and result["steps"] == 2048
+    assert result["episodes"] > 0  # episode returns came through the vector wrapper's infos
+
+
 @pytest.mark.timeout(300)
 def test_ppo_learns_cartpole_on_a_ci_budget() -> None:
     # 25,600 frames (100 batches), seed 1: 26-40 s on 2 shared cores; it reaches ~220 there,
