@@ -611,3 +611,27 @@ def test_the_docs_example_runs() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "vector.md").read_text()
     (block,) = re.findall(r"<!-- test -->\n```python\n(.*?)```", text, re.S)
     exec(compile(block, "docs/vector.md", "exec"), {})
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+def test_the_native_stepper_gives_sync_vector_envs_steps(mode: AutoresetMode, backend: dict[str, Any]) -> None:
+    """CartPole's results are the common case (an exact float32 array, a float, bools, ``{}``):
+    the native stepper stores them, and resets, final observations and infos still match."""
+    ours = make_vec("CartPole-v1", 4, autoreset_mode=mode, **backend)
+    theirs = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4, autoreset_mode=mode)
+    if backend["num_workers"] == 0:
+        assert ours._backend.group._native is not None  # type: ignore[attr-defined]
+    try:
+        seen = _run(ours, theirs, steps=120, seed=3)
+    finally:
+        ours.close()
+        theirs.close()
+    assert seen["ended"] >= 10, seen  # random play ends an episode every ~20 steps
+
+
+def test_the_native_stepper_is_not_used_for_dict_observations() -> None:
+    env = make_vec(SpacesEnv, 2, num_workers=0, env_kwargs={"observation": "dict"})
+    try:
+        assert env._backend.group._native is None  # type: ignore[attr-defined]
+    finally:
+        env.close()

@@ -27,12 +27,13 @@ observations are not in it (they are in the arrays).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from pycollect import _core
 from pycollect._rollout.checks import OutputChecks
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.envs.backend import GymLikeEnv
@@ -184,8 +185,41 @@ class EnvGroup:
             ]
         )
         self._steps_taken = 0
-        self._ended = [False] * count  # an env's episode ended at its last step (terminated or truncated)
+        # An env's episode ended at its last step (terminated or truncated): NEXT_STEP resets it at
+        # the next step, DISABLED refuses to step it.
+        self._ended = [False] * count
+        self._native = self._native_stepper()
         self._closed = False
+
+    def _native_stepper(self) -> Callable[..., tuple[list[int], list[tuple[int, Any]]]] | None:
+        """The native stepper's ``step`` over the group's arrays, where the observation is one plain array.
+
+        It stores what it can of a step exactly as :meth:`_finish` would (the observation exactly
+        an array of the leaf's dtype and shape, a ``float`` reward, ``bool`` flags, an empty
+        info) and hands back the rest. Dict and Tuple observations step in Python only.
+        """
+        if len(self._out) != 1 or self._out[0][0]:
+            return None
+        (_, _, dtype, shape, array) = self._out[0]
+        count = len(self.envs)
+        flags = (self.rewards, self.terminated, self.truncated)
+        if not all(a.flags.c_contiguous and a.flags.writeable for a in (array, *flags)):
+            return None
+        try:
+            stepper = _core.EnvStepper(
+                [env.step for env in self.envs],
+                array.reshape(count, 1, *shape),  # a view: one step of K envs
+                list(shape),
+                dtype,
+                dtype.itemsize,
+                1,
+                np.ndarray,
+                *(a.reshape(1, count) for a in flags),
+                empty_infos_only=True,
+            )
+        except ConfigError:
+            return None
+        return stepper.step
 
     @property
     def num_envs(self) -> int:
@@ -252,18 +286,58 @@ class EnvGroup:
         if mode is AutoresetMode.DISABLED and True in ended:
             raise ActionError(disabled_message([i for i, done in enumerate(ended) if done], self._checks.offset))
         self._steps_taken += 1
-        step = self._steps_taken
-        checks = self._checks
-        rewards, terminated, truncated = self.rewards, self.terminated, self.truncated
-        next_step, same_step = mode is AutoresetMode.NEXT_STEP, mode is AutoresetMode.SAME_STEP
+        per_env = self.action.per_env(actions)
+        if self._native is None:
+            return self._finish(range(len(self.envs)), per_env, {}, ())
+        # The common case natively: every env not due for a reset is stepped, and a result that
+        # is exactly what the arrays hold (and an empty info) is stored there; the rest is
+        # finished below, in env order, as the loop above would.
+        resets = [i for i, done in enumerate(ended) if done] if mode is AutoresetMode.NEXT_STEP else []
+        stored_ended, left = self._native(0, per_env, ended if resets else None)
+        for i in stored_ended:
+            # The others stored natively were not due for a reset, so their flag is False already
+            # (NEXT_STEP, DISABLED); SAME_STEP mode never reads it.
+            ended[i] = True
+        if mode is not AutoresetMode.SAME_STEP:
+            stored_ended = []
+        if not (resets or left or stored_ended):
+            return None
+        results = dict(left)
+        return self._finish(sorted({*resets, *results, *stored_ended}), per_env, results, stored_ended)
+
+    def _finish(
+        self, envs: Iterable[int], actions: Sequence[Any], results: Mapping[int, Any], stored: Iterable[int]
+    ) -> Material | None:
+        """Step (or reset) each of ``envs`` in order and store what it returns, as ``SyncVectorEnv`` would.
+
+        Args:
+            envs: The envs to finish, in env order.
+            actions: Every env's action.
+            results: Envs already stepped (by the native stepper), with their unchecked results.
+            stored: Envs whose step the native stepper stored and whose episode it ended
+                (``SAME_STEP`` mode: the final observation is in the observation arrays, the
+                info was empty; the env is reset here).
+        """
+        step, checks = self._steps_taken, self._checks
+        rewards, terminated, truncated, ended = self.rewards, self.terminated, self.truncated, self._ended
+        next_step, same_step = self.mode is AutoresetMode.NEXT_STEP, self.mode is AutoresetMode.SAME_STEP
+        stored = set(stored)
         material: Material | None = None
-        for i, (env, action) in enumerate(zip(self.envs, self.action.per_env(actions), strict=True)):
-            final = None
+        for i in envs:
+            env, final = self.envs[i], None
+            if i in stored:  # stepped and stored natively, its episode ended: reset it (SAME_STEP)
+                assert self._final_out is not None
+                for final_out, out in zip(self._final_out, self._out, strict=True):
+                    final_out[4][i] = out[4][i]  # the final observation, stored where the next one goes
+                raw, info = env.reset()
+                self._store(self._out, i, raw, -step)
+                material = self._add(material, i, info, {}, -step)  # its info was empty: final_info {}
+                continue
             if next_step and ended[i]:
                 raw, info = env.reset()
                 reward, term, trunc, when = 0.0, False, False, -step
             else:
-                raw, reward, term, trunc, info = env.step(action)
+                raw, reward, term, trunc, info = results[i] if i in results else env.step(actions[i])
                 when = step
                 if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
                     reward, term, trunc = checks.step(reward, term, trunc, i, step)

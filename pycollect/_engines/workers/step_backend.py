@@ -209,15 +209,34 @@ class WorkerStepBackend:
         return [(w * k, material) for w, material in sorted(answers.items()) if material]
 
     def step(self, actions: Sequence[np.ndarray]) -> InfoParts:
-        """Step every env (see :class:`~pycollect._steps.backend.StepBackend`)."""
+        """Step every env (see :class:`~pycollect._steps.backend.StepBackend`).
+
+        The common step takes the short way: post to every worker, one wait, every answer OK
+        with an empty payload (no info). Anything else goes through :meth:`_exchange`'s
+        handling of the answers.
+        """
         for block, leaf in zip(self._actions, actions, strict=True):
             block[...] = leaf
-        answers = self._exchange(protocol.STEP, dict.fromkeys(range(self.num_workers), b""), retry=False)
+        channels = self._live()
+        if any(channel.pending is not None for channel in channels):
+            self._drain(channels)
+        seqs = [
+            channel.post(protocol.STEP, generation, b"")
+            for channel, generation in zip(channels, self._generations, strict=True)
+        ]
+        if len(_core.wait_answers(channels, seqs, timeout_s=_POLL_S)) < len(channels):
+            self._wait(channels, dict(enumerate(seqs)))
         parts: InfoParts = []
-        for w in range(self.num_workers):
-            material = answers[w]
-            if material is _RESTARTED:
-                material = self._cut(w)
+        for w, channel in enumerate(channels):
+            _, status, payload = channel.response()
+            if status != protocol.OK:
+                material = self._answer(w, status, payload, retry=False)
+                if material is _RESTARTED:
+                    material = self._cut(w)
+            elif payload:
+                material = protocol.loads(payload)
+            else:
+                continue
             if material:
                 parts.append((w * self._k, material))
         return parts
@@ -289,23 +308,37 @@ class WorkerStepBackend:
             self._wait(channels, posted)
             again = {}
             for w in posted:
-                generation, status, payload = channels[w].response()
-                if status in (protocol.NOT_MINE, protocol.RESTARTED):
-                    self._restarted(w, generation)
-                    if retry:
-                        again[w] = todo[w]
-                    else:
-                        answers[w] = _RESTARTED
-                elif status == protocol.CALL_FAILED:
-                    exc, trace = protocol.loads(payload)
-                    logger.debug("worker %d raised:\n%s", w, trace)
+                _, status, payload = channels[w].response()
+                try:
+                    answer = self._answer(w, status, payload, retry)
+                except Exception as exc:  # raised once every answer is in: the channels are free again
                     error = error or exc
+                    continue
+                if answer is _AGAIN:
+                    again[w] = todo[w]
                 else:
-                    answers[w] = protocol.loads(payload)
+                    answers[w] = answer
             todo = again
         if error is not None:
             raise error
         return answers
+
+    def _answer(self, worker: int, status: int, payload: bytes, retry: bool) -> Any:
+        """What worker ``worker``'s answer means: the value, :data:`_AGAIN` (post again) or :data:`_RESTARTED`.
+
+        Raises:
+            Exception: What the worker answered with (a ``call`` that raised, an answer too large).
+        """
+        if status == protocol.OK:
+            return protocol.loads(payload)
+        if status in (protocol.NOT_MINE, protocol.RESTARTED):
+            self._restarted(worker, self._channels[worker].response()[0])
+            return _AGAIN if retry else _RESTARTED
+        if status == protocol.CALL_FAILED:
+            exc, trace = protocol.loads(payload)
+            logger.debug("worker %d raised:\n%s", worker, trace)
+            raise exc
+        raise TransportError(f"worker {worker} answered with unknown status {status}")
 
     def _wait(self, channels: list[Any], posted: dict[int, int]) -> None:
         """Wait until every posted request is answered, looking at the supervisor between slices."""
@@ -378,3 +411,4 @@ class _Restarted:
 
 
 _RESTARTED = _Restarted()
+_AGAIN = object()  # a restarted worker did not serve a request that is to be posted again

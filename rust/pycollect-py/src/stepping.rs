@@ -17,7 +17,7 @@ use std::ptr;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyTuple, PyType};
 
 use crate::errors::config_error;
 
@@ -85,6 +85,15 @@ pub struct EnvStepper {
     dtype: Py<PyAny>,
     itemsize: isize,
     ndarray: Py<PyType>,
+    /// Whether a result whose info is anything but an empty dict is left to Python (a vector
+    /// env, whose infos are returned; a rollout keeps no info unless asked, and then steps in Python).
+    empty_infos_only: bool,
+}
+
+/// Whether `info` is exactly a `dict` with no entries.
+fn is_empty_dict(info: &Bound<'_, PyAny>) -> bool {
+    info.cast_exact::<PyDict>()
+        .is_ok_and(|dict| dict.is_empty())
 }
 
 impl EnvStepper {
@@ -100,6 +109,9 @@ impl EnvStepper {
             return Ok(None);
         }
         let (reward, term, trunc) = (tuple.get_item(1)?, tuple.get_item(2)?, tuple.get_item(3)?);
+        if self.empty_infos_only && !is_empty_dict(&tuple.get_item(4)?) {
+            return Ok(None);
+        }
         if !(reward.is_exact_instance_of::<PyFloat>()
             && term.is_exact_instance_of::<PyBool>()
             && trunc.is_exact_instance_of::<PyBool>()
@@ -185,7 +197,7 @@ impl EnvStepper {
     /// `terminated` and `truncated` (bool) are writable, C-contiguous `[steps_per_row, K]`.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (steps, frames, shape, dtype, itemsize, steps_per_row, ndarray, rewards, terminated, truncated))]
+    #[pyo3(signature = (steps, frames, shape, dtype, itemsize, steps_per_row, ndarray, rewards, terminated, truncated, *, empty_infos_only = false))]
     fn new(
         steps: Vec<Py<PyAny>>,
         frames: &Bound<'_, PyAny>,
@@ -197,6 +209,7 @@ impl EnvStepper {
         rewards: &Bound<'_, PyAny>,
         terminated: &Bound<'_, PyAny>,
         truncated: &Bound<'_, PyAny>,
+        empty_infos_only: bool,
     ) -> PyResult<Self> {
         let writable = |name: &str, obj: &Bound<'_, PyAny>, format: Option<&CStr>, bytes: usize| {
             let flags = ffi::PyBUF_WRITABLE | ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
@@ -247,6 +260,7 @@ impl EnvStepper {
             dtype,
             itemsize,
             ndarray,
+            empty_infos_only,
         })
     }
 
@@ -257,17 +271,31 @@ impl EnvStepper {
     /// unchecked: Python checks and stores those. Both in env order. Counts nothing and ends
     /// no trajectory.
     #[allow(clippy::type_complexity)]
+    ///
+    /// `skip[i]` true: env `i` is not stepped (its action is passed over) and appears in neither
+    /// list; a vector env resets such an env itself.
+    #[pyo3(signature = (t, actions, skip = None))]
     fn step(
         &self,
         py: Python<'_>,
         t: usize,
         actions: &Bound<'_, PyAny>,
+        skip: Option<Vec<bool>>,
     ) -> PyResult<(Vec<usize>, Vec<(usize, Py<PyAny>)>)> {
         if t >= self.steps_per_row {
             return Err(config_error(format!(
                 "step {t} is outside a rollout of {} steps",
                 self.steps_per_row
             )));
+        }
+        if let Some(skip) = &skip {
+            if skip.len() != self.steps.len() {
+                return Err(config_error(format!(
+                    "skip has {} entries for {} envs",
+                    skip.len(),
+                    self.steps.len()
+                )));
+            }
         }
         let (mut ended, mut left) = (Vec::new(), Vec::new());
         // Iterated, not indexed: the same objects (numpy scalars, or rows for array actions)
@@ -280,6 +308,9 @@ impl EnvStepper {
                     self.steps.len()
                 )));
             };
+            if skip.as_ref().is_some_and(|skip| skip[i]) {
+                continue;
+            }
             let result = step.bind(py).call1((action,))?;
             match self.store(&result, i, t)? {
                 None => left.push((i, result.unbind())),
