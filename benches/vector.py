@@ -189,7 +189,7 @@ def _print(name: str, summary: dict[str, dict[str, Any]], rounds: int) -> None:
     print(f"  {'contender':40} {'env steps/s':>12} {'x limit':>8} {'x Async':>8} {'x EnvPool':>9} {'CPU us/step':>11}")
     for contender, row in summary.items():
 
-        def ratio(reference: str) -> str:
+        def ratio(reference: str, row: dict[str, Any] = row) -> str:
             value = row.get(f"x {reference}")
             return f"{value:.2f}" if value is not None else "-"
 
