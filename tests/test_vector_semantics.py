@@ -635,3 +635,25 @@ def test_the_native_stepper_is_not_used_for_dict_observations() -> None:
         assert env._backend.group._native is None  # type: ignore[attr-defined]
     finally:
         env.close()
+
+
+def test_step_async_and_step_wait_give_what_step_gives(backend: dict[str, Any]) -> None:
+    ours, theirs = _pair("box", "discrete", AutoresetMode.NEXT_STEP, backend, num_envs=2)
+    try:
+        assert_same(ours.reset(seed=5), theirs.reset(seed=5))
+        with pytest.raises(ConfigError, match=r"step_wait\(\) .* without a step_async\(\)"):
+            ours.step_wait()
+        theirs.action_space.seed(5)
+        for _ in range(12):
+            actions = theirs.action_space.sample()
+            ours.step_async(actions)
+            with pytest.raises(ConfigError, match=r"while a step waits for its step_wait\(\)"):
+                ours.step_async(actions)
+            assert_same(ours.step_wait(), theirs.step(actions))
+        ours.step_async(theirs.action_space.sample())  # never collected: reset() lets it go
+        assert_same(ours.reset(seed=9), theirs.reset(seed=9))
+        actions = theirs.action_space.sample()
+        assert_same(ours.step(actions), theirs.step(actions))
+    finally:
+        ours.close()
+        theirs.close()

@@ -82,8 +82,11 @@ class StepBackend(Protocol):
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: np.ndarray | None) -> InfoParts:
         """Reset every env (``mask`` ``None``) or the envs of ``mask``; env ``n`` gets ``seeds[n]`` and ``options``."""
 
-    def step(self, actions: Sequence[np.ndarray]) -> InfoParts:
-        """Step every env; ``actions`` is one checked ``[num_envs, *shape]`` array per action leaf."""
+    def step_async(self, actions: Sequence[np.ndarray]) -> None:
+        """Start a step of every env; ``actions`` is one checked ``[num_envs, *shape]`` array per action leaf."""
+
+    def step_wait(self) -> InfoParts:
+        """Finish the step :meth:`step_async` started: the results are in the arrays."""
 
     def call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         """Each env's ``name``, called with the arguments if callable (gymnasium's ``call``), in env order."""

@@ -14,6 +14,7 @@ from pycollect._steps.group import EnvGroup
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.source import EnvSource
+from pycollect.exceptions import ConfigError
 
 __all__ = ["InProcessBackend"]
 
@@ -44,6 +45,7 @@ class InProcessBackend:
         self.observations = self.observation.empty(self.num_envs)
         same_step = mode is AutoresetMode.SAME_STEP
         self.final_observations = self.observation.empty(self.num_envs) if same_step else None
+        self._actions: Sequence[np.ndarray] | None = None  # kept by step_async for step_wait
         self.rewards = np.zeros(self.num_envs, np.float64)
         self.terminated = np.zeros(self.num_envs, np.bool_)
         self.truncated = np.zeros(self.num_envs, np.bool_)
@@ -85,8 +87,15 @@ class InProcessBackend:
         material = self.group.reset(seeds, options, mask)
         return [] if material is None else [(0, material)]
 
-    def step(self, actions: Sequence[np.ndarray]) -> InfoParts:
-        """Step every env (see :class:`~pycollect._steps.backend.StepBackend`)."""
+    def step_async(self, actions: Sequence[np.ndarray]) -> None:
+        """Keep the actions: in this process the envs step in :meth:`step_wait`."""
+        self._actions = actions
+
+    def step_wait(self) -> InfoParts:
+        """Step every env with the actions :meth:`step_async` kept."""
+        actions, self._actions = self._actions, None
+        if actions is None:
+            raise ConfigError("step_wait() without step_async() before it")
         material = self.group.step(actions)
         return [] if material is None else [(0, material)]
 

@@ -72,6 +72,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._infos = InfoMerger(self.num_envs)
         self._ended = np.zeros(self.num_envs, np.bool_)  # DISABLED mode: envs that ended and were not reset
         self._was_reset = False  # gymnasium's order: reset() before the first step()
+        self._stepping = False  # step_async() sent a step that step_wait() has not collected
         self._final_obs: Callable[[int], Any] | None = None
         if backend.final_observations is not None:
             final, layout = backend.final_observations, backend.observation
@@ -95,6 +96,9 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         """
         self._check_open("reset")
         seeds = self._seeds(seed)
+        if self._stepping:  # a step sent and never collected: its results go, as gymnasium's reset does
+            self._stepping = False
+            self._backend.step_wait()
         mask, passed = None, None
         if options is not None:
             if not isinstance(options, Mapping):
@@ -133,13 +137,44 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             EnvOutputError: An env returned what its spaces do not allow.
             VectorEnvClosedError: The vector env was closed.
         """
-        self._check_open("step")
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Check ``actions`` and send them: the envs step while the caller does something else.
+
+        Collect the results with :meth:`step_wait` (gymnasium's ``AsyncVectorEnv`` API). With
+        ``num_workers=0`` the envs step in :meth:`step_wait`.
+
+        Raises:
+            ActionError, ConfigError, VectorEnvClosedError: as :meth:`step` (nothing was sent);
+                a ``ConfigError`` too if a step is already waiting for its ``step_wait()``.
+        """
+        self._check_open("step_async")
         if not self._was_reset:
             raise ConfigError(f"step() before reset() on {self._name}: call reset() first, as with any gymnasium env")
+        if self._stepping:
+            raise ConfigError(f"step_async() on {self._name} while a step waits for its step_wait(): call step_wait()")
         checked = self._actions.check(actions)
         if self.autoreset_mode is AutoresetMode.DISABLED and self._ended.any():
             raise ActionError(disabled_message(np.flatnonzero(self._ended).tolist()))
-        parts = self._backend.step(checked)
+        self._backend.step_async(checked)
+        self._stepping = True
+
+    def step_wait(
+        self,
+    ) -> tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]]:
+        """The results of the step :meth:`step_async` sent, as :meth:`step` returns them.
+
+        Raises:
+            ConfigError: No step was sent.
+            WorkerCrashedError, EnvOutputError, VectorEnvClosedError: as :meth:`step`.
+        """
+        self._check_open("step_wait")
+        if not self._stepping:
+            raise ConfigError(f"step_wait() on {self._name} without a step_async() before it")
+        self._stepping = False
+        parts = self._backend.step_wait()
         backend = self._backend
         terminated, truncated = backend.terminated.copy(), backend.truncated.copy()
         np.logical_or(terminated, truncated, out=self._ended)

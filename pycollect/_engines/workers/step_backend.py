@@ -82,6 +82,7 @@ class WorkerStepBackend:
         self._k = k
         self._grace_s = supervision.shutdown_grace_s
         self._generations = [1] * num_workers  # the generation of each worker requests are meant for
+        self._seqs: list[int] = []  # the step posted by step_async, per worker
         self._closed = False
         self._final_workers: tuple[Any, ...] = ()  # what workers() reports once closed
         self._spec_fd = -1
@@ -208,22 +209,25 @@ class WorkerStepBackend:
         answers = self._exchange(protocol.RESET, payloads, retry=True)
         return [(w * k, material) for w, material in sorted(answers.items()) if material]
 
-    def step(self, actions: Sequence[np.ndarray]) -> InfoParts:
-        """Step every env (see :class:`~pycollect._steps.backend.StepBackend`).
-
-        The common step takes the short way: post to every worker, one wait, every answer OK
-        with an empty payload (no info). Anything else goes through :meth:`_exchange`'s
-        handling of the answers.
-        """
+    def step_async(self, actions: Sequence[np.ndarray]) -> None:
+        """Write the actions into the workers' rows and post a step to every worker."""
         for block, leaf in zip(self._actions, actions, strict=True):
             block[...] = leaf
         channels = self._live()
         if any(channel.pending is not None for channel in channels):
             self._drain(channels)
-        seqs = [
+        self._seqs = [
             channel.post(protocol.STEP, generation, b"")
             for channel, generation in zip(channels, self._generations, strict=True)
         ]
+
+    def step_wait(self) -> InfoParts:
+        """Wait for every worker's answer to the step :meth:`step_async` posted.
+
+        The common step takes the short way: one wait, every answer OK with an empty payload
+        (no info). Anything else goes through the handling of :meth:`_answer`.
+        """
+        channels, seqs = self._live(), self._seqs
         if len(_core.wait_answers(channels, seqs, timeout_s=_POLL_S)) < len(channels):
             self._wait(channels, dict(enumerate(seqs)))
         parts: InfoParts = []
