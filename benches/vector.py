@@ -9,12 +9,15 @@ one round are what is compared). Contenders, on CartPole-v1 (2 workers x 8 envs)
   limit of 2 CPUs (from ``benches/throughput.py``).
 * ``pycollect make_vec (2 workers)``: ``pycollect.make_vec(env, 2K, num_workers=2)``, the
   trainer calling ``step()`` as a gymnasium loop does.
+* ``pycollect make_vec pool``: the same 2K envs in 4 workers, ``batch_size=K``: ``recv()``
+  returns the first half ready, whose actions ``send()`` sends while the other half steps.
 * ``gymnasium AsyncVectorEnv (2K procs)``: ``shared_memory=True``, one process per env.
 * ``SB3 SubprocVecEnv (2K procs)``: one process per env (SB3's layout).
 * ``EnvPool (2K envs, 2 threads)``: Pong only (EnvPool's envs are its own C++ ones).
 
 Targets (issue 18), as medians of per-round ratios: Pong >= 0.9x the limit and >= 1.0x EnvPool;
-CartPole >= 0.6x the limit and >= 8x AsyncVectorEnv. The results go to
+CartPole >= 0.6x the limit and >= 8x AsyncVectorEnv; the pool >= the synchronous vector env.
+The results go to
 ``benches/results/vector.json`` and a plot next to it.
 
 Usage::
@@ -45,6 +48,7 @@ import pycollect
 
 LIMIT = tp.RAW2
 PYCOLLECT = "pycollect make_vec (2 workers)"
+POOL = "pycollect make_vec pool (4 workers, half per recv)"
 ASYNC = "gymnasium AsyncVectorEnv (2K procs)"
 WORKLOADS = {"cartpole-random": 8, "atari-pong": 4}  # workload -> K, envs per worker
 TARGETS = [  # (workload, contender, reference, at least)
@@ -52,6 +56,8 @@ TARGETS = [  # (workload, contender, reference, at least)
     ("atari-pong", PYCOLLECT, tp.ENVPOOL, 1.0),
     ("cartpole-random", PYCOLLECT, LIMIT, 0.6),
     ("cartpole-random", PYCOLLECT, ASYNC, 8.0),
+    ("cartpole-random", POOL, PYCOLLECT, 1.0),
+    ("atari-pong", POOL, PYCOLLECT, 1.0),
 ]
 
 
@@ -76,9 +82,37 @@ def pycollect_make_vec(workload: tp.Workload, k: int, frames: dict[str, int]) ->
     return tp._timed_steps(t0, envs, n, frames["fast"], prepare)
 
 
+def pycollect_pool(workload: tp.Workload, k: int, frames: dict[str, int]) -> tp.Result:
+    """``make_vec(2K envs, num_workers=4, batch_size=K)``: the K/2-env workers first ready are served.
+
+    The same envs as the synchronous contender, in twice the workers, half of them per
+    ``recv()``: while the trainer handles one half, the other half steps.
+    """
+    n, workers = tp.WORKERS * k, 2 * tp.WORKERS
+    t0 = time.perf_counter()
+    envs = pycollect.make_vec(workload.pycollect_env, n, num_workers=workers, batch_size=n // 2)
+
+    def prepare() -> Callable[[int], Any]:
+        single = envs.single_action_space
+        single.seed(0)
+        actions = [np.array([single.sample() for _ in range(n // 2)]) for _ in range(64)]
+        envs.async_reset(seed=0)
+        recv, send = envs.recv, envs.send
+
+        def run(count: int) -> None:
+            for i in range(2 * count):  # count steps of every env: 2 recvs of half the envs each
+                recv()
+                send(actions[i & 63])
+
+        return run
+
+    return tp._timed_steps(t0, envs, n, frames["fast"], prepare)
+
+
 CONTENDERS: dict[str, Callable[[tp.Workload, int, dict[str, int]], tp.Result]] = {
     LIMIT: tp.raw_loops_in_parallel,
     PYCOLLECT: pycollect_make_vec,
+    POOL: pycollect_pool,
     ASYNC: tp.gym_async_vector_2k,
     tp.SB3: tp.sb3_subproc,
     tp.ENVPOOL: tp.envpool_pong,
@@ -124,7 +158,7 @@ def main() -> None:
                 result = contenders[contender](workload, k, frames)
                 this_round[contender] = {**result.__dict__, "round": round_index}
             for contender, entry in this_round.items():
-                for reference in (LIMIT, ASYNC, tp.ENVPOOL):
+                for reference in (LIMIT, ASYNC, tp.ENVPOOL, PYCOLLECT):
                     against = this_round.get(reference, {}).get("fps")
                     entry[f"x {reference}"] = entry["fps"] / against if against else None
                 runs[name].setdefault(contender, []).append(entry)

@@ -657,3 +657,14 @@ def test_step_async_and_step_wait_give_what_step_gives(backend: dict[str, Any]) 
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_layout_sent_to_a_worker_keeps_numpys_own_dtype_objects() -> None:
+    """The stores test an observation's dtype by identity (``is``), as the native stepper does; an
+    unpickled dtype is a copy, so a worker would send every observation through the slow checks."""
+    layout = SpaceLayout(
+        gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,), np.float32), "b": gym.spaces.Discrete(3)}), "observation"
+    )
+    copy = pickle.loads(pickle.dumps(layout))
+    assert [leaf.field.dtype for leaf in copy.leaves] == [np.dtype(np.float32), np.dtype(np.int64)]
+    assert copy.leaves[0].field.dtype is np.dtype(np.float32) and copy.leaves[1].field.dtype is np.dtype(np.int64)

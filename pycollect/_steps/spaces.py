@@ -59,6 +59,12 @@ class Leaf:
     space: gym.Space[Any]
 
 
+def _canonical(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """Numpy's own object for ``dtype`` where it has one (native byte order built-in types), else ``dtype``."""
+    own = np.dtype(dtype.type)
+    return own if own == dtype else dtype
+
+
 def _describe(space: gym.Space[Any]) -> str:
     text = repr(space)
     return text if len(text) <= 120 else type(space).__name__
@@ -96,6 +102,14 @@ class SpaceLayout:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_views": None, "_viewed": ()}  # views belong to one process's arrays
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # An unpickled dtype is a copy of numpy's own object, and the stores (and the native
+        # stepper) test an observation's dtype by identity: take numpy's objects back.
+        leaves = tuple(
+            replace(leaf, field=replace(leaf.field, dtype=_canonical(leaf.field.dtype))) for leaf in state["leaves"]
+        )
+        self.__dict__.update(state, leaves=leaves)
 
     def _walk(self, space: gym.Space[Any], path: Path, leaves: list[Leaf]) -> _Tree:
         where = "/".join(str(part) for part in (self.root, *path))

@@ -55,6 +55,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
         copy: bool = True,
         name: str = "env",
+        batch_size: int | None = None,
     ) -> None:
         self._backend = backend
         self._name = name
@@ -73,6 +74,12 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._ended = np.zeros(self.num_envs, np.bool_)  # DISABLED mode: envs that ended and were not reset
         self._was_reset = False  # gymnasium's order: reset() before the first step()
         self._stepping = False  # step_async() sent a step that step_wait() has not collected
+        self.batch_size = batch_size or self.num_envs
+        self._pool = self.batch_size < self.num_envs  # recv() serves the first workers ready
+        self._batch_actions = ActionChecker(backend.action, self.batch_size) if self._pool else self._actions
+        self._envs_per_worker = self.num_envs // max(1, getattr(backend, "num_workers", 1))
+        self._received: np.ndarray | None = None  # the env ids the last recv() returned
+        self._reset_result: tuple[Any, dict[str, Any]] | None = None  # async_reset's, for recv (no pool)
         self._final_obs: Callable[[int], Any] | None = None
         if backend.final_observations is not None:
             final, layout = backend.final_observations, backend.observation
@@ -95,6 +102,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             VectorEnvClosedError: The vector env was closed.
         """
         self._check_open("reset")
+        self._not_a_pool("reset")
         seeds = self._seeds(seed)
         if self._stepping:  # a step sent and never collected: its results go, as gymnasium's reset does
             self._stepping = False
@@ -140,6 +148,99 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self.step_async(actions)
         return self.step_wait()
 
+    # -- the pool API (EnvPool's): async_reset, recv, send ----------------------------------
+
+    def async_reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: Mapping[str, Any] | None = None
+    ) -> None:
+        """Reset every env without waiting: :meth:`recv` returns the envs as they are ready.
+
+        ``seed`` and ``options`` as for :meth:`reset` (no ``reset_mask``).
+        """
+        self._check_open("async_reset")
+        if not self._pool:
+            self._reset_result = self.reset(seed=seed, options=options)
+            self._received = None
+            return
+        seeds = self._seeds(seed)
+        passed = None if options is None else dict(options)
+        if passed is not None and "reset_mask" in passed:
+            raise ConfigError("async_reset() resets every env: reset_mask is for reset() (batch_size == num_envs)")
+        self._backend.pool_reset(seeds, passed)  # type: ignore[attr-defined]
+        self._was_reset, self._received = True, None
+
+    def recv(
+        self,
+    ) -> tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any], np.ndarray]:
+        """The next ``batch_size`` envs whose step (or reset) is done.
+
+        Returns ``(observations, rewards, terminated, truncated, infos, env_ids)``: ``env_ids``
+        (int32) says which env each row is; infos are gymnasium's, indexed by row.
+        The first workers to have answered are served first; among those, the workers after the
+        last one served (in worker order, wrapping around), so every env is served within
+        ``num_envs / batch_size`` calls once it is ready. With ``batch_size == num_envs`` it is
+        every env, in order. Send the actions of exactly these envs with :meth:`send`.
+
+        Raises:
+            ConfigError: Nothing is in flight (call :meth:`async_reset`, then :meth:`send`).
+            WorkerCrashedError, EnvOutputError, VectorEnvClosedError: as :meth:`step`.
+        """
+        self._check_open("recv")
+        if not self._pool:
+            ids = np.arange(self.num_envs, dtype=np.int32)
+            if self._reset_result is not None:
+                (obs, reset_infos), self._reset_result = self._reset_result, None
+                flags = np.zeros(self.num_envs, np.bool_)
+                self._received = ids
+                return obs, np.zeros(self.num_envs, np.float64), flags, flags.copy(), reset_infos, ids
+            if not self._stepping:
+                raise ConfigError(f"recv() on {self._name} with nothing in flight: async_reset() or send() first")
+            result = self.step_wait()
+            self._received = ids
+            return (*result, ids)
+        backend = self._backend
+        k = self._envs_per_worker
+        workers, materials = backend.pool_recv(self.batch_size // k)  # type: ignore[attr-defined]
+        rows = np.concatenate([np.arange(w * k, (w + 1) * k) for w in workers]).astype(np.int32)
+        layout = backend.observation
+        obs = layout.batched([array[rows] for array in backend.observations], copy=False)  # fancy indexing: copies
+        terminated, truncated = backend.terminated[rows], backend.truncated[rows]
+        parts = [(position * k, materials[w]) for position, w in enumerate(workers) if materials[w]]
+        infos: dict[str, Any] = {}
+        if parts:
+            final = backend.final_observations
+            infos = InfoMerger(self.batch_size).merge(
+                parts, None if final is None else (lambda row: layout.single(final, int(rows[row])))
+            )
+        self._received = rows
+        return obs, backend.rewards[rows], terminated, truncated, infos, rows
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Send the actions of the envs the last :meth:`recv` returned (``env_ids``: those, in that order).
+
+        Raises:
+            ActionError: The actions do not fit the action space (``batch_size`` of them), or
+                ``env_ids`` are not what the last ``recv()`` returned.
+            ConfigError: No ``recv()`` since the last ``send()``.
+        """
+        self._check_open("send")
+        received = self._received
+        if received is None:
+            raise ConfigError(f"send() on {self._name} without a recv() before it: send the envs recv() returned")
+        if env_ids is not None and not np.array_equal(np.asarray(env_ids), received):
+            raise ActionError(
+                f"send() for env_ids {np.asarray(env_ids).tolist()}, but the last recv() returned env_ids "
+                f"{received.tolist()}: send exactly those, in that order"
+            )
+        if not self._pool:
+            self.step_async(actions)
+            self._received = None
+            return
+        checked = self._batch_actions.check(actions)
+        workers = list(dict.fromkeys(int(i) // self._envs_per_worker for i in received))  # in the order recv() gave
+        self._backend.pool_send(workers, checked)  # type: ignore[attr-defined]
+        self._received = None
+
     def step_async(self, actions: Any) -> None:
         """Check ``actions`` and send them: the envs step while the caller does something else.
 
@@ -151,6 +252,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
                 a ``ConfigError`` too if a step is already waiting for its ``step_wait()``.
         """
         self._check_open("step_async")
+        self._not_a_pool("step")
         if not self._was_reset:
             raise ConfigError(f"step() before reset() on {self._name}: call reset() first, as with any gymnasium env")
         if self._stepping:
@@ -235,6 +337,13 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
     def __repr__(self) -> str:
         return f"pycollect.vector.VectorEnv({self._name}, num_envs={self.num_envs})"
 
+    def _not_a_pool(self, what: str) -> None:
+        if self._pool:
+            raise ConfigError(
+                f"{what}() on {self._name}, a pool of {self.num_envs} envs served {self.batch_size} at a time "
+                "(batch_size): use async_reset(), recv() and send()"
+            )
+
     def _check_open(self, what: str) -> None:
         if self.closed:
             raise VectorEnvClosedError(f"{what}() on a closed vector env ({self._name}): it was closed by close()")
@@ -290,6 +399,7 @@ def make_vec(
     autoreset_mode: str | AutoresetMode = "next_step",
     copy: bool = True,
     env_kwargs: Mapping[str, Any] | None = None,
+    batch_size: int | None = None,
     supervision: SupervisionConfig | None = None,
     **supervision_overrides: Any,
 ) -> VectorEnv:
@@ -318,6 +428,10 @@ def make_vec(
         copy: ``True``: observations are fresh arrays. ``False``: views of the arrays the
             results are written into, valid until the next ``step`` or ``reset``.
         env_kwargs: Keyword arguments for every env's constructor.
+        batch_size: Fewer than ``num_envs`` (a multiple of ``num_envs / num_workers``): a pool
+            that serves the first envs ready, ``batch_size`` at a time, through
+            :meth:`VectorEnv.async_reset`, :meth:`VectorEnv.recv` and :meth:`VectorEnv.send`
+            (EnvPool's API); ``reset()`` and ``step()`` are then refused. ``None``: ``num_envs``.
         supervision: How worker processes are watched and restarted (a
             :class:`~pycollect.SupervisionConfig`; ``None``: its defaults).
         **supervision_overrides: Fields of :class:`~pycollect.SupervisionConfig` applied on
@@ -346,13 +460,31 @@ def make_vec(
         raise ConfigError(
             f"num_workers={num_workers} is more than num_envs={num_envs}: a worker steps at least one env"
         )
+    if batch_size is not None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= num_envs:
+            raise ConfigError(f"batch_size must be an int from 1 to num_envs={num_envs}, got {batch_size!r}")
+        if batch_size < num_envs:
+            if num_workers == 0:
+                raise ConfigError(
+                    f"batch_size={batch_size} < num_envs={num_envs} makes a pool of workers: num_workers=0 has none"
+                )
+            k = num_envs // num_workers if num_envs % num_workers == 0 else 0
+            if k and batch_size % k:
+                raise ConfigError(
+                    f"batch_size={batch_size} is not a multiple of the {k} envs each of the {num_workers} workers "
+                    "steps: the pool serves whole workers"
+                )
+            if mode is AutoresetMode.DISABLED:
+                raise ConfigError(
+                    "autoreset_mode DISABLED needs reset masks, which a pool (batch_size < num_envs) has not"
+                )
     source = resolve_env(env, env_kwargs)
     backend: StepBackend
     if num_workers == 0:
         backend = InProcessBackend.start(source, num_envs, mode)
     else:
         backend = WorkerStepBackend.start(source, num_envs, num_workers, mode, settings)
-    return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=source.describe())
+    return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=source.describe(), batch_size=batch_size)
 
 
-_MAKE_VEC_ARGUMENTS = ("num_workers", "autoreset_mode", "copy", "env_kwargs", "supervision")
+_MAKE_VEC_ARGUMENTS = ("num_workers", "autoreset_mode", "copy", "env_kwargs", "batch_size", "supervision")

@@ -83,6 +83,13 @@ class WorkerStepBackend:
         self._grace_s = supervision.shutdown_grace_s
         self._generations = [1] * num_workers  # the generation of each worker requests are meant for
         self._seqs: list[int] = []  # the step posted by step_async, per worker
+        # The pool (recv/send): requests in flight by worker, the resets among them (their
+        # seeds, to post again to a restarted worker), the workers the caller holds, whom to
+        # serve first next.
+        self._in_flight: dict[int, int] = {}
+        self._resets: dict[int, Sequence[int | None]] = {}
+        self._held: list[int] = []
+        self._next_served = 0
         self._closed = False
         self._final_workers: tuple[Any, ...] = ()  # what workers() reports once closed
         self._spec_fd = -1
@@ -245,6 +252,91 @@ class WorkerStepBackend:
                 parts.append((w * self._k, material))
         return parts
 
+    # -- the pool: workers served first-ready ------------------------------------------------
+
+    def pool_reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
+        """Post a reset to every worker and return: :meth:`pool_recv` collects the answers."""
+        channels, k = self._live(), self._k
+        self._drain(channels)
+        self._held = []
+        self._in_flight = {
+            w: channel.post(
+                protocol.RESET, self._generations[w], protocol.dumps((list(seeds[w * k : (w + 1) * k]), options, None))
+            )
+            for w, channel in enumerate(channels)
+        }
+        self._resets = {w: seeds[w * k : (w + 1) * k] for w in range(self.num_workers)}
+
+    def pool_recv(self, count: int) -> tuple[list[int], dict[int, Material]]:
+        """Wait until ``count`` workers have answered; return them and their info material.
+
+        Among the workers that have answered, those after the last one served come first (in
+        worker order, wrapping around), so a worker that has answered is served within
+        ``num_workers / count`` calls. The workers returned are the caller's until
+        :meth:`pool_send` posts their next step.
+
+        Raises:
+            ConfigError: Fewer than ``count`` workers have a request in flight (send first).
+            WorkerCrashedError, VectorEnvClosedError: as :meth:`step_wait`.
+        """
+        channels = self._live()
+        if len(self._in_flight) < count:
+            raise ConfigError(
+                f"recv() of {count * self._k} envs, but only {len(self._in_flight) * self._k} have a step or reset in "
+                "flight: send() the actions of the envs the last recv() returned first"
+            )
+        while True:
+            answered = [w for w, seq in self._in_flight.items() if channels[w].answered(seq)]
+            if len(answered) >= count:
+                break
+            workers = list(self._in_flight)
+            done = _core.wait_answers(
+                [channels[w] for w in workers], [self._in_flight[w] for w in workers], timeout_s=_POLL_S, any=True
+            )
+            if not done:
+                self._wait_checks(workers)
+        answered.sort(key=lambda w: (w - self._next_served) % self.num_workers)
+        picked: list[int] = []
+        materials: dict[int, Material] = {}
+        for w in answered:
+            if len(picked) == count:
+                break
+            _, status, payload = channels[w].response()
+            resetting = w in self._resets
+            answer = self._answer(w, status, payload, retry=resetting)
+            if answer is _AGAIN:  # a reset its restarted worker did not serve: post it again
+                seeds = self._resets[w]
+                self._in_flight[w] = channels[w].post(
+                    protocol.RESET, self._generations[w], protocol.dumps((list(seeds), None, None))
+                )
+                continue
+            del self._in_flight[w]
+            self._resets.pop(w, None)
+            materials[w] = self._cut(w) if answer is _RESTARTED else answer
+            picked.append(w)
+        if len(picked) < count:  # a reset was posted again: wait for it too
+            more, extra = self.pool_recv(count - len(picked))
+            picked += more
+            materials.update(extra)
+        self._next_served = (picked[-1] + 1) % self.num_workers
+        self._held = sorted(self._held + picked)
+        return picked, materials
+
+    def pool_send(self, workers: Sequence[int], actions: Sequence[np.ndarray]) -> None:
+        """Post the next step of ``workers``; ``actions``: one ``[len(workers) * K, ...]`` array per leaf."""
+        channels, k = self._live(), self._k
+        for leaf, block in zip(actions, self._actions, strict=True):
+            for position, w in enumerate(workers):
+                block[w * k : (w + 1) * k] = leaf[position * k : (position + 1) * k]
+        for w in workers:
+            self._held.remove(w)
+            self._in_flight[w] = channels[w].post(protocol.STEP, self._generations[w], b"")
+
+    @property
+    def held(self) -> list[int]:
+        """The workers the last :meth:`pool_recv` returned whose next step was not sent yet."""
+        return list(self._held)
+
     def call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         """Each env's ``name``, called with the arguments if callable."""
         payload = protocol.dumps((name, tuple(args), dict(kwargs)))
@@ -303,6 +395,11 @@ class WorkerStepBackend:
             VectorEnvClosedError: The vector env was closed (or is closing).
         """
         channels = self._live()
+        if self._in_flight:
+            raise ConfigError(
+                f"envs of workers {sorted(self._in_flight)} have a step or reset in flight: recv() them before "
+                "calling reset(), call(), get_attr() or set_attr()"
+            )
         self._drain(channels)
         answers: dict[int, Any] = {}
         error: BaseException | None = None
@@ -344,23 +441,33 @@ class WorkerStepBackend:
             raise exc
         raise TransportError(f"worker {worker} answered with unknown status {status}")
 
+    def _wait_checks(self, workers: Sequence[int]) -> None:
+        """Between two slices of a wait: a worker given up on or stopped, or the env closed, ends it.
+
+        Raises:
+            WorkerCrashedError: A worker was given up on.
+            WorkerStoppedError: One of ``workers`` ended cleanly and its restart policy leaves it down.
+            VectorEnvClosedError: The vector env was closed (or is shutting down).
+        """
+        log = self._log
+        if log is None:
+            raise VectorEnvClosedError("the vector env was closed while it waited for its workers")
+        log.poll()  # raises WorkerCrashedError once a worker is given up on
+        for w in workers:
+            if log.stopped(w):
+                raise log.stopped_error(w, "and a vector env needs every worker")
+        if self.segment.is_shutdown:
+            raise VectorEnvClosedError("the vector env is shutting down")
+
     def _wait(self, channels: list[Any], posted: dict[int, int]) -> None:
         """Wait until every posted request is answered, looking at the supervisor between slices."""
         waiting = dict(posted)
         while waiting:
-            log = self._log
-            if log is None:
-                raise VectorEnvClosedError("the vector env was closed while it waited for its workers")
-            log.poll()  # raises WorkerCrashedError once a worker is given up on
-            for w in waiting:
-                if log.stopped(w):
-                    raise log.stopped_error(w, "and a vector env needs every worker")
+            self._wait_checks(list(waiting))
             workers = list(waiting)
             done = _core.wait_answers([channels[w] for w in workers], [waiting[w] for w in workers], timeout_s=_POLL_S)
             for i in done:
                 del waiting[workers[i]]
-            if waiting and self.segment.is_shutdown:
-                raise VectorEnvClosedError("the vector env is shutting down")
 
     def _drain(self, channels: list[Any]) -> None:
         """Wait out requests left unanswered by an interrupted call (Ctrl-C); their answers are dropped."""

@@ -1,0 +1,125 @@
+"""``make_vec(batch_size < num_envs)``: a pool that serves the first envs ready (EnvPool's
+``async_reset``/``recv``/``send``), and the same API on a synchronous vector env."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_vector_workers import CrashingEnv
+
+from pycollect import ActionError, ConfigError
+from pycollect.testing import wait_until
+from pycollect.testing.envs import CountingEnv
+from pycollect.vector import make_vec
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _base(seed: int) -> float:
+    env = CountingEnv()
+    obs, _ = env.reset(seed=seed)
+    return float(obs[0])
+
+
+def test_a_pool_serves_every_env_and_each_steps_its_own_episodes() -> None:
+    env = make_vec(CountingEnv, 8, num_workers=4, batch_size=4, env_kwargs={"length": 5})
+    served = np.zeros(8, int)
+    t = np.zeros(8, int)  # each env's step count, as its observations must show it
+    try:
+        env.async_reset(seed=10)
+        for _ in range(60):
+            obs, reward, terminated, truncated, infos, ids = env.recv()
+            assert ids.dtype == np.int32 and len(ids) == 4 and len(set(ids.tolist())) == 4
+            assert all(ids[j] % 2 == 0 and ids[j + 1] == ids[j] + 1 for j in (0, 2)), ids  # whole workers
+            for row, i in enumerate(ids.tolist()):
+                if served[i] == 0:  # the reset
+                    assert obs[row].tolist() == [_base(10 + i), 0.0]
+                elif t[i] == 5:  # NEXT_STEP: the step after the end is a reset (reward 0)
+                    assert obs[row, 1] == 0.0 and reward[row] == 0.0
+                    t[i] = 0
+                else:
+                    t[i] += 1
+                    assert obs[row, 1] == t[i] and reward[row] == t[i]
+                    assert terminated[row] == (t[i] == 5) and not truncated[row]
+                served[i] += 1
+            assert infos == {}
+            env.send(np.zeros(4, np.int64), ids)
+        assert served.min() >= 10, served  # every env served (60 recvs of 4 out of 8 envs: 30 each if fair)
+    finally:
+        env.close()
+
+
+def test_the_pool_api_on_a_synchronous_vector_env_is_reset_and_step() -> None:
+    for workers in (0, 2):
+        env = make_vec(CountingEnv, 4, num_workers=workers, env_kwargs={"length": 3})
+        try:
+            env.async_reset(seed=0)
+            obs, reward, _, _, _, ids = env.recv()
+            assert ids.tolist() == [0, 1, 2, 3] and reward.tolist() == [0.0] * 4
+            env.send(np.zeros(4, np.int64))
+            obs, reward, *_, ids = env.recv()
+            assert obs[:, 1].tolist() == [1.0] * 4 and reward.tolist() == [1.0] * 4
+        finally:
+            env.close()
+
+
+def test_a_crash_in_a_pool_cuts_that_workers_episodes() -> None:
+    env = make_vec(CrashingEnv, 4, num_workers=2, batch_size=2, env_kwargs={"crash_at": 2})
+    cuts: list[list[int]] = []
+
+    def step_until_cut() -> bool:
+        _, reward, _, truncated, infos, ids = env.recv()
+        if infos.get("_worker_restarted", np.zeros(1, bool)).any():
+            assert truncated.all() and reward.tolist() == [0.0, 0.0]
+            cuts.append(ids.tolist())
+        env.send(np.zeros(2, np.int64))
+        return bool(cuts)
+
+    try:
+        env.async_reset(seed=0)
+        # Worker 0 is served meanwhile: the pool waits for no one. The restarted worker answers
+        # once it is up, and its envs are cut then.
+        wait_until(step_until_cut, timeout_s=60, what="the restarted worker's envs to come back cut", poll_s=0)
+        for _ in range(6):
+            step_until_cut()
+    finally:
+        env.close()
+    assert cuts == [[2, 3]]  # worker 1's envs, once
+
+
+def test_pool_misuse_is_refused_by_name() -> None:
+    env = make_vec(CountingEnv, 4, num_workers=2, batch_size=2)
+    try:
+        with pytest.raises(ConfigError, match=r"reset\(\) on .* a pool of 4 envs served 2 at a time"):
+            env.reset()
+        with pytest.raises(ConfigError, match=r"step\(\) on .* a pool"):
+            env.step(np.zeros(4, np.int64))
+        with pytest.raises(ConfigError, match=r"send\(\) .* without a recv\(\)"):
+            env.send(np.zeros(2, np.int64))
+        env.async_reset(seed=0)
+        *_, ids = env.recv()
+        with pytest.raises(ActionError, match=r"env_ids \[5, 6\], but the last recv\(\) returned"):
+            env.send(np.zeros(2, np.int64), [5, 6])
+        with pytest.raises(ActionError, match=r"shape \(3,\)"):
+            env.send(np.zeros(3, np.int64))
+        env.send(np.zeros(2, np.int64), ids)
+        with pytest.raises(ConfigError, match=r"have a step or reset in flight: recv\(\) them"):
+            env.get_attr("length")
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_workers": 2, "batch_size": 3}, r"batch_size=3 is not a multiple of the 2 envs each of the 2 workers"),
+        ({"num_workers": 0, "batch_size": 2}, r"num_workers=0 has none"),
+        ({"num_workers": 2, "batch_size": 5}, r"batch_size must be an int from 1 to num_envs=4, got 5"),
+        ({"num_workers": 2, "batch_size": 2, "autoreset_mode": "disabled"}, r"DISABLED needs reset masks"),
+    ],
+)
+def test_bad_pool_arguments_are_refused_before_any_worker_starts(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        make_vec(CountingEnv, 4, **kwargs)
