@@ -9,8 +9,8 @@ one round are what is compared). Contenders, on CartPole-v1 (2 workers x 8 envs)
   limit of 2 CPUs (from ``benches/throughput.py``).
 * ``pycollect make_vec (2 workers)``: ``pycollect.make_vec(env, 2K, num_workers=2)``, the
   trainer calling ``step()`` as a gymnasium loop does.
-* ``pycollect make_vec pool``: the same 2K envs in 4 workers, ``batch_size=K``: ``recv()``
-  returns the first half ready, whose actions ``send()`` sends while the other half steps.
+* ``pycollect make_vec pool``: the same 2K envs and 2 workers, ``batch_size=K``: ``recv()``
+  returns the worker first ready, whose actions ``send()`` sends while the other one steps.
 * ``gymnasium AsyncVectorEnv (2K procs)``: ``shared_memory=True``, one process per env.
 * ``SB3 SubprocVecEnv (2K procs)``: one process per env (SB3's layout).
 * ``EnvPool (2K envs, 2 threads)``: Pong only (EnvPool's envs are its own C++ ones).
@@ -48,7 +48,7 @@ import pycollect
 
 LIMIT = tp.RAW2
 PYCOLLECT = "pycollect make_vec (2 workers)"
-POOL = "pycollect make_vec pool (4 workers, half per recv)"
+POOL = "pycollect make_vec pool (2 workers, 1 per recv)"
 ASYNC = "gymnasium AsyncVectorEnv (2K procs)"
 WORKLOADS = {"cartpole-random": 8, "atari-pong": 4}  # workload -> K, envs per worker
 TARGETS = [  # (workload, contender, reference, at least)
@@ -83,12 +83,12 @@ def pycollect_make_vec(workload: tp.Workload, k: int, frames: dict[str, int]) ->
 
 
 def pycollect_pool(workload: tp.Workload, k: int, frames: dict[str, int]) -> tp.Result:
-    """``make_vec(2K envs, num_workers=4, batch_size=K)``: the K/2-env workers first ready are served.
+    """``make_vec(2K envs, num_workers=2, batch_size=K)``: the worker first ready is served.
 
-    The same envs as the synchronous contender, in twice the workers, half of them per
-    ``recv()``: while the trainer handles one half, the other half steps.
+    The synchronous contender's envs and workers, one worker per ``recv()``: while the trainer
+    handles one worker's envs, the other's step.
     """
-    n, workers = tp.WORKERS * k, 2 * tp.WORKERS
+    n, workers = tp.WORKERS * k, tp.WORKERS
     t0 = time.perf_counter()
     envs = pycollect.make_vec(workload.pycollect_env, n, num_workers=workers, batch_size=n // 2)
 

@@ -78,6 +78,8 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._pool = self.batch_size < self.num_envs  # recv() serves the first workers ready
         self._batch_actions = ActionChecker(backend.action, self.batch_size) if self._pool else self._actions
         self._envs_per_worker = self.num_envs // max(1, getattr(backend, "num_workers", 1))
+        self._rows: dict[tuple[int, ...], np.ndarray] = {}  # the env ids of a set of workers, for recv()
+        self._received_workers: list[int] = []  # the workers the last recv() returned, in order
         self._received: np.ndarray | None = None  # the env ids the last recv() returned
         self._reset_result: tuple[Any, dict[str, Any]] | None = None  # async_reset's, for recv (no pool)
         self._final_obs: Callable[[int], Any] | None = None
@@ -201,7 +203,10 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         backend = self._backend
         k = self._envs_per_worker
         workers, materials = backend.pool_recv(self.batch_size // k)  # type: ignore[attr-defined]
-        rows = np.concatenate([np.arange(w * k, (w + 1) * k) for w in workers]).astype(np.int32)
+        rows = self._rows.get(key := tuple(workers))
+        if rows is None:
+            rows = self._rows[key] = np.concatenate([np.arange(w * k, (w + 1) * k) for w in workers]).astype(np.int32)
+        self._received_workers = workers
         layout = backend.observation
         obs = layout.batched([array[rows] for array in backend.observations], copy=False)  # fancy indexing: copies
         terminated, truncated = backend.terminated[rows], backend.truncated[rows]
@@ -213,7 +218,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
                 parts, None if final is None else (lambda row: layout.single(final, int(rows[row])))
             )
         self._received = rows
-        return obs, backend.rewards[rows], terminated, truncated, infos, rows
+        return obs, backend.rewards[rows], terminated, truncated, infos, rows.copy()
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Send the actions of the envs the last :meth:`recv` returned (``env_ids``: those, in that order).
@@ -237,8 +242,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             self._received = None
             return
         checked = self._batch_actions.check(actions)
-        workers = list(dict.fromkeys(int(i) // self._envs_per_worker for i in received))  # in the order recv() gave
-        self._backend.pool_send(workers, checked)  # type: ignore[attr-defined]
+        self._backend.pool_send(self._received_workers, checked)  # type: ignore[attr-defined]
         self._received = None
 
     def step_async(self, actions: Any) -> None:
