@@ -9,7 +9,8 @@ Python through the bindings, wait with the bindings' default policy (spin 64, yi
 futex, GIL released) and pass an empty payload (or ``--payload`` bytes each way).
 
 For scale, the same round trip through a ``multiprocessing.Pipe`` per worker (send_bytes /
-recv_bytes of the same payload, forked children) in the same run.
+recv_bytes of the same payload, forked children) in the same run, interleaved in blocks with
+the step channels so that a change in the machine's load affects both alike.
 
 Run:
     python benches/exchange.py              # ~10 s: 1 and 2 workers, 5000 rounds each
@@ -131,18 +132,28 @@ class Pipes:
             proc.join(timeout=30)
 
 
-def measure(round_trip: Callable[[], None], rounds: int) -> tuple[float, float]:
-    """Median and p99 in microseconds of ``rounds`` timed calls, after ``rounds // 10`` untimed."""
-    for _ in range(rounds // 10):
-        round_trip()
+def measure(round_trips: list[Callable[[], None]], rounds: int, blocks: int = 5) -> list[tuple[float, float]]:
+    """Median and p99 in microseconds of ``rounds`` timed calls of each of ``round_trips``.
+
+    ``rounds // 10`` untimed calls each first, then ``blocks`` blocks of ``rounds // blocks``
+    calls of each in turn, so that drift in the machine's load affects all of them alike.
+    """
+    for round_trip in round_trips:
+        for _ in range(rounds // 10):
+            round_trip()
     clock = time.perf_counter_ns
-    samples = []
-    for _ in range(rounds):
-        t = clock()
-        round_trip()
-        samples.append(clock() - t)
-    samples.sort()
-    return samples[len(samples) // 2] / 1e3, samples[len(samples) * 99 // 100] / 1e3
+    samples: list[list[int]] = [[] for _ in round_trips]
+    for _ in range(blocks):
+        for round_trip, out in zip(round_trips, samples, strict=True):
+            for _ in range(rounds // blocks):
+                t = clock()
+                round_trip()
+                out.append(clock() - t)
+    result = []
+    for v in samples:
+        v.sort()
+        result.append((v[len(v) // 2] / 1e3, v[len(v) * 99 // 100] / 1e3))
+    return result
 
 
 def main() -> None:
@@ -157,13 +168,17 @@ def main() -> None:
     payload = bytes(range(256)) * (args.payload // 256) + bytes(args.payload % 256)
     print(f"{os.cpu_count()} CPUs, {args.rounds} rounds, {args.payload} B payload each way")
     print(f"{'workers':>7}  {'transport':<22}  {'median µs':>9}  {'p99 µs':>8}")
+    names = ("step channel", "multiprocessing.Pipe")
     for workers in (1, 2):
-        for name, make in (("step channel", Exchange), ("multiprocessing.Pipe", Pipes)):
-            peer = make(workers, payload)
-            try:
-                median, p99 = measure(peer.round_trip, args.rounds)
-            finally:
+        peers: list[Exchange | Pipes] = []
+        try:
+            peers.append(Exchange(workers, payload))
+            peers.append(Pipes(workers, payload))
+            results = measure([peer.round_trip for peer in peers], args.rounds)
+        finally:
+            for peer in peers:
                 peer.close()
+        for name, (median, p99) in zip(names, results, strict=True):
             print(f"{workers:>7}  {name:<22}  {median:>9.1f}  {p99:>8.1f}")
 
 
