@@ -73,6 +73,13 @@ def test_the_cleanrl_loop_runs_on_either_vector_env(vec: str) -> None:
     assert result["episodes"] > 0  # episode returns came through the vector wrapper's infos
 
 
+@pytest.mark.timeout(150)
+def test_the_sb3_script_runs_on_sb3_vec_env_with_a_tiny_budget() -> None:
+    result = run_example("sb3_ppo_cartpole.py", "--total-timesteps", "2048", "--eval-episodes", "2", timeout_s=140)
+    assert result["vec"] == "pycollect" and result["steps"] == 2048
+    assert result["episodes"] > 0 and result["mean_return"] > 0  # VecMonitor saw the episodes end
+
+
 @pytest.mark.timeout(300)
 def test_ppo_learns_cartpole_on_a_ci_budget() -> None:
     # 25,600 frames (100 batches), seed 1: 26-40 s on 2 shared cores; it reaches ~220 there,

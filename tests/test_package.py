@@ -164,6 +164,7 @@ TORCH_FREE = [
     "pycollect._steps.backend",
     "pycollect._steps.inprocess",
     "pycollect.vector",
+    "pycollect.vector._env_calls",
     "pycollect.envs",
     "pycollect.envs.source",
     "pycollect.devices",

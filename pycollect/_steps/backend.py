@@ -10,15 +10,16 @@ backend steps one group per worker, its result arrays in shared memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 
 from pycollect._steps.group import Material
 from pycollect._steps.spaces import SpaceLayout
+from pycollect.exceptions import ConfigError
 
-__all__ = ["InfoParts", "StepBackend"]
+__all__ = ["InfoParts", "StepBackend", "check_indices"]
 
 InfoParts: TypeAlias = list[tuple[int, Material]]
 """``(index of a group's first env, the group's info material)`` for each group that returned
@@ -88,17 +89,54 @@ class StepBackend(Protocol):
     def step_wait(self) -> InfoParts:
         """Finish the step :meth:`step_async` started: the results are in the arrays."""
 
-    def call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-        """Each env's ``name``, called with the arguments if callable (gymnasium's ``call``), in env order."""
+    def call(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None
+    ) -> list[Any]:
+        """Each env's ``name``, called with the arguments if callable (gymnasium's ``call``).
 
-    def get_attr(self, name: str) -> list[Any]:
-        """Each env's ``name``, in env order (gymnasium's ``get_attr``)."""
+        ``indices``: the envs to call, in that order (repeats allowed; see :func:`check_indices`),
+        the results in the same order; ``None``: every env, in env order. An env not in
+        ``indices`` is not touched (with workers, a worker none of whose envs is named gets no
+        request). The same holds for :meth:`get_attr`, :meth:`set_attr` and :meth:`apply`.
+        """
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        """Set ``name`` on env ``n`` to ``values[n]``."""
+    def get_attr(self, name: str, indices: Sequence[int] | None = None) -> list[Any]:
+        """Each env's ``name`` (gymnasium's ``get_attr``: a method is called without arguments)."""
+
+    def set_attr(self, name: str, values: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """Set ``name`` on env ``indices[j]`` (``None``: env ``j``) to ``values[j]``."""
+
+    def apply(self, function: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[Any]:
+        """``function(env)`` on each env, where the env is (pickled with cloudpickle for a worker).
+
+        The env is the object built from the env source (with its wrappers); the results come
+        back in env order (or ``indices``' order), pickled with a worker.
+        """
 
     def workers(self) -> tuple[Any, ...]:
         """Each worker process's supervision state (:class:`~pycollect._core.WorkerStats`); ``()`` in-process."""
 
     def close(self) -> None:
         """Close every env and release what the backend holds; a second call does nothing."""
+
+
+def check_indices(indices: Sequence[int] | None, num_envs: int) -> list[int] | None:
+    """``indices`` as a list of ints, each checked to name an env (``None`` stays ``None``: every env).
+
+    Order and repeats are kept: ``[3, 0, 3]`` names env 3, env 0, then env 3 again.
+
+    Raises:
+        ConfigError: An index that is not an int (a bool is not one) or not in ``0..num_envs - 1``.
+    """
+    if indices is None:
+        return None
+    checked = []
+    for index in indices:
+        if not isinstance(index, int | np.integer) or isinstance(index, bool | np.bool_):
+            raise ConfigError(f"env index {index!r} is not an int (indices {list(indices)!r})")
+        if not 0 <= index < num_envs:
+            raise ConfigError(
+                f"env index {int(index)} is out of range: the vector env has {num_envs} envs, 0 to {num_envs - 1}"
+            )
+        checked.append(int(index))
+    return checked

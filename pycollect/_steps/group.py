@@ -376,31 +376,51 @@ class EnvGroup:
                 value = checks.observation(n, value, i, when)
             array[i] = value
 
-    def call(self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> list[Any]:
+    def call(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> list[Any]:
         """Each env's ``name``: called with the arguments if it is callable, else its value (gymnasium's ``call``).
 
         The attribute is looked up through wrappers (``get_wrapper_attr``) where the env has them.
+        ``indices``: the envs (indices in the group, in that order) to call; ``None``: every env.
         """
         kwargs = kwargs or {}
         results = []
-        for env in self.envs:
+        for env in self._targets(indices):
             attribute = _get(env, name)
             results.append(attribute(*args, **kwargs) if callable(attribute) else attribute)
         return results
 
-    def get_attr(self, name: str) -> list[Any]:
+    def get_attr(self, name: str, indices: Sequence[int] | None = None) -> list[Any]:
         """Each env's ``name``, as gymnasium's ``SyncVectorEnv.get_attr`` gives it (through :meth:`call`)."""
-        return self.call(name)
+        return self.call(name, indices=indices)
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        """Set ``name`` on each env to its value (through wrappers: ``set_wrapper_attr``)."""
-        if len(values) != len(self.envs):
-            raise ConfigError(f"set_attr({name!r}): {len(values)} values for {len(self.envs)} envs")
-        for env, value in zip(self.envs, values, strict=True):
+    def set_attr(self, name: str, values: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """Set ``name`` on each env (of ``indices``) to its value (through wrappers: ``set_wrapper_attr``)."""
+        targets = self._targets(indices)
+        if len(values) != len(targets):
+            raise ConfigError(f"set_attr({name!r}): {len(values)} values for {len(targets)} envs")
+        for env, value in zip(targets, values, strict=True):
             if hasattr(env, "set_wrapper_attr"):
                 env.set_wrapper_attr(name, value)
             else:
                 setattr(env, name, value)
+
+    def apply(self, function: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[Any]:
+        """``function(env)`` for each env (of ``indices``, in that order), the env itself as built."""
+        return [function(env) for env in self._targets(indices)]
+
+    def _targets(self, indices: Sequence[int] | None) -> list[GymLikeEnv]:
+        if indices is None:
+            return self.envs
+        count = len(self.envs)
+        if any(not 0 <= i < count for i in indices):
+            raise ConfigError(f"env indices {list(indices)} of a group of {count} envs: each must be in 0..{count - 1}")
+        return [self.envs[i] for i in indices]
 
     def close(self) -> None:
         """Close every env (once; every env even if one raises, the first error raised after)."""

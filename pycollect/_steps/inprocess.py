@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from pycollect._steps.backend import InfoParts
+from pycollect._steps.backend import InfoParts, check_indices
 from pycollect._steps.group import EnvGroup
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.envs.backend import GymLikeEnv
@@ -99,17 +99,23 @@ class InProcessBackend:
         material = self.group.step(actions)
         return [] if material is None else [(0, material)]
 
-    def call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-        """Each env's ``name``, called if callable."""
-        return self.group.call(name, args, kwargs)
+    def call(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None
+    ) -> list[Any]:
+        """Each env's ``name`` (of ``indices``), called if callable."""
+        return self.group.call(name, args, kwargs, check_indices(indices, self.num_envs))
 
-    def get_attr(self, name: str) -> list[Any]:
-        """Each env's ``name``."""
-        return self.group.get_attr(name)
+    def get_attr(self, name: str, indices: Sequence[int] | None = None) -> list[Any]:
+        """Each env's ``name`` (of ``indices``)."""
+        return self.group.get_attr(name, check_indices(indices, self.num_envs))
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        """Set ``name`` on each env."""
-        self.group.set_attr(name, values)
+    def set_attr(self, name: str, values: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """Set ``name`` on each env (of ``indices``)."""
+        self.group.set_attr(name, values, check_indices(indices, self.num_envs))
+
+    def apply(self, function: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[Any]:
+        """``function(env)`` on each env (of ``indices``)."""
+        return self.group.apply(function, check_indices(indices, self.num_envs))
 
     def workers(self) -> tuple[Any, ...]:
         """No worker processes: ``()``."""

@@ -5,11 +5,24 @@ step for step, what ``gymnasium.vector.SyncVectorEnv`` returns over the same env
 seeds and actions, in each of gymnasium's three autoreset modes, with the envs in supervised
 worker processes (or in this process: ``num_workers=0``); see ``docs/vector.md``.
 
+:class:`SB3VecEnv` is Stable-Baselines3's ``VecEnv`` over the same machinery, behaving as SB3's
+``DummyVecEnv``. It is imported on first use (``pycollect.vector.SB3VecEnv``), so that importing
+this package imports neither Stable-Baselines3 nor torch; SB3 is an optional extra
+(``pip install "pycollect-rl[sb3]"``).
+
 The internals both sides of a process boundary use are in :mod:`pycollect._steps`.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from pycollect._lazy import lazy_exports
 from pycollect.vector.env import VectorEnv, default_num_workers, make_vec
 
-__all__ = ["VectorEnv", "default_num_workers", "make_vec"]
+if TYPE_CHECKING:
+    from pycollect.vector.sb3 import SB3VecEnv
+
+__getattr__, __dir__ = lazy_exports(__name__, {"SB3VecEnv": "pycollect.vector.sb3"}, globals())
+
+__all__ = ["SB3VecEnv", "VectorEnv", "default_num_workers", "make_vec"]

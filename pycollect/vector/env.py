@@ -24,7 +24,7 @@ from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ActionError, ConfigError, VectorEnvClosedError
 from pycollect.plugins import resolve_env
 
-__all__ = ["VectorEnv", "default_num_workers", "make_vec"]
+__all__ = ["VectorEnv", "default_num_workers", "make_vec", "start_backend"]
 
 
 class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
@@ -450,6 +450,33 @@ def make_vec(
     """
     mode = parse_autoreset_mode(autoreset_mode)
     settings = SupervisionConfig.from_settings(supervision, also=_MAKE_VEC_ARGUMENTS, **supervision_overrides)
+    if not isinstance(copy, bool):
+        raise ConfigError(f"copy must be a bool, got {copy!r}")
+    backend, name = start_backend(env, num_envs, num_workers, mode, env_kwargs, settings, batch_size)
+    return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=name, batch_size=batch_size)
+
+
+_MAKE_VEC_ARGUMENTS = ("num_workers", "autoreset_mode", "copy", "env_kwargs", "batch_size", "supervision")
+
+
+def start_backend(
+    env: str | Callable[..., Any] | EnvSource,
+    num_envs: int,
+    num_workers: int | None,
+    mode: AutoresetMode,
+    env_kwargs: Mapping[str, Any] | None,
+    supervision: SupervisionConfig,
+    batch_size: int | None = None,
+) -> tuple[StepBackend, str]:
+    """The step backend of a vector env (in this process, or over worker processes) and the env's name.
+
+    What :func:`make_vec` and :class:`pycollect.vector.SB3VecEnv` stand on; the arguments are
+    :func:`make_vec`'s (``num_workers=None``: :func:`default_num_workers`).
+
+    Raises:
+        ConfigError: A bad ``num_envs`` or ``num_workers`` (before any env is built), or what
+            the backend's ``start`` raises.
+    """
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
         raise ConfigError(f"num_envs must be an int of 1 or more, got {num_envs!r}")
     if num_workers is None:
@@ -458,8 +485,6 @@ def make_vec(
         raise ConfigError(
             f"num_workers must be an int of 0 or more (0: step the envs in this process), got {num_workers!r}"
         )
-    if not isinstance(copy, bool):
-        raise ConfigError(f"copy must be a bool, got {copy!r}")
     if num_workers > num_envs:
         raise ConfigError(
             f"num_workers={num_workers} is more than num_envs={num_envs}: a worker steps at least one env"
@@ -487,8 +512,5 @@ def make_vec(
     if num_workers == 0:
         backend = InProcessBackend.start(source, num_envs, mode)
     else:
-        backend = WorkerStepBackend.start(source, num_envs, num_workers, mode, settings)
-    return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=source.describe(), batch_size=batch_size)
-
-
-_MAKE_VEC_ARGUMENTS = ("num_workers", "autoreset_mode", "copy", "env_kwargs", "batch_size", "supervision")
+        backend = WorkerStepBackend.start(source, num_envs, num_workers, mode, supervision)
+    return backend, source.describe()

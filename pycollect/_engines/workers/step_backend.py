@@ -25,7 +25,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -38,7 +38,7 @@ from pycollect._engines.workers import contract, forkserver
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.spec import StepWorkerSpec, step_fields, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
-from pycollect._steps.backend import InfoParts
+from pycollect._steps.backend import InfoParts, check_indices
 from pycollect._steps.group import InfoEntry, Material
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import SupervisionConfig
@@ -337,20 +337,38 @@ class WorkerStepBackend:
         """The workers the last :meth:`pool_recv` returned whose next step was not sent yet."""
         return list(self._held)
 
-    def call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-        """Each env's ``name``, called with the arguments if callable."""
-        payload = protocol.dumps((name, tuple(args), dict(kwargs)))
-        return self._gather(protocol.CALL, dict.fromkeys(range(self.num_workers), payload))
+    def call(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None
+    ) -> list[Any]:
+        """Each env's ``name`` (of ``indices``), called with the arguments if callable."""
+        args, kwargs = tuple(args), dict(kwargs)
+        return self._gather(
+            protocol.CALL, lambda local: (name, args, kwargs, local), indices, f"call({name!r})'s arguments"
+        )
 
-    def get_attr(self, name: str) -> list[Any]:
-        """Each env's ``name``."""
-        return self._gather(protocol.GET_ATTR, dict.fromkeys(range(self.num_workers), protocol.dumps(name)))
+    def get_attr(self, name: str, indices: Sequence[int] | None = None) -> list[Any]:
+        """Each env's ``name`` (of ``indices``)."""
+        return self._gather(protocol.GET_ATTR, lambda local: (name, local), indices, f"get_attr({name!r})")
 
-    def set_attr(self, name: str, values: Sequence[Any]) -> None:
-        """Set ``name`` on env ``n`` to ``values[n]``."""
-        k = self._k
-        payloads = {w: protocol.dumps((name, list(values[w * k : (w + 1) * k]))) for w in range(self.num_workers)}
+    def set_attr(self, name: str, values: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """Set ``name`` on env ``indices[j]`` (``None``: env ``j``) to ``values[j]``."""
+        targets = self._targets(indices)
+        count = sum(len(positions) for _, positions in targets.values())
+        if len(values) != count:
+            raise ConfigError(f"set_attr({name!r}): {len(values)} values for {count} envs")
+        payloads = {
+            w: _dumps((name, [values[p] for p in positions], local), f"set_attr({name!r})'s values")
+            for w, (local, positions) in targets.items()
+        }
         self._exchange(protocol.SET_ATTR, payloads, retry=True)
+
+    def apply(self, function: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[Any]:
+        """``function(env)`` on each env (of ``indices``), in the workers; ``function`` travels cloudpickled.
+
+        Raises:
+            ConfigError: ``function`` cannot be pickled; nothing was sent.
+        """
+        return self._gather(protocol.APPLY, lambda local: (function, local), indices, f"apply's function {function!r}")
 
     def workers(self) -> tuple[Any, ...]:
         """Each worker's :class:`~pycollect._core.WorkerStats` (pid, generation, restarts, last exit...)."""
@@ -377,9 +395,36 @@ class WorkerStepBackend:
 
     # -- requests --------------------------------------------------------------------------
 
-    def _gather(self, command: int, payloads: dict[int, bytes]) -> list[Any]:
+    def _targets(self, indices: Sequence[int] | None) -> dict[int, tuple[list[int] | None, list[int]]]:
+        """Per worker that ``indices`` names: its local env indices (``None``: all), their positions in ``indices``."""
+        checked = check_indices(indices, self.num_envs)
+        k = self._k
+        if checked is None:
+            return {w: (None, list(range(w * k, (w + 1) * k))) for w in range(self.num_workers)}
+        targets: dict[int, tuple[list[int] | None, list[int]]] = {}
+        for position, index in enumerate(checked):
+            local, positions = targets.setdefault(index // k, ([], []))
+            assert local is not None
+            local.append(index % k)
+            positions.append(position)
+        return targets
+
+    def _gather(
+        self, command: int, arguments: Callable[[list[int] | None], Any], indices: Sequence[int] | None, what: str
+    ) -> list[Any]:
+        """Send ``command`` with ``arguments(local indices)`` to each worker ``indices`` names; the results in order.
+
+        Raises:
+            ConfigError: The arguments (``what``) cannot be pickled; nothing was sent.
+        """
+        targets = self._targets(indices)
+        payloads = {w: _dumps(arguments(local), what) for w, (local, _) in targets.items()}
         answers = self._exchange(command, payloads, retry=True)
-        return [value for w in range(self.num_workers) for value in answers[w]]
+        results: list[Any] = [None] * sum(len(positions) for _, positions in targets.values())
+        for w, (_, positions) in targets.items():
+            for position, value in zip(positions, answers[w], strict=True):
+                results[position] = value
+        return results
 
     def _exchange(self, command: int, payloads: dict[int, bytes], *, retry: bool) -> dict[int, Any]:
         """Post ``command`` to each worker of ``payloads``, wait for every answer, return them unpickled.
@@ -512,6 +557,16 @@ class WorkerStepBackend:
         if self._closed or not self._channels:
             raise VectorEnvClosedError("the vector env is closed")
         return self._channels
+
+
+def _dumps(value: Any, what: str) -> bytes:
+    """A request's payload; what cannot be pickled is the caller's error, raised before anything is sent."""
+    try:
+        return protocol.dumps(value)
+    except Exception as exc:
+        raise ConfigError(
+            f"{what} cannot be pickled to go to the worker processes: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 class _Restarted:

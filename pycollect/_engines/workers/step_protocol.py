@@ -28,6 +28,7 @@ import cloudpickle
 from pycollect import _core
 
 __all__ = [
+    "APPLY",
     "CALL",
     "CALL_FAILED",
     "CLOSE",
@@ -48,13 +49,19 @@ STEP = _core.STEP_CMD_STEP
 RESET = _core.STEP_CMD_RESET
 """Reset the envs: payload ``(seeds, options, mask)``; answer: the info material."""
 CALL = _core.STEP_CMD_CALL
-"""Call (or read) an attribute of every env: payload ``(name, args, kwargs)``; answer: the results."""
+"""Call (or read) an attribute of envs: payload ``(name, args, kwargs, indices)``; answer: the results.
+
+``indices`` (here and in :data:`GET_ATTR`, :data:`SET_ATTR`, :data:`APPLY`): the worker's envs to
+serve, numbered from 0 in the worker, in order; ``None``: all of them.
+"""
 CLOSE = _core.STEP_CMD_CLOSE
 """Close the envs and stop serving (the supervisor's shutdown does this too)."""
 GET_ATTR = 5
-"""Read an attribute of every env: payload ``name``; answer: the values."""
+"""Read an attribute of envs: payload ``(name, indices)``; answer: the values."""
 SET_ATTR = 6
-"""Set an attribute of every env: payload ``(name, values)``; answer: nothing."""
+"""Set an attribute of envs: payload ``(name, values, indices)``; answer: nothing."""
+APPLY = 7
+"""Run a function on envs: payload ``(function, indices)`` (cloudpickled); answer: ``function(env)`` for each."""
 
 # Statuses (the worker's): the native module's, and one more.
 OK = _core.STEP_STATUS_OK

@@ -10,9 +10,10 @@ before each request, so the supervisor tells a hung env from an idle trainer.
 
 An exception from an env ends the process as in the rollout loop (its traceback in the control
 block, exit status 1): the supervisor restarts the worker or gives up, and the trainer reports
-the crash. ``call``/``get_attr``/``set_attr`` errors are answered instead (the trainer raises
-them), as is an answer too large for the mailbox. A restarted generation starts with every
-episode ended, which is what the trainer told the user (``truncated``) when it saw the restart.
+the crash. ``call``/``get_attr``/``set_attr``/``apply`` errors are answered instead (the
+trainer raises them), as is an answer that cannot be pickled or is too large for the mailbox.
+A restarted generation starts with every episode ended, which is what the trainer told the
+user (``truncated``) when it saw the restart.
 """
 
 from __future__ import annotations
@@ -103,12 +104,23 @@ def _serve(
             channel.respond(protocol.OK)
             return
         else:
-            _answer_call(channel, group, command, protocol.loads(payload))
+            _answer_call(channel, group, command, payload)
 
 
 def _answer(channel: Any, value: Any, what: str) -> None:
-    """Answer OK with ``value``; one too large for the mailbox is answered as the trainer's error."""
-    payload = protocol.dumps(value)
+    """Answer OK with ``value``; one that cannot be pickled, or too large for the mailbox, is answered as an error.
+
+    The error is raised in the trainer; the worker serves on (a ``get_attr`` of an attribute
+    that cannot be pickled must not cost the worker its envs).
+    """
+    try:
+        payload = protocol.dumps(value)
+    except Exception as exc:
+        error = TransportError(
+            f"{what} of worker {channel.worker} cannot be pickled to go to the trainer: {type(exc).__name__}: {exc}"
+        )
+        channel.respond(protocol.CALL_FAILED, _exception_payload(error))
+        return
     if len(payload) > channel.mailbox_bytes:
         error = TransportError(
             f"{what} of worker {channel.worker} take {len(payload):,} bytes pickled, more than the "
@@ -119,18 +131,23 @@ def _answer(channel: Any, value: Any, what: str) -> None:
     channel.respond(protocol.OK, payload)
 
 
-def _answer_call(channel: Any, group: EnvGroup, command: int, arguments: Any) -> None:
-    """Serve a ``call``/``get_attr``/``set_attr``: its result, or the exception it raised, goes back."""
+def _answer_call(channel: Any, group: EnvGroup, command: int, payload: bytes) -> None:
+    """Serve a ``call``/``get_attr``/``set_attr``/``apply``: its result, or the exception it raised, goes back."""
     try:
+        arguments = protocol.loads(payload)  # an apply's function may fail to unpickle here (a missing module)
         if command == protocol.CALL:
-            name, args, kwargs = arguments
-            result: Any = group.call(name, args, kwargs)
+            name, args, kwargs, indices = arguments
+            result: Any = group.call(name, args, kwargs, indices)
         elif command == protocol.GET_ATTR:
-            result = group.get_attr(arguments)
+            name, indices = arguments
+            result = group.get_attr(name, indices)
         elif command == protocol.SET_ATTR:
-            name, values = arguments
-            group.set_attr(name, values)
+            name, values, indices = arguments
+            group.set_attr(name, values, indices)
             result = None
+        elif command == protocol.APPLY:
+            function, indices = arguments
+            result = group.apply(function, indices)
         else:
             raise TransportError(f"worker {channel.worker} got unknown command {command}")
     except Exception as exc:
