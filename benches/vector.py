@@ -239,16 +239,16 @@ def _plot(path: Path, summary: dict[str, dict[str, dict[str, Any]]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(summary), figsize=(6 * len(summary), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(summary), figsize=(7.5 * len(summary), 4), squeeze=False)
     for ax, (name, rows) in zip(axes[0], summary.items(), strict=True):
         labels = list(rows)
         values = [rows[c].get(f"x {LIMIT}") or 0.0 for c in labels]
         colors = ["#C44E52" if c.startswith("pycollect") else "#8C8C8C" for c in labels]
         ax.barh(labels, values, color=colors)
         ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_xlabel("env steps/s, x the 2 raw loops in parallel (median of per-round ratios)")
         ax.set_title(name)
         ax.invert_yaxis()
+    fig.supxlabel("env steps/s, x the 2 raw loops in parallel (median of the per-round ratios)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
