@@ -46,7 +46,9 @@ def test_a_pool_serves_every_env_and_each_steps_its_own_episodes() -> None:
                 served[i] += 1
             assert infos == {}
             env.send(np.zeros(4, np.int64), ids)
-        assert served.min() >= 10, served  # every env served (60 recvs of 4 out of 8 envs: 30 each if fair)
+        # Every env served. How often depends on which workers the OS runs first (4 on 2 CPUs
+        # here): the pool serves those ready, never waiting for a slow one.
+        assert served.min() >= 1, served
     finally:
         env.close()
 
@@ -123,3 +125,23 @@ def test_pool_misuse_is_refused_by_name() -> None:
 def test_bad_pool_arguments_are_refused_before_any_worker_starts(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         make_vec(CountingEnv, 4, **kwargs)
+
+
+def test_among_the_workers_ready_the_one_waiting_longest_is_served_first() -> None:
+    env = make_vec(CountingEnv, 4, num_workers=4, batch_size=1, env_kwargs={"length": 100})
+    backend: Any = env._backend
+    order = []
+    try:
+        env.async_reset(seed=0)
+        for _ in range(8):
+            wait_until(
+                lambda: all(backend._channels[w].answered(seq) for w, seq in backend._in_flight.items()),
+                timeout_s=30,
+                what="every worker's answer",
+            )
+            *_, ids = env.recv()
+            order.append(int(ids[0]))
+            env.send(np.zeros(1, np.int64))
+    finally:
+        env.close()
+    assert order == [0, 1, 2, 3, 0, 1, 2, 3]  # all ready each time: posted earliest first, ties by worker

@@ -178,10 +178,10 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
 
         Returns ``(observations, rewards, terminated, truncated, infos, env_ids)``: ``env_ids``
         (int32) says which env each row is; infos are gymnasium's, indexed by row.
-        The first workers to have answered are served first; among those, the workers after the
-        last one served (in worker order, wrapping around), so every env is served within
-        ``num_envs / batch_size`` calls once it is ready. With ``batch_size == num_envs`` it is
-        every env, in order. Send the actions of exactly these envs with :meth:`send`.
+        Whole workers are served, only workers that have answered, and among those the one
+        whose request was sent first (ties: in worker order): a worker that is ready is served
+        before any worker sent to after it. With ``batch_size == num_envs`` it is every env, in
+        order. Send the actions of exactly these envs with :meth:`send`.
 
         Raises:
             ConfigError: Nothing is in flight (call :meth:`async_reset`, then :meth:`send`).

@@ -89,7 +89,8 @@ class WorkerStepBackend:
         self._in_flight: dict[int, int] = {}
         self._resets: dict[int, Sequence[int | None]] = {}
         self._held: list[int] = []
-        self._next_served = 0
+        self._posted_at: dict[int, int] = {}  # the pool's posting clock when each request in flight was posted
+        self._clock = 0
         self._closed = False
         self._final_workers: tuple[Any, ...] = ()  # what workers() reports once closed
         self._spec_fd = -1
@@ -266,14 +267,16 @@ class WorkerStepBackend:
             for w, channel in enumerate(channels)
         }
         self._resets = {w: seeds[w * k : (w + 1) * k] for w in range(self.num_workers)}
+        self._posted_at = dict.fromkeys(self._in_flight, self._clock)
+        self._clock += 1
 
     def pool_recv(self, count: int) -> tuple[list[int], dict[int, Material]]:
         """Wait until ``count`` workers have answered; return them and their info material.
 
-        Among the workers that have answered, those after the last one served come first (in
-        worker order, wrapping around), so a worker that has answered is served within
-        ``num_workers / count`` calls. The workers returned are the caller's until
-        :meth:`pool_send` posts their next step.
+        Among the workers that have answered, the one whose request was posted first is served
+        first (ties: in worker order), so a worker that has answered is served before any
+        worker whose request was posted after its own. The workers returned are the caller's
+        until :meth:`pool_send` posts their next step.
 
         Raises:
             ConfigError: Fewer than ``count`` workers have a request in flight (send first).
@@ -295,7 +298,7 @@ class WorkerStepBackend:
             )
             if not done:
                 self._wait_checks(workers)
-        answered.sort(key=lambda w: (w - self._next_served) % self.num_workers)
+        answered.sort(key=lambda w: (self._posted_at[w], w))  # the longest waiting first
         picked: list[int] = []
         materials: dict[int, Material] = {}
         for w in answered:
@@ -309,6 +312,7 @@ class WorkerStepBackend:
                 self._in_flight[w] = channels[w].post(
                     protocol.RESET, self._generations[w], protocol.dumps((list(seeds), None, None))
                 )
+                self._posted_at[w], self._clock = self._clock, self._clock + 1
                 continue
             del self._in_flight[w]
             self._resets.pop(w, None)
@@ -318,7 +322,6 @@ class WorkerStepBackend:
             more, extra = self.pool_recv(count - len(picked))
             picked += more
             materials.update(extra)
-        self._next_served = (picked[-1] + 1) % self.num_workers
         self._held = sorted(self._held + picked)
         return picked, materials
 
@@ -331,6 +334,8 @@ class WorkerStepBackend:
         for w in workers:
             self._held.remove(w)
             self._in_flight[w] = channels[w].post(protocol.STEP, self._generations[w], b"")
+            self._posted_at[w] = self._clock
+        self._clock += 1
 
     @property
     def held(self) -> list[int]:
