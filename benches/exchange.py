@@ -26,11 +26,9 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
-from transport import load_core
+from transport import load_core, percentiles
 
 _core = load_core()
 
@@ -132,30 +130,6 @@ class Pipes:
             proc.join(timeout=30)
 
 
-def measure(round_trips: list[Callable[[], None]], rounds: int, blocks: int = 5) -> list[tuple[float, float]]:
-    """Median and p99 in microseconds of ``rounds`` timed calls of each of ``round_trips``.
-
-    ``rounds // 10`` untimed calls each first, then ``blocks`` blocks of ``rounds // blocks``
-    calls of each in turn, so that drift in the machine's load affects all of them alike.
-    """
-    for round_trip in round_trips:
-        for _ in range(rounds // 10):
-            round_trip()
-    clock = time.perf_counter_ns
-    samples: list[list[int]] = [[] for _ in round_trips]
-    for _ in range(blocks):
-        for round_trip, out in zip(round_trips, samples, strict=True):
-            for _ in range(rounds // blocks):
-                t = clock()
-                round_trip()
-                out.append(clock() - t)
-    result = []
-    for v in samples:
-        v.sort()
-        result.append((v[len(v) // 2] / 1e3, v[len(v) * 99 // 100] / 1e3))
-    return result
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5000, help="timed rounds per configuration")
@@ -174,7 +148,7 @@ def main() -> None:
         try:
             peers.append(Exchange(workers, payload))
             peers.append(Pipes(workers, payload))
-            results = measure([peer.round_trip for peer in peers], args.rounds)
+            results = percentiles([peer.round_trip for peer in peers], args.rounds, rounds=5)
         finally:
             for peer in peers:
                 peer.close()

@@ -84,11 +84,10 @@ class WorkerStepBackend:
         self._generations = [1] * num_workers  # the generation of each worker requests are meant for
         self._seqs: list[int] = []  # the step posted by step_async, per worker
         # The pool (recv/send): requests in flight by worker, the resets among them (their
-        # seeds, to post again to a restarted worker), the workers the caller holds, whom to
-        # serve first next.
+        # seeds, to post again to a restarted worker), and when each was posted (the longest
+        # waiting is served first).
         self._in_flight: dict[int, int] = {}
         self._resets: dict[int, Sequence[int | None]] = {}
-        self._held: list[int] = []
         self._posted_at: dict[int, int] = {}  # the pool's posting clock when each request in flight was posted
         self._clock = 0
         self._closed = False
@@ -259,7 +258,6 @@ class WorkerStepBackend:
         """Post a reset to every worker and return: :meth:`pool_recv` collects the answers."""
         channels, k = self._live(), self._k
         self._drain(channels)
-        self._held = []
         self._in_flight = {
             w: channel.post(
                 protocol.RESET, self._generations[w], protocol.dumps((list(seeds[w * k : (w + 1) * k]), options, None))
@@ -322,7 +320,6 @@ class WorkerStepBackend:
             more, extra = self.pool_recv(count - len(picked))
             picked += more
             materials.update(extra)
-        self._held = sorted(self._held + picked)
         return picked, materials
 
     def pool_send(self, workers: Sequence[int], actions: Sequence[np.ndarray]) -> None:
@@ -332,15 +329,9 @@ class WorkerStepBackend:
             for position, w in enumerate(workers):
                 block[w * k : (w + 1) * k] = leaf[position * k : (position + 1) * k]
         for w in workers:
-            self._held.remove(w)
             self._in_flight[w] = channels[w].post(protocol.STEP, self._generations[w], b"")
             self._posted_at[w] = self._clock
         self._clock += 1
-
-    @property
-    def held(self) -> list[int]:
-        """The workers the last :meth:`pool_recv` returned whose next step was not sent yet."""
-        return list(self._held)
 
     def call(
         self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None
