@@ -9,6 +9,9 @@ one round are what is compared). Contenders, on CartPole-v1 (2 workers x 8 envs)
   limit of 2 CPUs (from ``benches/throughput.py``).
 * ``pycollect make_vec (2 workers)``: ``pycollect.make_vec(env, 2K, num_workers=2)``, the
   trainer calling ``step()`` as a gymnasium loop does.
+* ``pycollect make_vec (2 workers, info_keys=())``: Pong only (CartPole's infos are empty):
+  the same, keeping none of the env's info entries, so no step's info is pickled and every
+  step stays on the native path.
 * ``pycollect make_vec pool``: the same 2K envs and 2 workers, ``batch_size=K``: ``recv()``
   returns the worker first ready, whose actions ``send()`` sends while the other one steps.
 * ``gymnasium AsyncVectorEnv (2K procs)``: ``shared_memory=True``, one process per env.
@@ -48,12 +51,15 @@ import pycollect
 
 LIMIT = tp.RAW2
 PYCOLLECT = "pycollect make_vec (2 workers)"
+NO_INFO = "pycollect make_vec (2 workers, info_keys=())"
 POOL = "pycollect make_vec pool (2 workers, 1 per recv)"
 ASYNC = "gymnasium AsyncVectorEnv (2K procs)"
 WORKLOADS = {"cartpole-random": 8, "atari-pong": 4}  # workload -> K, envs per worker
 TARGETS = [  # (workload, contender, reference, at least)
     ("atari-pong", PYCOLLECT, LIMIT, 0.9),
     ("atari-pong", PYCOLLECT, tp.ENVPOOL, 1.0),
+    ("atari-pong", NO_INFO, LIMIT, 0.9),
+    ("atari-pong", NO_INFO, tp.ENVPOOL, 1.0),
     ("cartpole-random", PYCOLLECT, LIMIT, 0.6),
     ("cartpole-random", PYCOLLECT, ASYNC, 8.0),
     ("cartpole-random", POOL, PYCOLLECT, 1.0),
@@ -61,11 +67,13 @@ TARGETS = [  # (workload, contender, reference, at least)
 ]
 
 
-def pycollect_make_vec(workload: tp.Workload, k: int, frames: dict[str, int]) -> tp.Result:
+def pycollect_make_vec(
+    workload: tp.Workload, k: int, frames: dict[str, int], info_keys: tuple[str, ...] | None = None
+) -> tp.Result:
     """``pycollect.make_vec`` with 2 workers of K envs, stepped from this process."""
     n = tp.WORKERS * k
     t0 = time.perf_counter()
-    envs = pycollect.make_vec(workload.pycollect_env, n, num_workers=tp.WORKERS)
+    envs = pycollect.make_vec(workload.pycollect_env, n, num_workers=tp.WORKERS, info_keys=info_keys)
 
     def prepare() -> Callable[[int], Any]:
         envs.action_space.seed(0)
@@ -80,6 +88,11 @@ def pycollect_make_vec(workload: tp.Workload, k: int, frames: dict[str, int]) ->
         return run
 
     return tp._timed_steps(t0, envs, n, frames["fast"], prepare)
+
+
+def pycollect_no_info(workload: tp.Workload, k: int, frames: dict[str, int]) -> tp.Result:
+    """:func:`pycollect_make_vec` with ``info_keys=()``: no info entry kept."""
+    return pycollect_make_vec(workload, k, frames, info_keys=())
 
 
 def pycollect_pool(workload: tp.Workload, k: int, frames: dict[str, int]) -> tp.Result:
@@ -112,12 +125,13 @@ def pycollect_pool(workload: tp.Workload, k: int, frames: dict[str, int]) -> tp.
 CONTENDERS: dict[str, Callable[[tp.Workload, int, dict[str, int]], tp.Result]] = {
     LIMIT: tp.raw_loops_in_parallel,
     PYCOLLECT: pycollect_make_vec,
+    NO_INFO: pycollect_no_info,
     POOL: pycollect_pool,
     ASYNC: tp.gym_async_vector_2k,
     tp.SB3: tp.sb3_subproc,
     tp.ENVPOOL: tp.envpool_pong,
 }
-ONLY = {tp.ENVPOOL: {"atari-pong"}}  # contenders that run on some workloads only
+ONLY = {tp.ENVPOOL: {"atari-pong"}, NO_INFO: {"atari-pong"}}  # contenders that run on some workloads only
 
 
 def main() -> None:
@@ -220,7 +234,7 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]
 
 def _print(name: str, summary: dict[str, dict[str, Any]], rounds: int) -> None:
     print(f"\n{name} (K = {WORKLOADS[name]} envs per worker, medians of {rounds} rounds)")
-    print(f"  {'contender':40} {'env steps/s':>12} {'x limit':>8} {'x Async':>8} {'x EnvPool':>9} {'CPU us/step':>11}")
+    print(f"  {'contender':50} {'env steps/s':>12} {'x limit':>8} {'x Async':>8} {'x EnvPool':>9} {'CPU us/step':>11}")
     for contender, row in summary.items():
 
         def ratio(reference: str, row: dict[str, Any] = row) -> str:
@@ -228,7 +242,7 @@ def _print(name: str, summary: dict[str, dict[str, Any]], rounds: int) -> None:
             return f"{value:.2f}" if value is not None else "-"
 
         print(
-            f"  {contender:40} {row['fps']:>12,.0f} {ratio(LIMIT):>8} {ratio(ASYNC):>8} {ratio(tp.ENVPOOL):>9}"
+            f"  {contender:50} {row['fps']:>12,.0f} {ratio(LIMIT):>8} {ratio(ASYNC):>8} {ratio(tp.ENVPOOL):>9}"
             f" {row['cpu_us_per_step']:>11.1f}"
         )
 

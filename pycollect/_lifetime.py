@@ -1,5 +1,8 @@
 """What ends a process's collectors when the process itself ends, is told to, or forks.
 
+"Collectors" here are every owner of worker processes: ``Collector`` and the worker backend of
+a vector env (``make_vec``, ``SB3VecEnv``); each has ``shutdown()`` and ``_forget()``.
+
 * Interpreter exit: every live collector shuts down (atexit), so workers are reaped in order.
 * SIGTERM (what ``docker stop``, SLURM and Kubernetes send): by default it kills a Python
   process on the spot, skipping that order, so environments never get their ``close()``. Once a

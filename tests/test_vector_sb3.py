@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
-from test_vector_semantics import assert_same
+from test_vector_semantics import _KeepInfo, assert_same
 from test_vector_workers import CrashingEnv
 
 from pycollect import (
@@ -192,6 +192,19 @@ def test_step_for_step_equal_to_dummy_vec_env(name: str, backend: str) -> None:
     assert seen["dones"] >= 15 and seen["option_groups"] == 3, seen
     if name != "counting":  # CountingEnv only terminates
         assert seen["time_limits"] >= 2, seen
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_info_keys_keep_those_entries_as_dummy_vec_env_over_envs_that_return_only_them(backend: str) -> None:
+    """``info_keys=("episode",)``: SB3's ``Monitor`` entry, plus what the VecEnv itself adds."""
+    theirs = DummyVecEnv([lambda: _KeepInfo(SpacesEnv("box", "discrete"), ("episode",))] * 4)
+    ours = SB3VecEnv(SpacesEnv, 4, env_kwargs={"observation": "box"}, info_keys=("episode",), **BACKENDS[backend])
+    try:
+        seen = _run(ours, theirs, steps=30, seed=5)
+    finally:
+        ours.close()
+        theirs.close()
+    assert seen["dones"] >= 15, seen
 
 
 @pytest.fixture(params=list(BACKENDS))

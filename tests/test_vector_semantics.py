@@ -629,6 +629,97 @@ def test_the_native_stepper_gives_sync_vector_envs_steps(mode: AutoresetMode, ba
     assert seen["ended"] >= 10, seen  # random play ends an episode every ~20 steps
 
 
+class _KeepInfo(gym.Wrapper[Any, Any, Any, Any]):
+    """An env whose step and reset infos are kept to ``keys``: what ``info_keys=keys`` must return."""
+
+    def __init__(self, env: gym.Env[Any, Any], keys: tuple[str, ...]) -> None:
+        super().__init__(env)
+        self.keys = keys
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._keep(info)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._keep(info)
+
+    def _keep(self, info: dict[str, Any]) -> dict[str, Any]:
+        return {key: info[key] for key in self.keys if key in info}
+
+
+@pytest.mark.parametrize("keys", [(), ("episode", "t"), ("no_such_entry",)], ids=["none", "two", "absent"])
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+@pytest.mark.parametrize("obs", ["box", "dict"])
+def test_info_keys_return_what_sync_vector_env_returns_over_envs_that_keep_only_them(
+    obs: str, mode: AutoresetMode, keys: tuple[str, ...], backend: dict[str, Any]
+) -> None:
+    """``info_keys`` is gymnasium's vector env over envs whose infos hold those entries only.
+
+    A Box observation steps natively (with ``()`` whatever the info), a Dict one in Python.
+    """
+    kwargs = {"observation": obs, "action": "discrete"}
+    theirs = SyncVectorEnv([lambda: _KeepInfo(SpacesEnv(**kwargs), keys)] * 4, autoreset_mode=mode)
+    ours = make_vec(SpacesEnv, 4, autoreset_mode=mode, env_kwargs=kwargs, info_keys=list(keys), **backend)
+    try:
+        seen = _run(ours, theirs, steps=40, seed=7)
+    finally:
+        ours.close()
+        theirs.close()
+    assert seen["ended"] >= 20, seen
+    if keys == ("episode", "t"):
+        assert seen["infos"] >= 20, seen
+    elif mode is not AutoresetMode.SAME_STEP:  # SAME_STEP still has final_obs and final_info
+        assert seen["infos"] == 0, seen
+
+
+@pytest.mark.parametrize(("keys", "natively"), [((), True), (None, False)], ids=["none", "all"])
+def test_info_keys_of_none_lets_every_step_take_the_native_path(keys: tuple[str, ...] | None, natively: bool) -> None:
+    """With ``info_keys=()`` no step with an info is left to Python; with every entry kept, all are.
+
+    CartPole's steps are the native stepper's common case but for the info added here.
+    """
+
+    class WithInfo(gym.Wrapper[Any, Any, Any, Any]):
+        def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+            obs, reward, terminated, truncated, _ = self.env.step(action)
+            return obs, reward, terminated, truncated, {"lives": 3}
+
+    env = make_vec(lambda: WithInfo(gym.make("CartPole-v1")), 2, num_workers=0, info_keys=keys)
+    group = env._backend.group  # type: ignore[attr-defined]
+    native, left_to_python = group._native, []
+
+    def counting(*args: Any) -> Any:
+        stored_ended, left = native(*args)
+        left_to_python.extend(left)
+        return stored_ended, left
+
+    group._native = counting
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        for _ in range(30):
+            env.step(env.action_space.sample())
+    finally:
+        env.close()
+    assert native is not None
+    assert (not left_to_python) is natively, len(left_to_python)
+
+
+@pytest.mark.parametrize(
+    ("info_keys", "match"),
+    [
+        ("lives", r"info_keys must be None \(every entry\) or a sequence of info entry names.*got 'lives'"),
+        (3, r"info_keys must be None .* got 3"),
+        (["lives", ""], r"info_keys: '' is not an info entry name"),
+        (["lives", 1], r"info_keys: 1 is not an info entry name"),
+    ],
+)
+def test_bad_info_keys_are_refused_naming_the_value(info_keys: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        make_vec(CountingEnv, 2, num_workers=0, info_keys=info_keys)
+
+
 def test_the_native_stepper_is_not_used_for_dict_observations() -> None:
     env = make_vec(SpacesEnv, 2, num_workers=0, env_kwargs={"observation": "dict"})
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -229,6 +231,32 @@ def test_a_sigkilled_trainer_leaves_no_worker() -> None:
     trainer.send_signal(signal.SIGKILL)
     trainer.wait(timeout=10)
     wait_gone(workers, timeout_s=60)
+
+
+SIGTERM_VECTOR_TRAINER = """
+import numpy as np, pycollect
+from pycollect.testing.envs import OrphanChildEnv
+from pycollect.testing.leaks import child_processes
+env = pycollect.make_vec(OrphanChildEnv, 4, num_workers=2)
+env.reset(seed=0)
+env.step(np.zeros(4, np.int64))
+print(" ".join(map(str, sorted(child_processes()))), flush=True)
+while True:
+    env.step(np.zeros(4, np.int64))
+"""
+
+
+def test_sigterm_to_the_trainer_closes_the_vector_env_in_order() -> None:
+    """SIGTERM (docker stop, SLURM) closes the workers' envs, as it does a Collector's: the
+    children each env started are gone too, and the trainer exits 128 + SIGTERM."""
+    trainer = subprocess.Popen([sys.executable, "-c", SIGTERM_VECTOR_TRAINER], stdout=subprocess.PIPE, text=True)
+    assert trainer.stdout is not None
+    tree = [int(pid) for pid in trainer.stdout.readline().split()]
+    assert len(tree) >= 6, tree  # 2 workers, 4 env children
+    trainer.send_signal(signal.SIGTERM)
+    trainer.communicate(timeout=60)
+    assert trainer.returncode == 128 + signal.SIGTERM
+    wait_gone(tree, timeout_s=60)
 
 
 def test_ctrl_c_in_the_trainer_closes_the_vector_env_cleanly() -> None:

@@ -124,6 +124,10 @@ class EnvGroup:
         env_name: The env's name, for messages.
         env_offset: The index of the group's first env in the vector env, for messages.
         worker: The worker the group steps in (``None``: the trainer), for messages.
+        info_keys: The entries of the envs' infos to return (``None``: all of them). The
+            others are dropped here, before anything is pickled; with ``()`` a step whose
+            observation, reward and flags are exactly what the arrays hold is stored natively
+            whatever its info.
 
     Raises:
         ConfigError: An env's spaces differ from the layouts', or an array does not fit.
@@ -144,8 +148,10 @@ class EnvGroup:
         env_name: str = "env",
         env_offset: int = 0,
         worker: int | None = None,
+        info_keys: tuple[str, ...] | None = None,
     ) -> None:
         self.envs = list(envs)
+        self.info_keys = info_keys
         self.mode = mode
         self.observation = observation
         self.action = action
@@ -196,7 +202,8 @@ class EnvGroup:
 
         It stores what it can of a step exactly as :meth:`_finish` would (the observation exactly
         an array of the leaf's dtype and shape, a ``float`` reward, ``bool`` flags, an empty
-        info) and hands back the rest. Dict and Tuple observations step in Python only.
+        info or, with ``info_keys=()``, any info) and hands back the rest. Dict and Tuple
+        observations step in Python only.
         """
         if len(self._out) != 1 or self._out[0][0]:
             return None
@@ -215,7 +222,7 @@ class EnvGroup:
                 1,
                 np.ndarray,
                 *(a.reshape(1, count) for a in flags),
-                empty_infos_only=True,
+                empty_infos_only=self.info_keys != (),  # with info_keys=() no info is returned
             )
         except ConfigError:
             return None
@@ -353,8 +360,21 @@ class EnvGroup:
                 material = self._add(material, i, info, final, when)
         return material
 
-    def _add(self, material: Material | None, i: int, info: Any, final: dict[str, Any] | None, when: int) -> Material:
-        entry = (i, info if isinstance(info, dict) else self._info(info, i, when), final)
+    def _add(
+        self, material: Material | None, i: int, info: Any, final: dict[str, Any] | None, when: int
+    ) -> Material | None:
+        """``material`` with env ``i``'s entry added: its info and final info, kept to ``info_keys``.
+
+        An entry left with nothing (an empty info and no final info) is not added.
+        """
+        info = info if isinstance(info, dict) else self._info(info, i, when)
+        if (keys := self.info_keys) is not None:
+            info = {key: info[key] for key in keys if key in info}
+            if final is not None:
+                final = {key: final[key] for key in keys if key in final}
+            if not info and final is None:
+                return material
+        entry = (i, info, final)
         if material is None:
             return [entry]
         material.append(entry)

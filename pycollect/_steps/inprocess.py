@@ -29,13 +29,20 @@ class InProcessBackend:
         envs: The environments, built; the backend closes them.
         mode: The autoreset mode.
         env_name: The env's name, for messages.
+        info_keys: The info entries to return (``None``: all); see :class:`~pycollect._steps.group.EnvGroup`.
 
     Raises:
         ConfigError: The envs' spaces differ from each other.
         UnsupportedSpaceError: A space has a leaf pycollect cannot lay out.
     """
 
-    def __init__(self, envs: Sequence[GymLikeEnv], mode: AutoresetMode, env_name: str = "env") -> None:
+    def __init__(
+        self,
+        envs: Sequence[GymLikeEnv],
+        mode: AutoresetMode,
+        env_name: str = "env",
+        info_keys: tuple[str, ...] | None = None,
+    ) -> None:
         first = envs[0]
         self.num_envs = len(envs)
         self.observation = SpaceLayout(first.observation_space, "observation")
@@ -60,10 +67,13 @@ class InProcessBackend:
             self.truncated,
             self.final_observations,
             env_name=env_name,
+            info_keys=info_keys,
         )
 
     @classmethod
-    def start(cls, source: EnvSource, num_envs: int, mode: AutoresetMode) -> InProcessBackend:
+    def start(
+        cls, source: EnvSource, num_envs: int, mode: AutoresetMode, info_keys: tuple[str, ...] | None = None
+    ) -> InProcessBackend:
         """Build ``num_envs`` envs from ``source`` and a backend over them (closing them if that fails).
 
         Raises:
@@ -75,7 +85,7 @@ class InProcessBackend:
         try:
             for _ in range(num_envs):
                 envs.append(source.make())
-            return cls(envs, mode, source.describe())
+            return cls(envs, mode, source.describe(), info_keys)
         except BaseException:
             for env in envs:
                 with contextlib.suppress(Exception):  # the error that stopped the start is the one to report

@@ -404,6 +404,7 @@ def make_vec(
     copy: bool = True,
     env_kwargs: Mapping[str, Any] | None = None,
     batch_size: int | None = None,
+    info_keys: Sequence[str] | None = None,
     supervision: SupervisionConfig | None = None,
     **supervision_overrides: Any,
 ) -> VectorEnv:
@@ -436,6 +437,12 @@ def make_vec(
             that serves the first envs ready, ``batch_size`` at a time, through
             :meth:`VectorEnv.async_reset`, :meth:`VectorEnv.recv` and :meth:`VectorEnv.send`
             (EnvPool's API); ``reset()`` and ``step()`` are then refused. ``None``: ``num_envs``.
+        info_keys: The entries of the envs' infos that reach ``infos`` (with their ``_key``
+            masks; in ``SAME_STEP`` mode ``final_info`` is kept to them too). ``None`` (the
+            default): all of them, as ``SyncVectorEnv``. The rest is dropped where the env
+            steps, before it crosses to this process, and ``()`` lets every step take the
+            native path (see docs/vector.md, "Infos"). The vector env's own entries
+            (``final_obs``, ``final_info``, ``worker_restarted``) are always there.
         supervision: How worker processes are watched and restarted (a
             :class:`~pycollect.SupervisionConfig`; ``None``: its defaults).
         **supervision_overrides: Fields of :class:`~pycollect.SupervisionConfig` applied on
@@ -452,11 +459,19 @@ def make_vec(
     settings = SupervisionConfig.from_settings(supervision, also=_MAKE_VEC_ARGUMENTS, **supervision_overrides)
     if not isinstance(copy, bool):
         raise ConfigError(f"copy must be a bool, got {copy!r}")
-    backend, name = start_backend(env, num_envs, num_workers, mode, env_kwargs, settings, batch_size)
+    backend, name = start_backend(env, num_envs, num_workers, mode, env_kwargs, settings, batch_size, info_keys)
     return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=name, batch_size=batch_size)
 
 
-_MAKE_VEC_ARGUMENTS = ("num_workers", "autoreset_mode", "copy", "env_kwargs", "batch_size", "supervision")
+_MAKE_VEC_ARGUMENTS = (
+    "num_workers",
+    "autoreset_mode",
+    "copy",
+    "env_kwargs",
+    "batch_size",
+    "info_keys",
+    "supervision",
+)
 
 
 def start_backend(
@@ -467,6 +482,7 @@ def start_backend(
     env_kwargs: Mapping[str, Any] | None,
     supervision: SupervisionConfig,
     batch_size: int | None = None,
+    info_keys: Sequence[str] | None = None,
 ) -> tuple[StepBackend, str]:
     """The step backend of a vector env (in this process, or over worker processes) and the env's name.
 
@@ -507,10 +523,30 @@ def start_backend(
                 raise ConfigError(
                     "autoreset_mode DISABLED needs reset masks, which a pool (batch_size < num_envs) has not"
                 )
+    keys = _info_keys(info_keys)
     source = resolve_env(env, env_kwargs)
     backend: StepBackend
     if num_workers == 0:
-        backend = InProcessBackend.start(source, num_envs, mode)
+        backend = InProcessBackend.start(source, num_envs, mode, keys)
     else:
-        backend = WorkerStepBackend.start(source, num_envs, num_workers, mode, supervision)
+        backend = WorkerStepBackend.start(source, num_envs, num_workers, mode, supervision, keys)
     return backend, source.describe()
+
+
+def _info_keys(value: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``info_keys`` as a tuple of names (``None`` stays ``None``: every entry).
+
+    Raises:
+        ConfigError: Not ``None`` nor a sequence of non-empty strings (a lone string too: it
+            would be read letter by letter).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+        raise ConfigError(
+            f"info_keys must be None (every entry) or a sequence of info entry names, such as ('lives',), got {value!r}"
+        )
+    bad = [key for key in value if not isinstance(key, str) or not key]
+    if bad:
+        raise ConfigError(f"info_keys: {bad[0]!r} is not an info entry name (a non-empty string), in {value!r}")
+    return tuple(dict.fromkeys(value))

@@ -35,7 +35,7 @@ from pycollect.vector.env import start_backend
 
 __all__ = ["SB3VecEnv"]
 
-_ARGUMENTS = ("num_workers", "env_kwargs", "supervision")
+_ARGUMENTS = ("num_workers", "env_kwargs", "info_keys", "supervision")
 
 
 class SB3VecEnv(VecEnv):
@@ -79,6 +79,9 @@ class SB3VecEnv(VecEnv):
         num_workers: Worker processes to step them in (``num_envs`` must be a multiple);
             ``0``: in this process; ``None``: as :func:`pycollect.make_vec` chooses.
         env_kwargs: Keyword arguments for every env's constructor.
+        info_keys: The entries of each env's info to keep (``None``, the default: all of them;
+            ``("episode",)`` keeps what SB3's ``Monitor`` adds, which is what SB3's logger reads).
+            ``terminal_observation`` is always there.
         supervision: How the worker processes are watched and restarted
             (:class:`~pycollect.SupervisionConfig`).
         **supervision_overrides: Its fields, applied on top (``restart="never"``...).
@@ -98,11 +101,14 @@ class SB3VecEnv(VecEnv):
         *,
         num_workers: int | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
+        info_keys: Sequence[str] | None = None,
         supervision: SupervisionConfig | None = None,
         **supervision_overrides: Any,
     ) -> None:
         settings = SupervisionConfig.from_settings(supervision, also=_ARGUMENTS, **supervision_overrides)
-        backend, name = start_backend(env, num_envs, num_workers, AutoresetMode.SAME_STEP, env_kwargs, settings)
+        backend, name = start_backend(
+            env, num_envs, num_workers, AutoresetMode.SAME_STEP, env_kwargs, settings, info_keys=info_keys
+        )
         self._backend = backend
         self._name = name
         self.closed = False

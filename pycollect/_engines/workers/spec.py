@@ -89,6 +89,7 @@ class StepWorkerSpec:
         observation: One env's observation space, as leaves.
         action: One env's action space, as leaves.
         layout_hash: The segment layout the worker must find.
+        info_keys: The info entries the worker returns (``None``: all of them).
     """
 
     env_source: EnvSource
@@ -97,6 +98,7 @@ class StepWorkerSpec:
     observation: SpaceLayout
     action: SpaceLayout
     layout_hash: int
+    info_keys: tuple[str, ...] | None = None
 
     @property
     def final_observations(self) -> bool:

@@ -33,7 +33,7 @@ import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from pycollect import _core
+from pycollect import _core, _lifetime
 from pycollect._engines.workers import contract, forkserver
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.spec import StepWorkerSpec, step_fields, write_spec
@@ -137,6 +137,7 @@ class WorkerStepBackend:
             finally:
                 if fork_server is not None:
                     os.close(fork_server)  # the supervisor holds its own duplicate
+            _lifetime.track(self)  # closed at interpreter exit and on SIGTERM, as a Collector is
             self._log = SupervisionLog(self.supervisor, num_workers, supervision.restart)
             self._await_running()
         except BaseException:
@@ -166,6 +167,7 @@ class WorkerStepBackend:
         num_workers: int,
         mode: AutoresetMode,
         supervision: SupervisionConfig,
+        info_keys: tuple[str, ...] | None = None,
     ) -> WorkerStepBackend:
         """Check everything (the split, one probe env's spaces, pickling), then start the workers.
 
@@ -198,7 +200,9 @@ class WorkerStepBackend:
             raise ConfigError(
                 f"env {source.describe()!r} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
             ) from exc
-        spec = StepWorkerSpec(source, num_envs // num_workers, mode.value, observation, action, layout_hash=0)
+        spec = StepWorkerSpec(
+            source, num_envs // num_workers, mode.value, observation, action, layout_hash=0, info_keys=info_keys
+        )
         return cls(spec, num_workers, supervision, metadata, render_mode)
 
     # -- the StepBackend interface --------------------------------------------------------
@@ -377,6 +381,7 @@ class WorkerStepBackend:
         if self._closed:
             return
         self._closed = True
+        _lifetime.untrack(self)
         if self.supervisor is not None:
             self.supervisor.shutdown(grace_s=self._grace_s)
             self._final_workers = tuple(self.supervisor.stats())
@@ -387,6 +392,15 @@ class WorkerStepBackend:
             self._spec_fd = -1
         self._log = None
         self.supervisor = None
+        self._channels = []
+
+    def shutdown(self) -> None:
+        """:meth:`close`, under the name process-exit handling calls (``pycollect._lifetime``)."""
+        self.close()
+
+    def _forget(self) -> None:
+        """In a forked child: this copy owns none of the workers; never act on them."""
+        self._closed = True
         self._channels = []
 
     # -- requests --------------------------------------------------------------------------

@@ -64,6 +64,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
             env_name=spec.env_source.describe(),
             env_offset=worker * k,
             worker=worker,
+            info_keys=spec.info_keys,
         )
     except BaseException:
         for env in envs:
