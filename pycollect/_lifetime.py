@@ -13,12 +13,14 @@ a vector env (``make_vec``, ``SB3VecEnv``); each has ``shutdown()`` and ``_forge
   this one and must shut collectors down itself (or call the one it replaced).
 * ``os.fork()``: the child gets copies of the parent's collectors but owns none of their
   workers; it forgets them, so that neither its exit nor its garbage collection touches the
-  parent's workers (the native handles also refuse to act outside the process that made them).
+  parent's workers (the native handles also refuse to act outside the process that made them),
+  and SIGTERM gets back the handling it had before pycollect's.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
@@ -84,9 +86,20 @@ def _install_sigterm_handler() -> None:
 
 
 def _forget_after_fork() -> None:
+    """In a forked child: forget the parent's collectors and give SIGTERM back its previous handling.
+
+    The child (a multiprocessing or TorchRL worker, say) owns no collector, so a SIGTERM must do
+    to it what it would without pycollect, not raise ``SystemExit`` wherever the child is. A
+    collector the child makes installs the handling again.
+    """
+    global _installed_in
     for collector in list(_LIVE):
         collector._forget()
     _LIVE.clear()
+    if _installed_in is not None and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        with contextlib.suppress(ValueError):  # forked from a thread other than the main one: none to restore
+            signal.signal(signal.SIGTERM, _previous_sigterm or signal.SIG_DFL)
+    _installed_in = None
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

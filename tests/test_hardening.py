@@ -387,6 +387,42 @@ print("child", os.waitstatus_to_exitcode(status), flush=True)
 """
 
 
+FORK_SIGTERM_TRAINER = """
+import os, signal, sys, time
+import pycollect
+from pycollect.testing.envs import CountingEnv
+c = pycollect.Collector(CountingEnv, frames_per_batch=8, num_workers=1)
+c.next_batch()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # as a multiprocessing or TorchRL worker forked from a trainer would be
+    os.close(read)
+    os.write(write, b"x")
+    while True:
+        time.sleep(1)
+os.close(write)
+os.read(read, 1)  # the child runs
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+c.shutdown()
+print("signalled", os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, flush=True)
+"""
+
+
+def test_a_forked_child_dies_of_sigterm_as_it_would_without_pycollect() -> None:
+    """A child forked from a trainer owns no collector: pycollect's SIGTERM handling is not its.
+
+    It had inherited the handler, which raised ``SystemExit(143)`` wherever the child was (a
+    traceback from a TorchRL ``ParallelEnv`` worker's ``atexit`` join, seen in a benchmark).
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_SIGTERM_TRAINER], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "signalled True" in result.stdout, result.stdout + result.stderr
+    assert "SystemExit" not in result.stderr
+
+
 def test_a_forked_child_exits_cleanly_and_leaves_the_parents_workers_alone() -> None:
     result = subprocess.run(
         [sys.executable, "-c", FORK_TRAINER], capture_output=True, text=True, timeout=120, check=False
