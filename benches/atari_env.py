@@ -47,13 +47,17 @@ def make_env() -> gym.Env:
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
 
 
-def make_envpool(num_envs: int, num_threads: int, seed: int = 0) -> Any:
-    """EnvPool's ``Pong-v5`` as a gymnasium vector env, preprocessing matched to :func:`make_env`."""
+def make_envpool(num_envs: int, num_threads: int, seed: int = 0, batch_size: int | None = None) -> Any:
+    """EnvPool's ``Pong-v5`` as a gymnasium vector env, preprocessing matched to :func:`make_env`.
+
+    ``batch_size`` below ``num_envs`` makes EnvPool's async pool (``async_reset``/``recv``/``send``).
+    """
     import envpool
 
     return envpool.make_gymnasium(
         "Pong-v5",
         num_envs=num_envs,
+        batch_size=batch_size or num_envs,
         num_threads=num_threads,
         seed=seed,
         img_height=84,
