@@ -46,8 +46,9 @@ Start with:
   pycollect run --workers 2              step the environments in 2 worker processes
   pycollect run --workers 2 -v           ... and say when each worker starts and ends
   pycollect run --help                   every option of 'run'
-  pycollect plugins                      the env backends, weight-sync schemes and device
-                                         policies installed, and which plugin provides each
+  pycollect plugins                      the env backends, weight-sync schemes, device
+                                         policies, engines and inference runners installed,
+                                         and which plugin provides each
 """
 
 
@@ -433,12 +434,14 @@ _KIND_TITLES = {
     "scheme": "weight-sync scheme",
     "device_policy": "device policy",
     "engine": "engine",
+    "inference_runner": "inference runner",
 }
 _KIND_KEYS = {
     "env_backend": "env_backends",
     "scheme": "schemes",
     "device_policy": "device_policies",
     "engine": "engines",
+    "inference_runner": "inference_runners",
 }
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from pycollect.devices import DevicePolicy
     from pycollect.engines import EngineFactory
+    from pycollect.inference import InferenceRunner
     from pycollect.weights import WeightSyncScheme
 
 __all__ = [
@@ -303,6 +304,11 @@ class CollectorConfig:
             :class:`~pycollect.engines.EngineFactory` instance carrying its own options
             (``engine=RayEngine(num_actors=4)``). An engine that runs several copies of the
             workers delivers sync batches of one rollout of each.
+        inference_runner: How each policy call is made (:mod:`pycollect.inference`): ``"plain"``
+            (the default: as it is), ``"compile"`` (through ``torch.compile``), the name of a
+            plugin's runner, or an :class:`~pycollect.inference.InferenceRunner` instance
+            carrying its options (``CompileRunner(mode="reduce-overhead")``). It runs where the
+            policy runs: the trainer (in-process, ``engine="central"``) or each worker.
     """
 
     frames_per_batch: int
@@ -331,6 +337,7 @@ class CollectorConfig:
     check_resources: bool = True
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     engine: str | EngineFactory | None = None
+    inference_runner: str | InferenceRunner = "plain"
 
     def __post_init__(self) -> None:
         _positive_int("frames_per_batch", self.frames_per_batch)

@@ -50,6 +50,7 @@ __all__ = [
     "UnknownDevicePolicyError",
     "UnknownEngineError",
     "UnknownEnvError",
+    "UnknownInferenceRunnerError",
     "UnknownSchemeError",
     "UnsupportedSpaceError",
     "VectorEnvClosedError",
@@ -84,6 +85,10 @@ class UnknownDevicePolicyError(ConfigError):
 
 class UnknownEngineError(ConfigError):
     """``engine`` names no registered engine."""
+
+
+class UnknownInferenceRunnerError(ConfigError):
+    """``inference_runner`` names no registered inference runner."""
 
 
 class UnsupportedSpaceError(ConfigError):

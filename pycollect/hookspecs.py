@@ -17,8 +17,9 @@ entry-point group::
 
 Every hook returns one class or a list of classes; each class names itself with its ``name``
 class attribute, which users pass as a string (``env="mything:level-1"``,
-``weight_sync="mything"``, ``device_policy="mything"``, ``engine="mything"``). pycollect's own
-env backends, weight-sync schemes, device policies and engines are plugins too (``pycollect.default_plugins``),
+``weight_sync="mything"``, ``device_policy="mything"``, ``engine="mything"``,
+``inference_runner="mything"``). pycollect's own env backends, weight-sync schemes, device
+policies, engines and inference runners are plugins too (``pycollect.default_plugins``),
 registered before any entry point loads. Names are unique across plugins: two classes with
 one name are a :class:`~pycollect.PluginError` that names both plugins.
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from pycollect.devices import DevicePolicy
     from pycollect.engines import EngineFactory
     from pycollect.envs import EnvBackend
+    from pycollect.inference import InferenceRunner
     from pycollect.weights import WeightSyncScheme
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "register_device_policy",
     "register_engine",
     "register_env_backend",
+    "register_inference_runner",
     "register_scheme",
 ]
 
@@ -96,4 +99,15 @@ def register_engine() -> type[EngineFactory] | Sequence[type[EngineFactory]]:  #
         One :class:`~pycollect.engines.EngineFactory` subclass, or a list of them. Users
         select one with ``Collector(..., engine="<name>")`` or pass an instance configured
         through its constructor.
+    """
+
+
+@hookspec
+def register_inference_runner() -> type[InferenceRunner] | Sequence[type[InferenceRunner]]:  # type: ignore[empty-body]
+    """Contribute inference runners: how the policy is called on a batch of observations.
+
+    Returns:
+        One :class:`~pycollect.inference.InferenceRunner` subclass, or a list of them. Users
+        select one with ``Collector(..., inference_runner="<name>")`` or pass an instance
+        configured through its constructor.
     """

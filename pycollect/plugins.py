@@ -1,6 +1,6 @@
 """The plugin manager: built-in plugins, entry points, and the lookup of names.
 
-pycollect has four extension points, each with one hook (:mod:`pycollect.hookspecs`):
+pycollect has five extension points, each with one hook (:mod:`pycollect.hookspecs`):
 
 ========================  ==========================  =====================================
 hook                      contributes                 selected by
@@ -9,6 +9,7 @@ register_env_backend()    :class:`~pycollect.envs.EnvBackend`          ``env="<n
 register_scheme()         :class:`~pycollect.weights.WeightSyncScheme`  ``weight_sync="<name>"``
 register_device_policy()  :class:`~pycollect.devices.DevicePolicy`      ``device_policy="<name>"``
 register_engine()         :class:`~pycollect.engines.EngineFactory`     ``engine="<name>"``
+register_inference_runner()  :class:`~pycollect.inference.InferenceRunner`  ``inference_runner="<name>"``
 ========================  ==========================  =====================================
 
 Loading happens once per process, on first use, in the trainer: the built-in plugins of
@@ -62,8 +63,10 @@ from pycollect.exceptions import (
     UnknownBackendError,
     UnknownDevicePolicyError,
     UnknownEngineError,
+    UnknownInferenceRunnerError,
     UnknownSchemeError,
 )
+from pycollect.inference.runner import InferenceRunner
 from pycollect.weights.scheme import WeightSyncScheme
 
 __all__ = [
@@ -78,6 +81,7 @@ __all__ = [
     "engine",
     "env_backend",
     "hook_name",
+    "inference_runner",
     "instance",
     "names",
     "register",
@@ -99,7 +103,7 @@ name stays ``pycollect`` (``pycollect`` on PyPI is an unrelated project).
 DISABLE_VARIABLE = "PYCOLLECT_DISABLE_PLUGINS"
 LOAD_VARIABLE = "PYCOLLECT_LOAD_PLUGINS"
 
-Kind = Literal["env_backend", "scheme", "device_policy", "engine"]
+Kind = Literal["env_backend", "scheme", "device_policy", "engine", "inference_runner"]
 """An extension point, named like the hook that feeds it."""
 
 
@@ -125,6 +129,13 @@ _POINTS: dict[Kind, _ExtensionPoint] = {
         UnknownDevicePolicyError,
     ),
     "engine": _ExtensionPoint("engine", "register_engine", EngineFactory, "engine", UnknownEngineError),
+    "inference_runner": _ExtensionPoint(
+        "inference_runner",
+        "register_inference_runner",
+        InferenceRunner,
+        "inference runner",
+        UnknownInferenceRunnerError,
+    ),
 }
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
@@ -472,8 +483,19 @@ def engine(name: str) -> type[EngineFactory]:
     return cast(type[EngineFactory], _lookup("engine", name))
 
 
-def instance(kind: Literal["scheme", "device_policy", "engine"], value: Any, argument: str) -> Any:
-    """Resolve a ``weight_sync`` / ``device_policy`` / ``engine`` argument: a registered name, a class or an instance.
+def inference_runner(name: str) -> type[InferenceRunner]:
+    """The inference runner class registered as ``name``.
+
+    Raises:
+        UnknownInferenceRunnerError: No runner has that name; the message lists the known ones.
+    """
+    return cast(type[InferenceRunner], _lookup("inference_runner", name))
+
+
+def instance(kind: Literal["scheme", "device_policy", "engine", "inference_runner"], value: Any, argument: str) -> Any:
+    """Resolve a ``weight_sync`` / ``device_policy`` / ``engine`` / ``inference_runner`` argument.
+
+    The value is a registered name, a class or an instance.
 
     A name or a class is built with its defaults (no arguments).
 
@@ -532,7 +554,7 @@ def resolve(
     The one place where names are resolved: the engine (``None``: the registered ``inprocess``
     engine for ``num_workers=0``, ``workers`` otherwise), the weight-sync scheme (``None``: the
     engine's :attr:`~pycollect.engines.EngineFactory.default_weight_sync`), the device policy,
-    and the env's backend. The engine's :meth:`~pycollect.engines.EngineFactory.check` then
+    the inference runner, and the env's backend. The engine's :meth:`~pycollect.engines.EngineFactory.check` then
     sees the resolved config.
 
     Args:
@@ -541,7 +563,8 @@ def resolve(
         env_kwargs: Keyword arguments for the environment constructor.
 
     Returns:
-        The config with ``engine``, ``weight_sync`` and ``device_policy`` replaced by instances,
+        The config with ``engine``, ``weight_sync``, ``device_policy`` and ``inference_runner``
+        replaced by instances,
         and the resolved env.
 
     Raises:
@@ -557,6 +580,7 @@ def resolve(
         engine=factory,
         weight_sync=instance("scheme", chosen_scheme, "weight_sync"),
         device_policy=instance("device_policy", config.device_policy, "device_policy"),
+        inference_runner=instance("inference_runner", config.inference_runner, "inference_runner"),
     )
     factory.check(resolved)
     return resolved, resolve_env(env, env_kwargs)

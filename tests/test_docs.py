@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from pycollect import hookspecs, plugins
 
@@ -28,7 +29,7 @@ def test_the_plugin_guide_examples_pass_the_conformance_checkers(
             modules.append(module)
         else:
             tests.append(source)
-    assert len(modules) == 3 and len(tests) == 1, "an example per hook but engines, one test"
+    assert len(modules) == 4 and len(tests) == 1, "an example per hook but engines, one test"
     importlib.invalidate_caches()
     namespace: dict[str, object] = {}
     for name in modules:
@@ -36,12 +37,30 @@ def test_the_plugin_guide_examples_pass_the_conformance_checkers(
         plugins.register(module)
         namespace.update(vars(module))
     exec(compile(tests[0], str(GUIDE), "exec"), namespace)
+    # The inference runner has no conformance checker: it runs a policy as the guide says.
+    from pycollect import Collector
+    from pycollect.testing.envs import CountingEnv
+
+    policy = torch.nn.Sequential(torch.nn.Linear(2, 2), _Argmax())  # CountingEnv: Box(2) observations
+    with Collector(CountingEnv, policy, frames_per_batch=8, inference_runner="bf16") as collector:
+        assert collector.next_batch()["action"].shape == (1, 8)
+
+
+class _Argmax(torch.nn.Module):
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1)
 
 
 def test_every_hook_is_documented_with_its_signature() -> None:
     text = GUIDE.read_text()
     hooks = [name for name, value in vars(hookspecs).items() if hasattr(value, "pycollect_spec")]
-    assert sorted(hooks) == ["register_device_policy", "register_engine", "register_env_backend", "register_scheme"]
+    assert sorted(hooks) == [
+        "register_device_policy",
+        "register_engine",
+        "register_env_backend",
+        "register_inference_runner",
+        "register_scheme",
+    ]
     for hook in hooks:
         assert inspect.signature(getattr(hookspecs, hook)).parameters == {}
         assert f"`{hook}()`" in text, hook

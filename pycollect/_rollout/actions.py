@@ -15,6 +15,7 @@ import numpy as np
 
 from pycollect._keys import Key
 from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
+from pycollect.exceptions import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -94,19 +95,28 @@ def action_source(
     device: torch.device | None,
     rng: np.random.Generator,
     exploration: str = "random",
+    inference: Any = None,
 ) -> ActionSource:
     """Random actions for ``policy=None``, else a :class:`~pycollect._rollout.policy.PolicyRunner`.
 
     torch is imported only in the second case, which keeps a random-policy worker's start-up
-    to numpy and gymnasium.
+    to numpy and gymnasium. ``inference``: the :class:`~pycollect.inference.InferenceRunner`
+    that makes the policy calls (``None``: the policy is called as it is).
 
     Raises:
         PolicyError: The policy does not fit (see :class:`~pycollect._rollout.policy.PolicyRunner`).
     """
     if policy is None:
         return RandomActions(specs.action, num_envs, rng)
+    if inference == "plain":
+        inference = None  # the default, from a config no collector resolved (the built-in runner is this)
+    elif isinstance(inference, str):
+        raise ConfigError(
+            f"inference_runner={inference!r} is a name: pycollect.plugins.resolve(config, env) turns it "
+            "into the runner (a Collector does)"
+        )
     import torch
 
     from pycollect._rollout.policy import PolicyRunner
 
-    return PolicyRunner(policy, specs, num_envs, device or torch.device("cpu"), rng, exploration)
+    return PolicyRunner(policy, specs, num_envs, device or torch.device("cpu"), rng, exploration, inference)

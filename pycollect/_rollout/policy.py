@@ -43,6 +43,12 @@ class PolicyRunner:
         rng: Random generator for the random actions of ``init_random_frames``.
         exploration: The name of the ``InteractionType`` every call runs under (``"random"``:
             a probabilistic policy samples, as in TorchRL's collectors).
+        inference: The :class:`~pycollect.inference.InferenceRunner` whose prepared callable
+            is called in the policy's place by :meth:`act` (``None``: the policy itself). It is
+            prepared on the first :meth:`act`, so a runner that compiles does so where the
+            policy runs, never for the dry run that checks the policy (in the trainer, also for
+            workers). How the policy is called (tensors or a TensorDict) is read off the
+            policy, not off that callable.
 
     Raises:
         PolicyError: The policy fails on an example observation, or its output does not fit
@@ -57,10 +63,13 @@ class PolicyRunner:
         device: torch.device,
         rng: np.random.Generator,
         exploration: str = "random",
+        inference: Any = None,
     ) -> None:
         if not callable(policy):
             raise PolicyError(f"policy must be callable, an nn.Module or None, got {policy!r}")
         self.policy = policy
+        self._inference = inference
+        self._call_policy: Callable[..., Any] = policy  # the dry run calls the policy itself
         self.specs = specs
         self.num_envs = num_envs
         self.device = device
@@ -93,6 +102,8 @@ class PolicyRunner:
             The actions as a numpy array in the action field's dtype, and the extra outputs
             as CPU tensors with a leading ``num_envs`` dimension.
         """
+        if self._inference is not None:
+            self._call_policy, self._inference = self._inference.prepare(self.policy, self.device), None
         with torch.no_grad():
             raw = self._call(observation, carried)
         action, extras = self._split(raw)
@@ -102,7 +113,7 @@ class PolicyRunner:
 
     def _call(self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None) -> Any:
         tensors = {key: torch.from_numpy(np.asarray(observation[key])).to(self.device) for key in self._obs_keys}
-        policy = self.policy
+        policy = self._call_policy
         with set_interaction_type(self._exploration):
             if not self._takes_tensordict:
                 return policy(*tensors.values())

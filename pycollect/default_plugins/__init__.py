@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pycollect.default_plugins.builtin_engines import InProcess, Workers
     from pycollect.default_plugins.cpu_devices import CpuPolicy
     from pycollect.default_plugins.explicit_devices import ExplicitPolicy
+    from pycollect.default_plugins.inference_runners import CompileRunner, PlainRunner
     from pycollect.default_plugins.no_sync_scheme import NoSyncScheme
     from pycollect.default_plugins.round_robin_devices import RoundRobinPolicy
     from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
@@ -23,10 +24,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTIN_CLASSES",
     "DEFAULT_PLUGINS",
+    "CompileRunner",
     "CpuPolicy",
     "ExplicitPolicy",
     "InProcess",
     "NoSyncScheme",
+    "PlainRunner",
     "RoundRobinPolicy",
     "SharedMemoryScheme",
     "TorchDistributedScheme",
@@ -43,6 +46,7 @@ DEFAULT_PLUGINS = (
     "pycollect.default_plugins.round_robin_devices",
     "pycollect.default_plugins.explicit_devices",
     "pycollect.default_plugins.builtin_engines",
+    "pycollect.default_plugins.inference_runners",
 )
 """Import paths of the built-in plugin modules."""
 
@@ -55,6 +59,8 @@ BUILTIN_CLASSES = {
     "TorchDistributedScheme": "pycollect.default_plugins.torch_distributed_scheme",
     "InProcess": "pycollect.default_plugins.builtin_engines",
     "Workers": "pycollect.default_plugins.builtin_engines",
+    "PlainRunner": "pycollect.default_plugins.inference_runners",
+    "CompileRunner": "pycollect.default_plugins.inference_runners",
 }
 """The built-in plugins' classes, by name, and the module of each (imported on first use, so
 that the plugin manager can read :data:`DEFAULT_PLUGINS` without importing them)."""

@@ -59,7 +59,9 @@ def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv
     specs = env_source.specs(env)
     device = policy_device(config, policy)
     rng = action_rng(config.seed)
-    actions = action_source(policy, specs, config.envs_per_worker, device, rng, config.exploration_type)
+    actions = action_source(
+        policy, specs, config.envs_per_worker, device, rng, config.exploration_type, config.inference_runner
+    )
     info = _info_fields(config, env_source, env, specs)
     return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried, info), info)
 

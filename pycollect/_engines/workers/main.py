@@ -142,7 +142,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
         # 0's first generation draws exactly what an in-process collector draws, and a restarted
         # generation draws fresh values, so it does not replay the episodes it crashed in.
         rng = action_rng(config.seed, worker, generation)
-        actions = action_source(policy, specs, k, device, rng, config.exploration_type)
+        actions = action_source(policy, specs, k, device, rng, config.exploration_type, config.inference_runner)
         runner = EnvRunner(
             envs,
             specs,
