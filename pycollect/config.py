@@ -393,7 +393,7 @@ class CollectorConfig:
                 f"env_device={str(self.env_device)!r}: gymnasium-style environments step on the CPU; "
                 "put the policy on the GPU with policy_device= (or device=) instead"
             )
-        if self.num_workers:
+        if self.num_workers and not _policy_in_trainer(self.engine):
             policy_name = getattr(self.device_policy, "name", self.device_policy)
             for name in ("device", "policy_device"):
                 value = getattr(self, name)
@@ -488,6 +488,15 @@ class CollectorConfig:
     def batch_frames(self) -> int:
         """Frames each batch really holds: :attr:`steps_per_batch` times :attr:`rows`."""
         return self.steps_per_batch * self.rows
+
+
+def _policy_in_trainer(engine: Any) -> bool:
+    """Whether ``engine`` (a name or an engine factory) runs the policy here even with workers: ``central``.
+
+    Its workers only step environments, so ``device`` and ``policy_device`` keep their
+    in-process meaning (TorchRL's) instead of being left to a ``device_policy``.
+    """
+    return (engine if isinstance(engine, str) else getattr(engine, "name", None)) == "central"
 
 
 _FIELDS = frozenset(f.name for f in fields(CollectorConfig))
