@@ -203,7 +203,7 @@ class CentralRunner(EnvRunner):
         run.truncated[t] = backend.truncated
         if run.info_out:
             self._store_infos(run, t, parts)
-        return ended.tolist()  # type: ignore[no-any-return]
+        return ended.tolist()
 
     def _store_infos(self, run: _Rollout, t: int, parts: Sequence[tuple[int, Any]]) -> None:
         """The kept info entries of step ``t``: the step's info (the final one where an episode ended), else zeros."""

@@ -338,7 +338,7 @@ class EnvGroup:
         if self.max_episode_steps is None:
             return []
         self._lengths += 1
-        return np.flatnonzero(self._lengths >= self.max_episode_steps).tolist()  # type: ignore[no-any-return]
+        return np.flatnonzero(self._lengths >= self.max_episode_steps).tolist()
 
     def _finish(
         self,
@@ -362,7 +362,7 @@ class EnvGroup:
         step, checks = self._steps_taken, self._checks
         rewards, terminated, truncated, ended = self.rewards, self.terminated, self.truncated, self._ended
         next_step, same_step = self.mode is AutoresetMode.NEXT_STEP, self.mode is AutoresetMode.SAME_STEP
-        stored, due = set(stored), set(due)
+        stored, truncating = set(stored), set(due)
         lengths = self._lengths
         material: Material | None = None
         for i in envs:
@@ -384,7 +384,7 @@ class EnvGroup:
                 when = step
                 if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
                     reward, term, trunc = checks.step(reward, term, trunc, i, step)
-                if i in due:
+                if i in truncating:
                     trunc = True
                 if same_step and (term or trunc):
                     lengths[i] = 0

@@ -582,7 +582,11 @@ class WorkerStepBackend:
             assert self.final_observations is not None
             for final, last in zip(self.final_observations, self.observations, strict=True):
                 final[rows] = last[rows]  # the last observations the envs returned end their episodes
-            seeds = [None] * k if self.restart_seeds is None else list(self.restart_seeds(worker, self._generations[worker]))
+            seeds = (
+                [None] * k
+                if self.restart_seeds is None
+                else list(self.restart_seeds(worker, self._generations[worker]))
+            )
             answers = self._exchange(protocol.RESET, {worker: protocol.dumps((seeds, None, None))}, retry=True)
             reset_infos = {i: info for i, info, _ in answers[worker] or []}
             entries: list[InfoEntry] = [(i, reset_infos.get(i, {}), dict(restarted)) for i in range(k)]
