@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +26,7 @@ from pycollect._rollout.seeding import traj_id_start
 from pycollect._steps.group import EnvGroup
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.testing import wait_until
-from pycollect.testing.envs import CountingEnv, SpacesEnv
+from pycollect.testing.envs import CountingEnv, HangingEnv, SpacesEnv
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -324,6 +326,62 @@ def test_a_killed_worker_is_restarted_and_its_envs_trajectories_are_cut_where_it
         assert after["observation"][k + j, 1].tolist() == expected.tolist()
     assert after["next", "observation"][k:, 0].tolist() == before["next", "observation"][k:, -1].tolist()
     assert not later["next", "truncated"].any()
+
+
+class _SlowEnv(CountingEnv):
+    """A CountingEnv whose steps take 20 ms: long enough to be killed in the middle of one."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        time.sleep(0.02)
+        return super().step(action)
+
+
+def test_a_worker_killed_in_the_middle_of_a_rollout_cuts_its_trajectories_there_and_collection_goes_on() -> None:
+    k = 2
+    with Collector(
+        _SlowEnv,
+        engine="central",
+        frames_per_batch=4 * 60,
+        envs_per_worker=k,
+        num_workers=2,
+        seed=0,
+        env_kwargs={"length": 1000},
+        backoff_initial_s=0.01,
+    ) as collector:
+        collector.next_batch()
+        victim = collector.stats().workers[0].pid
+        killer = threading.Timer(0.4, os.kill, (victim, signal.SIGKILL))  # about step 20 of 60
+        killer.start()
+        try:
+            batch = collector.next_batch()
+        finally:
+            killer.join()
+        stats = collector.stats()
+    assert stats.restarts == 1 and stats.workers[0].generation == 2
+    truncated, ids = batch["next", "truncated"][..., 0], batch["collector", "traj_ids"]
+    steps = truncated[:k].nonzero()[:, 1].unique().tolist()
+    assert len(steps) == 1 and steps[0] < 59 and not truncated[k:].any()  # one cut, worker 0 only
+    cut = steps[0]
+    assert (ids[:k, cut + 1 :] >= traj_id_start(0, 2, 2)).all() and (ids[:k, : cut + 1] < traj_id_start(0, 2, 2)).all()
+    assert (batch["next", "reward"][:k, cut] == 0).all()
+
+
+def test_a_hung_worker_is_killed_by_the_supervisor_and_the_policy_loop_goes_on_without_waiting_longer() -> None:
+    with Collector(
+        HangingEnv,
+        engine="central",
+        frames_per_batch=2 * 8,
+        envs_per_worker=1,
+        num_workers=2,
+        env_kwargs={"hang_at": 6},  # every generation hangs at step 6 of its first episode
+        max_frames_per_traj=None,
+        heartbeat_timeout_s=1.0,
+        backoff_initial_s=0.01,
+    ) as collector:
+        batch = collector.next_batch()
+        stats = collector.stats()
+    assert stats.restarts >= 2  # both workers hung at step 6
+    assert batch["next", "truncated"][:, 5, 0].all() and (batch["next", "reward"][:, 5] == 0).all()
 
 
 def test_a_killed_worker_with_restart_never_raises_worker_crashed_error() -> None:
