@@ -247,14 +247,15 @@ class CollectorConfig:
         seed: Makes runs reproducible: environment ``i`` of worker ``w`` gets its own seed
             derived from it (see :func:`pycollect.env_seeds`), and torch's generator is
             seeded from it when there is a policy. ``None``: fresh entropy.
-        device: In-process, TorchRL's generic device: the default of ``policy_device`` and
-            ``storing_device``. With workers the ``device_policy`` decides (only ``"cpu"``,
-            with the ``cpu`` policy, is accepted).
+        device: In-process (and with ``engine="central"``), TorchRL's generic device: the
+            default of ``policy_device`` and ``storing_device``. With workers the
+            ``device_policy`` decides (only ``"cpu"``, with the ``cpu`` policy, is accepted).
         policy_device: In-process: where the policy runs (default: ``device``, else where its
             parameters are). If its parameters are elsewhere, a copy on ``policy_device`` is
             called, as in TorchRL, and ``update_policy_weights_()`` loads the trained weights
             into it. Observations are moved there, actions come back to the CPU for the
-            environments. Not with workers: use ``device_policy``.
+            environments. Not with workers (use ``device_policy``), but with ``engine="central"``,
+            whose workers run no policy: there it means what it means in-process.
         env_device: Where the environments' data lives; only the CPU (gymnasium-style
             environments step there), accepted for TorchRL compatibility.
         storing_device: Device batches are delivered on. Default in-process: ``device``, else
@@ -302,7 +303,9 @@ class CollectorConfig:
             plugin's, e.g. ``"ray"`` from ``pycollect-ray``, built with its defaults) or an
             :class:`~pycollect.engines.EngineFactory` instance carrying its own options
             (``engine=RayEngine(num_actors=4)``). An engine that runs several copies of the
-            workers delivers sync batches of one rollout of each.
+            workers delivers sync batches of one rollout of each. ``"central"``: the workers
+            only step the environments and this process runs the policy once per step for all
+            of them, on ``policy_device`` (docs/central.md).
     """
 
     frames_per_batch: int
