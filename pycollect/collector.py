@@ -359,7 +359,8 @@ class Collector:
             raise ConfigError(f"worker_ids={worker_ids!r}: this collector's workers are {valid}")
         if policy_or_weights is not None:
             self._load_weights(policy_or_weights)
-        if self.num_workers and self.weights_module is None and self.policy is not None:
+        runs_here = getattr(self.config.engine, "policy_in_trainer", False)  # the very policy object is called
+        if self.num_workers and not runs_here and self.weights_module is None and self.policy is not None:
             self._warn_no_weights()
         version = self.policy_version + 1
         try:

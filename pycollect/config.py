@@ -494,12 +494,14 @@ class CollectorConfig:
 
 
 def _policy_in_trainer(engine: Any) -> bool:
-    """Whether ``engine`` (a name or an engine factory) runs the policy here even with workers: ``central``.
+    """Whether ``engine`` (a name, or an engine factory) runs the policy here even with workers (``central``).
 
     Its workers only step environments, so ``device`` and ``policy_device`` keep their
     in-process meaning (TorchRL's) instead of being left to a ``device_policy``.
     """
-    return (engine if isinstance(engine, str) else getattr(engine, "name", None)) == "central"
+    if isinstance(engine, str):
+        return engine == "central"  # a name: the config loads no plugin to ask it
+    return bool(getattr(engine, "policy_in_trainer", False))
 
 
 _FIELDS = frozenset(f.name for f in fields(CollectorConfig))

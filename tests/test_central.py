@@ -6,10 +6,12 @@ the same seed and deterministic policies, key by key; then weights, faults and b
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -427,3 +429,57 @@ def test_policy_device_is_accepted_with_central_workers() -> None:
         "CartPole-v1", _Argmax(), engine="central", frames_per_batch=8, num_workers=2, policy_device="cpu", device="cpu"
     ) as collector:
         assert collector.next_batch()["action"].shape == (2, 4)
+
+
+def test_with_a_copy_on_policy_device_an_update_loads_the_trained_weights_into_the_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No GPU here: a copy made as for another device stands in for the policy_device copy.
+    from pycollect._engines import central
+
+    copies: list[nn.Module] = []
+
+    def copy_for_device(config: Any, policy: Any, weights_module: Any) -> tuple[Any, Any]:
+        moved = copy.deepcopy(policy)
+        copies.append(moved)
+        return moved, moved
+
+    monkeypatch.setattr(central, "on_policy_device", copy_for_device)
+    policy = _Threshold()
+    with Collector(
+        "CartPole-v1", policy, engine="central", frames_per_batch=8, envs_per_worker=2, num_workers=2
+    ) as collector:
+        collector.next_batch()
+        with torch.no_grad():
+            policy.bias.fill_(1.0)
+        trained_in_place = collector.next_batch()  # the copy is called, not the trained module
+        collector.update_policy_weights_()
+        updated = collector.next_batch()
+    assert (trained_in_place["action"] == 0).all() and (trained_in_place["policy_version"] == 0).all()
+    assert (updated["action"] == 1).all() and (updated["policy_version"] == 1).all()
+    assert len(copies) == 1 and float(copies[0].bias.detach()) == 1.0
+
+
+def test_a_function_policy_needs_no_weights_from_to_be_updated() -> None:
+    net = _Argmax()
+    with Collector(
+        "CartPole-v1", lambda td: net(td["observation"]), engine="central", frames_per_batch=8, num_workers=2
+    ) as collector:
+        collector.next_batch()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            collector.update_policy_weights_()  # the function is called here: nothing to send, nothing to warn of
+        assert collector.next_batch()["policy_version"].unique().tolist() == [1]
+
+
+def test_trajectory_ids_continue_after_load_state_dict() -> None:
+    kwargs = {"frames_per_batch": 16, "envs_per_worker": 2, "num_workers": 2, "env_kwargs": {"length": 3}}
+    with Collector(CountingEnv, engine="central", **kwargs) as collector:
+        collector.next_batch()
+        state = collector.state_dict()
+    first, second = state["central"]["next_traj_ids"]  # each worker's next id: its own, N apart
+    assert first % 2 == 0 and second % 2 == 1 and first > 0
+    with Collector(CountingEnv, engine="central", **kwargs) as resumed:
+        resumed.load_state_dict(state)
+        ids = resumed.next_batch()["collector", "traj_ids"]
+    assert ids[:, 0].tolist() == [first, first + 2, second, second + 2]

@@ -62,6 +62,7 @@ class Central(EngineFactory):
 
     name = "central"
     default_weight_sync = "no_sync"  # nothing moves: update_policy_weights_() needs no scheme
+    policy_in_trainer = True
 
     def check(self, config: CollectorConfig) -> None:
         """Require workers; refuse the settings that place or feed a policy in the workers."""
