@@ -483,3 +483,32 @@ def test_trajectory_ids_continue_after_load_state_dict() -> None:
         resumed.load_state_dict(state)
         ids = resumed.next_batch()["collector", "traj_ids"]
     assert ids[:, 0].tolist() == [first, first + 2, second, second + 2]
+
+
+def test_a_rollout_interrupted_mid_step_is_not_continued_from_a_stale_observation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ctrl-C while the workers step: their envs stepped once more than the trainer recorded.
+    with Collector(
+        CountingEnv,
+        engine="central",
+        frames_per_batch=20,
+        envs_per_worker=2,
+        num_workers=2,
+        env_kwargs={"length": 1000},
+    ) as collector:
+        backend = collector._engine.backend  # type: ignore[attr-defined]
+        step_wait, calls = backend.step_wait, [0]
+
+        def interrupted() -> Any:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise KeyboardInterrupt  # after the step was posted, before its answers were taken
+            return step_wait()
+
+        monkeypatch.setattr(backend, "step_wait", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            collector.next_batch()
+        batch = collector.next_batch()
+    steps, next_steps = batch["observation"][..., 1], batch["next", "observation"][..., 1]
+    assert (next_steps - steps == 1).all()  # every transition is one step of its env

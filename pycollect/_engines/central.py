@@ -261,6 +261,7 @@ class CentralEngine(Engine):
         self._copier = DeviceCopier()
         self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
         self._rounds = 0
+        self._broken = False  # a round ended by an exception: the envs' state is not the runner's
         self._pending: list[TensorDict] = []  # async: the rollouts of the last round not yet handed out
         self._closed = False
         self._final: Supervision | None = None
@@ -334,11 +335,18 @@ class CentralEngine(Engine):
         config = self.config
         self._copier.settle()  # the previous batch's staging memory may be reused from here
         arrays = allocate(self.plan.fields, self.runner.num_envs, self.steps, self._memory)
-        if config.reset_at_each_iter and self._rounds > 0:
+        if self._broken or (config.reset_at_each_iter and self._rounds > 0):
+            # After an interrupted round (Ctrl-C, an error) the workers may have stepped once
+            # more than the runner recorded: every env starts a new trajectory from a reset.
             self.runner.reset()
+            self._broken = False
         frames_per_round = self.runner.num_envs * self.steps
         random = not self.has_policy or self._rounds * frames_per_round < config.init_random_frames
-        self.runner.rollout(arrays, random_actions=random, policy_version=policy_version)
+        try:
+            self.runner.rollout(arrays, random_actions=random, policy_version=policy_version)
+        except BaseException:
+            self._broken = True
+            raise
         for key, next_key in self._observations:
             fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
         self._rounds += 1
