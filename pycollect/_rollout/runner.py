@@ -16,6 +16,10 @@ their results, which ``step_python`` then takes. Each path returns the envs whos
 ended among those it stored. Neither counts steps: the step counts and
 ``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
 path.
+
+Where the envs are is behind three methods (``_reset_envs``, ``_step``, ``_reset_env``): the
+central engine's ``CentralRunner`` (:mod:`pycollect._engines.central`) overrides them to step
+envs in worker processes and keeps everything else of this loop.
 """
 
 from __future__ import annotations

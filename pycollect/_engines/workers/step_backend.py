@@ -15,8 +15,10 @@ what the worker raised. A restarted worker answers the request it was sent with 
 (or "not mine", for a request meant for its dead predecessor), and the trainer reports its
 envs' episodes as cut at that step: reward 0, ``truncated`` True, ``info["worker_restarted"]``
 True; the observation is the last one the envs returned (in ``SAME_STEP`` mode that one is
-the final observation, and the observation is the reset one of the new generation). The new
-generation starts with every episode ended, so the next ``NEXT_STEP`` step resets them.
+the final observation, and the observation is the reset one of the new generation, whose
+envs are reset with fresh seeds, or with those ``restart_seeds`` gives: the central engine
+derives them from the collector's seed). The new generation starts with every episode
+ended, so the next ``NEXT_STEP`` step resets them.
 """
 
 from __future__ import annotations
