@@ -227,8 +227,12 @@ def _by_worker(collector: Collector, rollouts: int, num_workers: int) -> dict[in
 
 @pytest.mark.parametrize(
     ("policy", "extra"),
-    [(_Argmax, {"max_frames_per_traj": 6}), (lambda: None, {"init_random_frames": 0})],
-    ids=["mlp", "random"],
+    [
+        (_Argmax, {"max_frames_per_traj": 6}),
+        (lambda: None, {"init_random_frames": 0}),
+        (_lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 5}),
+    ],
+    ids=["mlp", "random", "lstm"],
 )
 def test_async_rollouts_equal_the_workers_engines_worker_by_worker(policy: Any, extra: dict[str, Any]) -> None:
     kwargs = {"frames_per_batch": 32, "envs_per_worker": 2, "num_workers": 2, "seed": 4, "sync": False, **extra}
@@ -240,6 +244,22 @@ def test_async_rollouts_equal_the_workers_engines_worker_by_worker(policy: Any, 
         for n, (a, b) in enumerate(zip(runs["central"][w], runs["workers"][w], strict=True)):
             assert a.batch_size == torch.Size([2, 16])
             _assert_same(a, b, f"worker {w}, rollout {n}")
+
+
+def test_the_policy_is_called_once_per_step_for_the_envs_of_every_worker() -> None:
+    sizes: list[int] = []
+
+    class Counting(_Argmax):
+        def forward(self, observation: torch.Tensor) -> torch.Tensor:
+            sizes.append(len(observation))
+            return super().forward(observation)
+
+    with Collector(
+        "CartPole-v1", Counting(), engine="central", frames_per_batch=3 * 4 * 10, envs_per_worker=4, num_workers=3
+    ) as collector:
+        sizes.clear()  # the calls that checked the policy when the collector was built
+        collector.next_batch()
+    assert sizes == [12] * 10
 
 
 def test_async_batches_come_one_worker_at_a_time_in_worker_order() -> None:
