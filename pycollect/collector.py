@@ -91,7 +91,9 @@ class Collector:
     in async mode each batch is the next finished rollout of any worker (``[envs_per_worker,
     T]``) and workers keep collecting while you train. A crashed or hung worker is restarted
     according to ``restart``; a rollout it was writing is dropped, never delivered
-    half-written.
+    half-written. With ``engine="central"`` the workers only step the environments and this
+    process runs the policy once per step for all of them, on ``policy_device``
+    (docs/central.md); the batches are the same.
 
     Every setting is a field of :class:`~pycollect.CollectorConfig` (or of its
     :class:`~pycollect.SupervisionConfig`), documented, defaulted and checked there, before
