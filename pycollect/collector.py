@@ -91,7 +91,9 @@ class Collector:
     in async mode each batch is the next finished rollout of any worker (``[envs_per_worker,
     T]``) and workers keep collecting while you train. A crashed or hung worker is restarted
     according to ``restart``; a rollout it was writing is dropped, never delivered
-    half-written.
+    half-written. With ``engine="central"`` the workers only step the environments and this
+    process runs the policy once per step for all of them, on ``policy_device``
+    (docs/central.md); the batches are the same.
 
     Every setting is a field of :class:`~pycollect.CollectorConfig` (or of its
     :class:`~pycollect.SupervisionConfig`), documented, defaulted and checked there, before
@@ -359,7 +361,8 @@ class Collector:
             raise ConfigError(f"worker_ids={worker_ids!r}: this collector's workers are {valid}")
         if policy_or_weights is not None:
             self._load_weights(policy_or_weights)
-        if self.num_workers and self.weights_module is None and self.policy is not None:
+        runs_here = getattr(self.config.engine, "policy_in_trainer", False)  # the very policy object is called
+        if self.num_workers and not runs_here and self.weights_module is None and self.policy is not None:
             self._warn_no_weights()
         version = self.policy_version + 1
         try:

@@ -248,14 +248,15 @@ class CollectorConfig:
         seed: Makes runs reproducible: environment ``i`` of worker ``w`` gets its own seed
             derived from it (see :func:`pycollect.env_seeds`), and torch's generator is
             seeded from it when there is a policy. ``None``: fresh entropy.
-        device: In-process, TorchRL's generic device: the default of ``policy_device`` and
-            ``storing_device``. With workers the ``device_policy`` decides (only ``"cpu"``,
-            with the ``cpu`` policy, is accepted).
+        device: In-process (and with ``engine="central"``), TorchRL's generic device: the
+            default of ``policy_device`` and ``storing_device``. With workers the
+            ``device_policy`` decides (only ``"cpu"``, with the ``cpu`` policy, is accepted).
         policy_device: In-process: where the policy runs (default: ``device``, else where its
             parameters are). If its parameters are elsewhere, a copy on ``policy_device`` is
             called, as in TorchRL, and ``update_policy_weights_()`` loads the trained weights
             into it. Observations are moved there, actions come back to the CPU for the
-            environments. Not with workers: use ``device_policy``.
+            environments. Not with workers (use ``device_policy``), but with ``engine="central"``,
+            whose workers run no policy: there it means what it means in-process.
         env_device: Where the environments' data lives; only the CPU (gymnasium-style
             environments step there), accepted for TorchRL compatibility.
         storing_device: Device batches are delivered on. Default in-process: ``device``, else
@@ -303,7 +304,9 @@ class CollectorConfig:
             plugin's, e.g. ``"ray"`` from ``pycollect-ray``, built with its defaults) or an
             :class:`~pycollect.engines.EngineFactory` instance carrying its own options
             (``engine=RayEngine(num_actors=4)``). An engine that runs several copies of the
-            workers delivers sync batches of one rollout of each.
+            workers delivers sync batches of one rollout of each. ``"central"``: the workers
+            only step the environments and this process runs the policy once per step for all
+            of them, on ``policy_device`` (docs/central.md).
         inference_runner: How each policy call is made (:mod:`pycollect.inference`): ``"plain"``
             (the default: as it is), ``"compile"`` (through ``torch.compile``), the name of a
             plugin's runner, or an :class:`~pycollect.inference.InferenceRunner` instance
@@ -400,7 +403,7 @@ class CollectorConfig:
                 f"env_device={str(self.env_device)!r}: gymnasium-style environments step on the CPU; "
                 "put the policy on the GPU with policy_device= (or device=) instead"
             )
-        if self.num_workers:
+        if self.num_workers and not _policy_in_trainer(self.engine):
             policy_name = getattr(self.device_policy, "name", self.device_policy)
             for name in ("device", "policy_device"):
                 value = getattr(self, name)
@@ -495,6 +498,17 @@ class CollectorConfig:
     def batch_frames(self) -> int:
         """Frames each batch really holds: :attr:`steps_per_batch` times :attr:`rows`."""
         return self.steps_per_batch * self.rows
+
+
+def _policy_in_trainer(engine: Any) -> bool:
+    """Whether ``engine`` (a name, or an engine factory) runs the policy here even with workers (``central``).
+
+    Its workers only step environments, so ``device`` and ``policy_device`` keep their
+    in-process meaning (TorchRL's) instead of being left to a ``device_policy``.
+    """
+    if isinstance(engine, str):
+        return engine == "central"  # a name: the config loads no plugin to ask it
+    return bool(getattr(engine, "policy_in_trainer", False))
 
 
 _FIELDS = frozenset(f.name for f in fields(CollectorConfig))

@@ -21,7 +21,7 @@ from pycollect.config import CollectorConfig
 from pycollect.engines import Engine, RolloutPlan, close_within, plan_rollout
 from pycollect.envs.source import EnvSource
 
-__all__ = ["InProcessEngine"]
+__all__ = ["InProcessEngine", "on_policy_device"]
 
 
 class InProcessEngine(Engine):
@@ -63,7 +63,7 @@ class InProcessEngine(Engine):
         """Build ``envs_per_worker`` environments and check the policy on the first one's specs."""
         frames = config.envs_per_worker * config.steps_per_batch
         check_fits_before_env(config, "the in-process batches", BATCHES_HELD * frames)
-        policy, device_copy = _on_policy_device(config, policy, weights_module)
+        policy, device_copy = on_policy_device(config, policy, weights_module)
         envs = [env_source.make()]
         try:
             plan = plan_rollout(config, env_source, envs[0], policy)
@@ -131,7 +131,7 @@ class InProcessEngine(Engine):
             self._memory = staging_memory(self.storing_device)  # the recycled batch buffers go now
 
 
-def _on_policy_device(
+def on_policy_device(
     config: CollectorConfig, policy: Any, weights_module: torch.nn.Module | None
 ) -> tuple[Any, torch.nn.Module | None]:
     """The policy to call, and the weights module of a copy made for ``policy_device`` (or ``None``).

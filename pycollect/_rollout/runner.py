@@ -16,6 +16,10 @@ their results, which ``step_python`` then takes. Each path returns the envs whos
 ended among those it stored. Neither counts steps: the step counts and
 ``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
 path.
+
+Where the envs are is behind three methods (``_reset_envs``, ``_step``, ``_reset_env``): the
+central engine's ``CentralRunner`` (:mod:`pycollect._engines.central`) overrides them to step
+envs in worker processes and keeps everything else of this loop.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ class EnvRunner:
         self._seeds = list(seeds) if seeds is not None else None
         self._traj_stride = traj_id_stride
         self._next_traj_id = traj_id_start
-        num_envs = len(self.envs)
+        num_envs = self.num_envs
         self._paths = specs.observation_paths()
         self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
         self._traj_ids = np.zeros(num_envs, np.int64)
@@ -134,8 +138,7 @@ class EnvRunner:
         environment's own random stream.
         """
         seeds = self._seeds if not self._has_reset else None
-        for i, env in enumerate(self.envs):
-            obs, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
+        for i, obs in self._reset_envs(seeds):
             self._store_obs(i, obs)
             self._start_trajectory(i)
         self._has_reset = True
@@ -172,12 +175,7 @@ class EnvRunner:
             if on_step is not None and (applied := on_step()) is not None:
                 run.use_version(applied, t)
             actions = run.act(t)
-            if run.step_native is None:
-                ended = run.step_python(t, run.step_envs(actions))
-            else:
-                ended, left = run.step_native(t, actions)
-                if left and (more := run.step_python(t, left)):  # the results it did not store, already stepped
-                    ended = sorted(ended + more)
+            ended = self._step(run, t, actions)
             finished = self._episode_ends(run, t, ended)
             run.observe(t)
             for i in finished:
@@ -189,6 +187,29 @@ class EnvRunner:
         """Close every environment."""
         for env in self.envs:
             env.close()
+
+    # -- where the envs are: overridden by a runner whose envs step elsewhere ---------------
+    # (the central engine's, pycollect._engines.central, steps them in worker processes)
+
+    def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
+        """Reset every env (with ``seeds``, if given); each env's index and raw observation."""
+        for i, env in enumerate(self.envs):
+            obs, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
+            yield i, obs
+
+    def _step(self, run: _Rollout, t: int, actions: np.ndarray) -> list[int]:
+        """Step every env with ``actions`` and store step ``t``; the envs whose episode ended, in env order."""
+        if run.step_native is None:
+            return run.step_python(t, run.step_envs(actions))
+        ended, left = run.step_native(t, actions)
+        if left and (more := run.step_python(t, left)):  # the results it did not store, already stepped
+            ended = sorted(ended + more)
+        return ended
+
+    def _reset_env(self, i: int) -> Any:
+        """Reset env ``i``, whose episode ended; its raw observation."""
+        raw, _ = self.envs[i].reset()
+        return raw
 
     def _episode_ends(self, run: _Rollout, t: int, ended: list[int]) -> list[int]:
         """The envs whose episode ended at step ``t``, in env order, after the trajectory limit.
@@ -215,8 +236,7 @@ class EnvRunner:
 
     def _restart(self, run: _Rollout, i: int, t: int) -> None:
         """Reset env ``i``, whose episode ended at step ``t``: a new trajectory starts at ``t + 1``."""
-        raw, _ = self.envs[i].reset()
-        run.store_reset(i, t, raw)
+        run.store_reset(i, t, self._reset_env(i))
         self._start_trajectory(i)
         if t + 1 < run.steps:
             run.traj_out[i, t + 1 :] = self._traj_ids[i]

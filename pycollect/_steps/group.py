@@ -128,9 +128,14 @@ class EnvGroup:
             others are dropped here, before anything is pickled; with ``()`` a step whose
             observation, reward and flags are exactly what the arrays hold is stored natively
             whatever its info.
+        max_episode_steps: ``SAME_STEP`` mode only: an env whose episode has taken this many
+            steps since its last reset is truncated (``truncated`` True, also where it
+            terminated at that step) and reset in the same step, as a collector's
+            ``max_frames_per_traj`` truncates (``None``: never; gymnasium's semantics as they are).
 
     Raises:
-        ConfigError: An env's spaces differ from the layouts', or an array does not fit.
+        ConfigError: An env's spaces differ from the layouts', or an array does not fit, or
+            ``max_episode_steps`` is given outside ``SAME_STEP`` mode.
     """
 
     def __init__(
@@ -149,6 +154,7 @@ class EnvGroup:
         env_offset: int = 0,
         worker: int | None = None,
         info_keys: tuple[str, ...] | None = None,
+        max_episode_steps: int | None = None,
     ) -> None:
         self.envs = list(envs)
         self.info_keys = info_keys
@@ -190,6 +196,13 @@ class EnvGroup:
                 for (path, n, dtype, shape, _), array in zip(self._out, final_observations, strict=True)
             ]
         )
+        if max_episode_steps is not None and (mode is not AutoresetMode.SAME_STEP or max_episode_steps < 1):
+            raise ConfigError(
+                f"max_episode_steps={max_episode_steps!r}: a positive limit, in autoreset_mode SAME_STEP only"
+            )
+        self.max_episode_steps = max_episode_steps
+        # Steps each env's episode has taken since its last reset (counted only with a limit).
+        self._lengths = np.zeros(count, np.int64)
         self._steps_taken = 0
         # An env's episode ended at its last step (terminated or truncated): NEXT_STEP resets it at
         # the next step, DISABLED refuses to step it.
@@ -269,6 +282,7 @@ class EnvGroup:
                 continue
             self.terminated[i] = self.truncated[i] = False
             self._ended[i] = False
+            self._lengths[i] = 0
             raw, info = env.reset(seed=seeds[i], options=options)
             self._store(self._out, i, raw, 0)
             if info:
@@ -294,13 +308,20 @@ class EnvGroup:
             raise ActionError(disabled_message([i for i, done in enumerate(ended) if done], self._checks.offset))
         self._steps_taken += 1
         per_env = self.action.per_env(actions)
+        due = self._due()
         if self._native is None:
-            return self._finish(range(len(self.envs)), per_env, {}, ())
+            return self._finish(range(len(self.envs)), per_env, {}, (), due)
         # The common case natively: every env not due for a reset is stepped, and a result that
         # is exactly what the arrays hold (and an empty info) is stored there; the rest is
         # finished below, in env order, as the loop above would.
         resets = [i for i, done in enumerate(ended) if done] if mode is AutoresetMode.NEXT_STEP else []
         stored_ended, left = self._native(0, per_env, ended if resets else None)
+        if due:  # the limit truncates the envs stored natively too (the others are truncated in _finish)
+            unstored = {i for i, _ in left}
+            for i in due:
+                if i not in unstored:
+                    self.truncated[i] = True
+            stored_ended = sorted({*stored_ended, *(i for i in due if i not in unstored)})
         for i in stored_ended:
             # The others stored natively were not due for a reset, so their flag is False already
             # (NEXT_STEP, DISABLED); SAME_STEP mode never reads it.
@@ -310,10 +331,22 @@ class EnvGroup:
         if not (resets or left or stored_ended):
             return None
         results = dict(left)
-        return self._finish(sorted({*resets, *results, *stored_ended}), per_env, results, stored_ended)
+        return self._finish(sorted({*resets, *results, *stored_ended}), per_env, results, stored_ended, due)
+
+    def _due(self) -> list[int]:
+        """The envs whose episode reaches ``max_episode_steps`` at this step (none without a limit)."""
+        if self.max_episode_steps is None:
+            return []
+        self._lengths += 1
+        return np.flatnonzero(self._lengths >= self.max_episode_steps).tolist()
 
     def _finish(
-        self, envs: Iterable[int], actions: Sequence[Any], results: Mapping[int, Any], stored: Iterable[int]
+        self,
+        envs: Iterable[int],
+        actions: Sequence[Any],
+        results: Mapping[int, Any],
+        stored: Iterable[int],
+        due: Sequence[int] = (),
     ) -> Material | None:
         """Step (or reset) each of ``envs`` in order and store what it returns, as ``SyncVectorEnv`` would.
 
@@ -324,15 +357,18 @@ class EnvGroup:
             stored: Envs whose step the native stepper stored and whose episode it ended
                 (``SAME_STEP`` mode: the final observation is in the observation arrays, the
                 info was empty; the env is reset here).
+            due: Envs whose episode ``max_episode_steps`` truncates at this step.
         """
         step, checks = self._steps_taken, self._checks
         rewards, terminated, truncated, ended = self.rewards, self.terminated, self.truncated, self._ended
         next_step, same_step = self.mode is AutoresetMode.NEXT_STEP, self.mode is AutoresetMode.SAME_STEP
-        stored = set(stored)
+        stored, truncating = set(stored), set(due)
+        lengths = self._lengths
         material: Material | None = None
         for i in envs:
             env, final = self.envs[i], None
             if i in stored:  # stepped and stored natively, its episode ended: reset it (SAME_STEP)
+                lengths[i] = 0
                 assert self._final_out is not None
                 for final_out, out in zip(self._final_out, self._out, strict=True):
                     final_out[4][i] = out[4][i]  # the final observation, stored where the next one goes
@@ -348,7 +384,10 @@ class EnvGroup:
                 when = step
                 if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
                     reward, term, trunc = checks.step(reward, term, trunc, i, step)
+                if i in truncating:
+                    trunc = True
                 if same_step and (term or trunc):
+                    lengths[i] = 0
                     self._store(self._final_out, i, raw, step)  # type: ignore[arg-type]
                     final = info if isinstance(info, dict) else self._info(info, i, step)
                     raw, info = env.reset()

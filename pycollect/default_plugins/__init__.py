@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pycollect._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from pycollect.default_plugins.builtin_engines import InProcess, Workers
+    from pycollect.default_plugins.builtin_engines import Central, InProcess, Workers
     from pycollect.default_plugins.cpu_devices import CpuPolicy
     from pycollect.default_plugins.explicit_devices import ExplicitPolicy
     from pycollect.default_plugins.inference_runners import CompileRunner, PlainRunner
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTIN_CLASSES",
     "DEFAULT_PLUGINS",
+    "Central",
     "CompileRunner",
     "CpuPolicy",
     "ExplicitPolicy",
@@ -57,6 +58,7 @@ BUILTIN_CLASSES = {
     "NoSyncScheme": "pycollect.default_plugins.no_sync_scheme",
     "SharedMemoryScheme": "pycollect.default_plugins.shared_memory_scheme",
     "TorchDistributedScheme": "pycollect.default_plugins.torch_distributed_scheme",
+    "Central": "pycollect.default_plugins.builtin_engines",
     "InProcess": "pycollect.default_plugins.builtin_engines",
     "Workers": "pycollect.default_plugins.builtin_engines",
     "PlainRunner": "pycollect.default_plugins.inference_runners",

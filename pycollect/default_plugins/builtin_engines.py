@@ -1,4 +1,4 @@
-"""The built-in engines, ``inprocess`` and ``workers``, registered as any plugin's would be."""
+"""The built-in engines, ``inprocess``, ``workers`` and ``central``, registered as any plugin's would be."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pycollect.config import CollectorConfig
     from pycollect.envs.source import EnvSource
 
-__all__ = ["InProcess", "Workers"]
+__all__ = ["Central", "InProcess", "Workers"]
 
 
 class InProcess(EngineFactory):
@@ -52,7 +52,51 @@ class Workers(EngineFactory):
         return WorkerPool.start(config, env_source, policy, weights_module)
 
 
+class Central(EngineFactory):
+    """Workers only step the envs; the trainer runs the policy once per step for all of them.
+
+    ``Collector(env, policy, num_workers=N, engine="central")``: see docs/central.md. The
+    policy is the trainer's own object, on ``policy_device`` (or ``device``), so no weight-sync
+    scheme moves it and no device policy places it.
+    """
+
+    name = "central"
+    default_weight_sync = "no_sync"  # nothing moves: update_policy_weights_() needs no scheme
+    policy_in_trainer = True
+
+    def check(self, config: CollectorConfig) -> None:
+        """Require workers; refuse the settings that place or feed a policy in the workers."""
+        if not config.num_workers:
+            raise ConfigError(
+                "engine='central' needs num_workers >= 1 (its workers step the envs); with num_workers=0 the "
+                "in-process engine already runs the policy here"
+            )
+        scheme = getattr(config.weight_sync, "name", config.weight_sync)
+        if scheme != "no_sync":
+            raise ConfigError(
+                f"weight_sync={scheme!r}: engine='central' runs the policy in this process, so no scheme moves its "
+                "weights (update_policy_weights_() needs none); leave weight_sync unset"
+            )
+        placement = getattr(config.device_policy, "name", config.device_policy)
+        if placement != "cpu":
+            raise ConfigError(
+                f"device_policy={placement!r}: engine='central' runs no policy in the workers; choose where the "
+                "policy runs with policy_device= (or device=)"
+            )
+        if config.zero_copy:
+            raise ConfigError(
+                "zero_copy=True: engine='central' assembles every batch in this process, so there are no "
+                "shared-memory rollout slots to view; leave zero_copy unset"
+            )
+
+    def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
+        """Check everything, then start the workers."""
+        from pycollect._engines.central import CentralEngine
+
+        return CentralEngine.start(config, env_source, policy, weights_module)
+
+
 @hookimpl
 def register_engine() -> Sequence[type[EngineFactory]]:
-    """Register :class:`InProcess` and :class:`Workers`."""
-    return [InProcess, Workers]
+    """Register :class:`InProcess`, :class:`Workers` and :class:`Central`."""
+    return [InProcess, Workers, Central]

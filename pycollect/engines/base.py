@@ -87,12 +87,16 @@ class EngineFactory(abc.ABC):
             holds one rollout of each (``[replicas * num_workers * envs_per_worker, T]``), so
             the collector's batch size and counts account for it. 1 for single-machine engines.
         default_weight_sync: The weight-sync scheme used when the collector's
-            ``weight_sync`` is ``None`` (``"shared_memory"`` for the built-ins).
+            ``weight_sync`` is ``None`` (``"shared_memory"`` for the built-ins but ``central``).
+        policy_in_trainer: The policy runs in the trainer even with workers (``central``): the
+            very object trained is called, so there are no weights to send and
+            ``update_policy_weights_()`` has nothing to warn about for a function policy.
     """
 
     name: ClassVar[str] = ""
     replicas: int = 1
     default_weight_sync: ClassVar[str] = "shared_memory"
+    policy_in_trainer: ClassVar[bool] = False
 
     def check(self, config: CollectorConfig) -> None:  # noqa: B027 - optional hook
         """Refuse settings this engine cannot honour, before anything runs.

@@ -45,8 +45,26 @@ class RolloutPlan:
     info: tuple[FieldSpec, ...] = ()
 
 
-def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv, policy: Any) -> RolloutPlan:
+def plan_rollout(
+    config: CollectorConfig,
+    env_source: EnvSource,
+    env: GymLikeEnv,
+    policy: Any,
+    *,
+    num_envs: int | None = None,
+    policy_here: bool = False,
+) -> RolloutPlan:
     """Read the specs of ``env`` and check ``policy`` against them.
+
+    Args:
+        config: The collector's settings.
+        env_source: What built ``env``.
+        env: The probe env.
+        policy: The policy (``None``: random actions).
+        num_envs: The envs one policy call acts for (default: ``envs_per_worker``); the
+            policy is checked on a batch of that many.
+        policy_here: The policy runs in this process although there are workers (the
+            ``central`` engine), so it may run on any device.
 
     Raises:
         UnsupportedSpaceError: A space cannot be laid out in a batch.
@@ -57,11 +75,10 @@ def plan_rollout(config: CollectorConfig, env_source: EnvSource, env: GymLikeEnv
     from pycollect._rollout.seeding import action_rng
 
     specs = env_source.specs(env)
-    device = policy_device(config, policy)
+    device = policy_device(config, policy, policy_here=policy_here)
     rng = action_rng(config.seed)
-    actions = action_source(
-        policy, specs, config.envs_per_worker, device, rng, config.exploration_type, config.inference_runner
-    )
+    count = config.envs_per_worker if num_envs is None else num_envs
+    actions = action_source(policy, specs, count, device, rng, config.exploration_type, config.inference_runner)
     info = _info_fields(config, env_source, env, specs)
     return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried, info), info)
 
@@ -99,12 +116,17 @@ def _info_fields(
     return tuple(fields)
 
 
-def policy_device(config: CollectorConfig, policy: Any) -> torch.device:
+def policy_device(config: CollectorConfig, policy: Any, *, policy_here: bool = False) -> torch.device:
     """Where ``policy`` runs: ``policy_device``, else ``device``, else where its parameters are, else the CPU.
+
+    Args:
+        config: The collector's settings.
+        policy: The policy.
+        policy_here: The policy runs in this process even with workers (the ``central`` engine).
 
     Raises:
         ConfigError: The policy's parameters are on the ``meta`` device (no data to move),
-            or (with workers, which receive the policy pickled) they are not on the CPU.
+            or (with workers that receive the policy pickled) they are not on the CPU.
     """
     import torch
 
@@ -122,7 +144,7 @@ def policy_device(config: CollectorConfig, policy: Any) -> torch.device:
                 f"{name}={str(chosen)!r} but the policy's parameters are on {own}, which holds no data to "
                 "copy; materialise the policy first (e.g. policy.to_empty(device=...) and load weights)"
             )
-    if config.num_workers and chosen.type != "cpu":
+    if config.num_workers and not policy_here and chosen.type != "cpu":
         raise ConfigError(
             f"the policy's parameters are on {chosen}; workers receive the policy pickled, so keep it "
             "on the CPU (a device_policy decides where each worker runs it)"

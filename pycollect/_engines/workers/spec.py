@@ -90,6 +90,8 @@ class StepWorkerSpec:
         action: One env's action space, as leaves.
         layout_hash: The segment layout the worker must find.
         info_keys: The info entries the worker returns (``None``: all of them).
+        max_episode_steps: ``SAME_STEP`` mode: truncate an episode after this many steps
+            (``None``: never; see :class:`~pycollect._steps.group.EnvGroup`).
     """
 
     env_source: EnvSource
@@ -99,6 +101,7 @@ class StepWorkerSpec:
     action: SpaceLayout
     layout_hash: int
     info_keys: tuple[str, ...] | None = None
+    max_episode_steps: int | None = None
 
     @property
     def final_observations(self) -> bool:

@@ -15,8 +15,10 @@ what the worker raised. A restarted worker answers the request it was sent with 
 (or "not mine", for a request meant for its dead predecessor), and the trainer reports its
 envs' episodes as cut at that step: reward 0, ``truncated`` True, ``info["worker_restarted"]``
 True; the observation is the last one the envs returned (in ``SAME_STEP`` mode that one is
-the final observation, and the observation is the reset one of the new generation). The new
-generation starts with every episode ended, so the next ``NEXT_STEP`` step resets them.
+the final observation, and the observation is the reset one of the new generation, whose
+envs are reset with fresh seeds, or with those ``restart_seeds`` gives: the central engine
+derives them from the collector's seed). The new generation starts with every episode
+ended, so the next ``NEXT_STEP`` step resets them.
 """
 
 from __future__ import annotations
@@ -92,6 +94,10 @@ class WorkerStepBackend:
         self._clock = 0
         self._closed = False
         self._final_workers: tuple[Any, ...] = ()  # what workers() reports once closed
+        # The seeds of a restarted worker's envs, by (worker, generation) (None: fresh entropy);
+        # the central engine derives them from the collector's seed, as the workers engine does.
+        self.restart_seeds: Callable[[int, int], Sequence[int | None]] | None = None
+        self.last_restarted: list[int] = []  # the workers step_wait found restarted (their envs cut)
         self._spec_fd = -1
         self.supervisor: Any = None
         self._log: SupervisionLog | None = None
@@ -168,12 +174,15 @@ class WorkerStepBackend:
         mode: AutoresetMode,
         supervision: SupervisionConfig,
         info_keys: tuple[str, ...] | None = None,
+        max_episode_steps: int | None = None,
     ) -> WorkerStepBackend:
         """Check everything (the split, one probe env's spaces, pickling), then start the workers.
 
         Raises:
             ConfigError: ``num_envs`` does not split evenly over ``num_workers``, or the env
-                source cannot be pickled for the workers; before any worker starts.
+                source cannot be pickled for the workers, or ``max_episode_steps`` (an episode
+                limit the workers apply, ``SAME_STEP`` mode only) is given in another mode;
+                before any worker starts.
             UnsupportedSpaceError: A space pycollect cannot lay out.
             EnvCreationError: The probe env's constructor raised.
         """
@@ -184,6 +193,8 @@ class WorkerStepBackend:
                 f"num_envs={num_envs} does not split over num_workers={num_workers}: every worker steps the "
                 f"same number of envs, so num_envs must be a multiple of num_workers ({choices})"
             )
+        if max_episode_steps is not None and mode is not AutoresetMode.SAME_STEP:
+            raise ConfigError(f"max_episode_steps={max_episode_steps}: in autoreset_mode SAME_STEP only")
         forkserver.start()  # its imports overlap with the probe env
         probe = source.make()
         try:
@@ -201,7 +212,14 @@ class WorkerStepBackend:
                 f"env {source.describe()!r} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
             ) from exc
         spec = StepWorkerSpec(
-            source, num_envs // num_workers, mode.value, observation, action, layout_hash=0, info_keys=info_keys
+            source,
+            num_envs // num_workers,
+            mode.value,
+            observation,
+            action,
+            layout_hash=0,
+            info_keys=info_keys,
+            max_episode_steps=max_episode_steps,
         )
         return cls(spec, num_workers, supervision, metadata, render_mode)
 
@@ -242,12 +260,14 @@ class WorkerStepBackend:
         if len(_core.wait_answers(channels, seqs, timeout_s=_POLL_S)) < len(channels):
             self._wait(channels, dict(enumerate(seqs)))
         parts: InfoParts = []
+        self.last_restarted = []
         for w, channel in enumerate(channels):
             _, status, payload = channel.response()
             if status != protocol.OK:
                 material = self._answer(w, status, payload, retry=False)
                 if material is _RESTARTED:
                     material = self._cut(w)
+                    self.last_restarted.append(w)
             elif payload:
                 material = protocol.loads(payload)
             else:
@@ -375,6 +395,17 @@ class WorkerStepBackend:
         if self.supervisor is None:
             return self._final_workers
         return tuple(self.supervisor.stats())
+
+    def generation(self, worker: int) -> int:
+        """The generation of ``worker`` that requests are meant for (1, then +1 at each restart seen)."""
+        return self._generations[worker]
+
+    def events(self) -> tuple[Any, ...]:
+        """The supervisor's recent events (at most 100), oldest first; none once closed."""
+        if self._log is None:
+            return ()
+        self._log.take_events()
+        return self._log.events
 
     def close(self) -> None:
         """Stop the workers (they close their envs) and release the segment; a second call does nothing."""
@@ -553,7 +584,12 @@ class WorkerStepBackend:
             assert self.final_observations is not None
             for final, last in zip(self.final_observations, self.observations, strict=True):
                 final[rows] = last[rows]  # the last observations the envs returned end their episodes
-            answers = self._exchange(protocol.RESET, {worker: protocol.dumps(([None] * k, None, None))}, retry=True)
+            seeds = (
+                [None] * k
+                if self.restart_seeds is None
+                else list(self.restart_seeds(worker, self._generations[worker]))
+            )
+            answers = self._exchange(protocol.RESET, {worker: protocol.dumps((seeds, None, None))}, retry=True)
             reset_infos = {i: info for i, info, _ in answers[worker] or []}
             entries: list[InfoEntry] = [(i, reset_infos.get(i, {}), dict(restarted)) for i in range(k)]
         else:

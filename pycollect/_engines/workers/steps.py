@@ -65,6 +65,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
             env_offset=worker * k,
             worker=worker,
             info_keys=spec.info_keys,
+            max_episode_steps=spec.max_episode_steps,
         )
     except BaseException:
         for env in envs:

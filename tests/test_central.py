@@ -1,0 +1,534 @@
+"""engine="central": workers step envs, the trainer runs the policy once per step for all of them.
+
+The comparison tests hold every batch of ``engine="central"`` against ``engine="workers"`` for
+the same seed and deterministic policies, key by key; then weights, faults and bad input.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+from tensordict import TensorDictBase
+from torch import nn
+
+from pycollect import Collector, ConfigError, PolicyError, WorkerCrashedError, env_seeds
+from pycollect._rollout.seeding import traj_id_start
+from pycollect._steps.group import EnvGroup
+from pycollect._steps.spaces import SpaceLayout
+from pycollect.testing import wait_until
+from pycollect.testing.envs import CountingEnv, HangingEnv, SpacesEnv
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# -- the group's episode limit (what the workers apply for max_frames_per_traj) ----------------
+
+
+class _InfoCountingEnv(CountingEnv):
+    """A CountingEnv whose step info is never empty: its steps take the group's Python path."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"t": self._t}
+
+
+def _group(envs: list[gym.Env[Any, Any]], limit: int | None) -> EnvGroup:
+    observation = SpaceLayout(envs[0].observation_space, "observation")
+    action = SpaceLayout(envs[0].action_space, "action")
+    k = len(envs)
+    flags = [np.zeros(k, bool), np.zeros(k, bool)]
+    return EnvGroup(
+        envs,
+        AutoresetMode.SAME_STEP,
+        observation,
+        action,
+        observation.empty(k),
+        np.zeros(k),
+        *flags,
+        observation.empty(k),
+        max_episode_steps=limit,
+    )
+
+
+@pytest.mark.parametrize("env", [CountingEnv, _InfoCountingEnv], ids=["native", "python"])
+def test_a_group_truncates_episodes_at_max_episode_steps_and_resets_them_in_the_same_step(env: Any) -> None:
+    envs = [env(length=1000), env(length=4)]  # env 1 terminates at step 4, before the limit
+    group = _group(envs, limit=3)
+    group.reset(seeds=[1, 2])
+    seen = []
+    for _ in range(7):
+        group.step([np.zeros(2, np.int64)])
+        (obs,), (final,) = group._out, group._final_out  # type: ignore[misc]
+        seen.append(
+            (group.truncated.tolist(), group.terminated.tolist(), final[4][:, 1].tolist(), obs[4][:, 1].tolist())
+        )
+    truncated = [s[0] for s in seen]
+    assert truncated == [[False, False], [False, False], [True, True]] * 2 + [[False, False]]
+    assert [s[1] for s in seen][2] == [False, False]  # the limit truncates; nothing terminated
+    assert seen[2][2] == [3.0, 3.0] and seen[2][3] == [0.0, 0.0]  # final: step 3; observation: the reset one
+    assert seen[5][2] == [3.0, 3.0] and seen[6][3] == [1.0, 1.0]  # counted again from each reset
+
+
+def test_an_episode_that_terminates_at_the_limit_is_both_terminated_and_truncated() -> None:
+    group = _group([CountingEnv(length=3)], limit=3)  # as EnvRunner marks it for max_frames_per_traj
+    group.reset(seeds=[0])
+    for _ in range(3):
+        group.step([np.zeros(1, np.int64)])
+    assert group.terminated.tolist() == [True] and group.truncated.tolist() == [True]
+
+
+def test_without_a_limit_the_group_never_truncates_and_a_limit_needs_same_step_mode() -> None:
+    group = _group([CountingEnv(length=1000)], limit=None)
+    group.reset(seeds=[0])
+    for _ in range(50):
+        group.step([np.zeros(1, np.int64)])
+        assert not group.truncated.any()
+    observation = SpaceLayout(CountingEnv().observation_space, "observation")
+    action = SpaceLayout(CountingEnv().action_space, "action")
+    with pytest.raises(ConfigError, match="max_episode_steps=3: a positive limit, in autoreset_mode SAME_STEP only"):
+        EnvGroup(
+            [CountingEnv()],
+            AutoresetMode.NEXT_STEP,
+            observation,
+            action,
+            observation.empty(1),
+            np.zeros(1),
+            np.zeros(1, bool),
+            np.zeros(1, bool),
+            max_episode_steps=3,
+        )
+
+
+# -- the comparison with engine="workers" ----------------------------------------------------
+
+
+class _Argmax(nn.Module):
+    def __init__(self, inputs: int = 4, actions: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(inputs, 16), nn.Tanh(), nn.Linear(16, actions))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.net(observation).argmax(-1)
+
+
+def _lstm_actor() -> Any:
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torch.distributions import Categorical
+    from torchrl.modules import LSTMModule, ProbabilisticActor
+
+    torch.manual_seed(0)
+    lstm = LSTMModule(input_size=4, hidden_size=8, in_key="observation", out_key="embed")
+    head = TensorDictModule(torch.nn.Linear(8, 2), in_keys=["embed"], out_keys=["logits"])
+    body = TensorDictSequential(lstm, head)
+    return ProbabilisticActor(body, in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
+
+
+def _dict_policy(td: TensorDictBase) -> torch.Tensor:
+    """A deterministic function of a Dict observation, for SpacesEnv's Discrete(5, start=2) actions."""
+    inner = td["observation", "inner"]
+    return 2 + (inner["count"] + inner["bits"].sum(-1).long()) % 5
+
+
+def _keys(batch: TensorDictBase) -> set[Any]:
+    return {k if isinstance(k, str) else tuple(k) for k in batch.keys(True, True)}
+
+
+def _assert_same(central: TensorDictBase, workers: TensorDictBase, where: str) -> None:
+    assert _keys(central) == _keys(workers), where
+    assert central.batch_size == workers.batch_size and central.names == workers.names, where
+    for key in _keys(workers):
+        a, b = central.get(key), workers.get(key)
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {key}"
+        assert torch.equal(a, b), f"{where}: {key} differs"
+
+
+def _sync_batches(engine: str, env: Any, policy: Any, count: int, **kwargs: Any) -> list[TensorDictBase]:
+    with Collector(env, policy, engine=engine, **kwargs) as collector:
+        return [collector.next_batch() for _ in range(count)]
+
+
+SYNC_CASES: dict[str, tuple[Any, Callable[[], Any], dict[str, Any]]] = {
+    "mlp-max_frames_per_traj": ("CartPole-v1", _Argmax, {"max_frames_per_traj": 7}),
+    "mlp-stack-split_trajs": ("CartPole-v1", _Argmax, {"cat_results": "stack", "split_trajs": True}),
+    "mlp-warmup-set_truncated": ("CartPole-v1", _Argmax, {"init_random_frames": 100, "set_truncated": True}),
+    "lstm": ("CartPole-v1", _lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 9}),
+    "random-dict-info_keys": (
+        SpacesEnv,
+        lambda: None,
+        {"env_kwargs": {"observation": "dict"}, "info_keys": ("t", "pair"), "max_frames_per_traj": 4},
+    ),
+    "function-dict-reset_at_each_iter": (
+        SpacesEnv,
+        lambda: _dict_policy,
+        {"env_kwargs": {"observation": "dict", "max_length": 9}, "reset_at_each_iter": True},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SYNC_CASES))
+def test_sync_batches_equal_the_workers_engines_key_by_key(case: str) -> None:
+    env, make_policy, extra = SYNC_CASES[case]
+    kwargs = {"frames_per_batch": 96, "envs_per_worker": 3, "num_workers": 2, "seed": 7, **extra}
+    central = _sync_batches("central", env, make_policy(), 4, **kwargs)
+    workers = _sync_batches("workers", env, make_policy(), 4, **kwargs)
+    for n, (a, b) in enumerate(zip(central, workers, strict=True)):
+        _assert_same(a, b, f"{case}, batch {n}")
+    assert any(bool(b["next", "done"].any()) for b in workers)  # episodes ended: resets were compared too
+
+
+def test_a_replay_buffer_and_postproc_get_the_same_data() -> None:
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+
+    buffers = {}
+    for engine in ("central", "workers"):
+        buffer = ReplayBuffer(storage=LazyTensorStorage(1000))
+        with Collector(
+            "CartPole-v1",
+            _Argmax(),
+            engine=engine,
+            frames_per_batch=64,
+            total_frames=192,
+            envs_per_worker=2,
+            num_workers=2,
+            seed=1,
+            replay_buffer=buffer,
+            postproc=lambda td: td.reshape(-1),
+        ) as collector:
+            assert list(collector) == [None, None, None]
+        buffers[engine] = buffer[:]
+    _assert_same(buffers["central"], buffers["workers"], "replay buffer")
+
+
+def _by_worker(collector: Collector, rollouts: int, num_workers: int) -> dict[int, list[TensorDictBase]]:
+    """Async batches sorted by the worker that made them (trajectory ids tell), ``rollouts`` each."""
+    got: dict[int, list[TensorDictBase]] = {w: [] for w in range(num_workers)}
+
+    def enough() -> bool:
+        batch = collector.next_batch()
+        got[int(batch["collector", "traj_ids"][0, 0]) % num_workers].append(batch)
+        return all(len(batches) >= rollouts for batches in got.values())
+
+    wait_until(enough, timeout_s=120, what=f"{rollouts} rollouts of every worker")
+    return {w: batches[:rollouts] for w, batches in got.items()}
+
+
+@pytest.mark.parametrize(
+    ("policy", "extra"),
+    [
+        (_Argmax, {"max_frames_per_traj": 6}),
+        (lambda: None, {"init_random_frames": 0}),
+        (_lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 5}),
+    ],
+    ids=["mlp", "random", "lstm"],
+)
+def test_async_rollouts_equal_the_workers_engines_worker_by_worker(policy: Any, extra: dict[str, Any]) -> None:
+    kwargs = {"frames_per_batch": 32, "envs_per_worker": 2, "num_workers": 2, "seed": 4, "sync": False, **extra}
+    runs = {}
+    for engine in ("central", "workers"):
+        with Collector("CartPole-v1", policy(), engine=engine, **kwargs) as collector:
+            runs[engine] = _by_worker(collector, 3, 2)
+    for w in range(2):
+        for n, (a, b) in enumerate(zip(runs["central"][w], runs["workers"][w], strict=True)):
+            assert a.batch_size == torch.Size([2, 16])
+            _assert_same(a, b, f"worker {w}, rollout {n}")
+
+
+def test_the_policy_is_called_once_per_step_for_the_envs_of_every_worker() -> None:
+    sizes: list[int] = []
+
+    class Counting(_Argmax):
+        def forward(self, observation: torch.Tensor) -> torch.Tensor:
+            sizes.append(len(observation))
+            return super().forward(observation)
+
+    with Collector(
+        "CartPole-v1", Counting(), engine="central", frames_per_batch=3 * 4 * 10, envs_per_worker=4, num_workers=3
+    ) as collector:
+        sizes.clear()  # the calls that checked the policy when the collector was built
+        collector.next_batch()
+    assert sizes == [12] * 10
+
+
+def test_async_batches_come_one_worker_at_a_time_in_worker_order() -> None:
+    with Collector(
+        CountingEnv, frames_per_batch=10, envs_per_worker=2, num_workers=3, sync=False, engine="central", seed=0
+    ) as collector:
+        workers = [int(collector.next_batch()["collector", "traj_ids"][0, 0]) % 3 for _ in range(6)]
+    assert workers == [0, 1, 2, 0, 1, 2]
+
+
+# -- weights ----------------------------------------------------------------------------------
+
+
+class _Threshold(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.tensor(-1.0))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs[:, 0] * 0 + self.bias > 0).long()  # 0 while bias < 0, 1 after
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_frames_carry_the_version_that_chose_their_action(sync: bool) -> None:
+    policy = _Threshold()
+    with Collector(
+        "CartPole-v1", policy, engine="central", frames_per_batch=16, envs_per_worker=2, num_workers=2, sync=sync
+    ) as collector:
+        first = collector.next_batch()
+        with torch.no_grad():
+            policy.bias.fill_(1.0)
+        collector.update_policy_weights_()
+        after = [collector.next_batch() for _ in range(2 if sync else 3)]
+    assert (first["action"] == 0).all() and (first["policy_version"] == 0).all()
+    for batch in after:
+        version = batch["policy_version"]
+        assert torch.equal(batch["action"] == 1, (version == 1).expand_as(batch["action"]))
+    if sync:  # the next policy call uses the new weights
+        assert all((b["policy_version"] == 1).all() for b in after)
+    else:  # the round's other rollout was chosen before the update; the next round after it
+        assert [int(b["policy_version"].unique()) for b in after] == [0, 1, 1]
+
+
+def test_update_policy_weights_loads_given_weights_into_the_policy_called() -> None:
+    policy = _Threshold()
+    with Collector(
+        "CartPole-v1", policy, engine="central", frames_per_batch=8, envs_per_worker=2, num_workers=2
+    ) as collector:
+        collector.next_batch()
+        collector.update_policy_weights_({"bias": torch.tensor(2.0)})
+        batch = collector.next_batch()
+    assert (batch["action"] == 1).all() and (batch["policy_version"] == 1).all() and collector.policy_version == 1
+
+
+# -- faults -----------------------------------------------------------------------------------
+
+
+def test_a_killed_worker_is_restarted_and_its_envs_trajectories_are_cut_where_it_died() -> None:
+    k, seed = 2, 3
+    with Collector(
+        CountingEnv,
+        engine="central",
+        frames_per_batch=40,
+        envs_per_worker=k,
+        num_workers=2,
+        seed=seed,
+        env_kwargs={"length": 1000},
+        backoff_initial_s=0.01,
+    ) as collector:
+        before = collector.next_batch()
+        victim = collector.stats().workers[1].pid
+        os.kill(victim, signal.SIGKILL)
+        after = collector.next_batch()
+        later = collector.next_batch()
+        stats = collector.stats()
+    assert stats.restarts == 1 and stats.workers[1].generation == 2 and stats.workers[1].pid != victim
+    # Worker 0 went on undisturbed; worker 1's episodes were cut at the first step after the kill.
+    ids, truncated = after["collector", "traj_ids"], after["next", "truncated"][..., 0]
+    assert not truncated[:k].any() and truncated[k:, 0].all() and not truncated[k:, 1:].any()
+    assert torch.equal(ids[:k], before["collector", "traj_ids"][:k, -1:].expand(k, 10))
+    new_ids = [traj_id_start(1, 2, 2) + 2 * j for j in range(k)]
+    assert ids[k:, 1].tolist() == new_ids and ids[k:, 0].tolist() == before["collector", "traj_ids"][k:, -1].tolist()
+    # The new generation's envs were reset with that generation's seeds, as the workers engine seeds them.
+    for j, env_seed in enumerate(env_seeds(seed, k, 1, 2)):
+        expected, _ = CountingEnv(length=1000).reset(seed=env_seed)
+        assert after["observation"][k + j, 1].tolist() == expected.tolist()
+    assert after["next", "observation"][k:, 0].tolist() == before["next", "observation"][k:, -1].tolist()
+    assert not later["next", "truncated"].any()
+
+
+class _SlowEnv(CountingEnv):
+    """A CountingEnv whose steps take 20 ms: long enough to be killed in the middle of one."""
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        time.sleep(0.02)
+        return super().step(action)
+
+
+def test_a_worker_killed_in_the_middle_of_a_rollout_cuts_its_trajectories_there_and_collection_goes_on() -> None:
+    k = 2
+    with Collector(
+        _SlowEnv,
+        engine="central",
+        frames_per_batch=4 * 60,
+        envs_per_worker=k,
+        num_workers=2,
+        seed=0,
+        env_kwargs={"length": 1000},
+        backoff_initial_s=0.01,
+    ) as collector:
+        collector.next_batch()
+        victim = collector.stats().workers[0].pid
+        killer = threading.Timer(0.4, os.kill, (victim, signal.SIGKILL))  # about step 20 of 60
+        killer.start()
+        try:
+            batch = collector.next_batch()
+        finally:
+            killer.join()
+        stats = collector.stats()
+    assert stats.restarts == 1 and stats.workers[0].generation == 2
+    truncated, ids = batch["next", "truncated"][..., 0], batch["collector", "traj_ids"]
+    steps = truncated[:k].nonzero()[:, 1].unique().tolist()
+    assert len(steps) == 1 and steps[0] < 59 and not truncated[k:].any()  # one cut, worker 0 only
+    cut = steps[0]
+    assert (ids[:k, cut + 1 :] >= traj_id_start(0, 2, 2)).all() and (ids[:k, : cut + 1] < traj_id_start(0, 2, 2)).all()
+    assert (batch["next", "reward"][:k, cut] == 0).all()
+
+
+def test_a_hung_worker_is_killed_by_the_supervisor_and_the_policy_loop_goes_on_without_waiting_longer() -> None:
+    with Collector(
+        HangingEnv,
+        engine="central",
+        frames_per_batch=2 * 8,
+        envs_per_worker=1,
+        num_workers=2,
+        env_kwargs={"hang_at": 6},  # every generation hangs at step 6 of its first episode
+        max_frames_per_traj=None,
+        heartbeat_timeout_s=1.0,
+        backoff_initial_s=0.01,
+    ) as collector:
+        batch = collector.next_batch()
+        stats = collector.stats()
+    assert stats.restarts >= 2  # both workers hung at step 6
+    assert batch["next", "truncated"][:, 5, 0].all() and (batch["next", "reward"][:, 5] == 0).all()
+
+
+def test_a_killed_worker_with_restart_never_raises_worker_crashed_error() -> None:
+    with Collector(
+        CountingEnv, engine="central", frames_per_batch=8, envs_per_worker=2, num_workers=2, restart="never"
+    ) as collector:
+        collector.next_batch()
+        os.kill(collector.stats().workers[0].pid, signal.SIGKILL)
+        with pytest.raises(WorkerCrashedError):
+            collector.next_batch()
+
+
+# -- bad input, before any worker starts -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_workers": 0}, ConfigError, r"engine='central' needs num_workers >= 1"),
+        ({"policy_device": "cuda:7"}, ConfigError, r"policy_device='cuda:7'"),
+        ({"weight_sync": "shared_memory"}, ConfigError, r"weight_sync='shared_memory': engine='central'"),
+        ({"device_policy": "round_robin"}, ConfigError, r"device_policy='round_robin': engine='central'"),
+        ({"zero_copy": True}, ConfigError, r"zero_copy=True: engine='central'"),
+    ],
+)
+def test_bad_settings_are_refused_naming_them(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    settings = {"frames_per_batch": 8, "envs_per_worker": 2, "num_workers": 2, **kwargs}
+    with pytest.raises(error, match=match):
+        Collector("CartPole-v1", _Argmax(), engine="central", **settings)
+
+
+def test_a_policy_that_cannot_act_for_every_workers_envs_at_once_is_a_policy_error() -> None:
+    # Right for one worker's 2 envs, wrong for the 4 envs of one central call.
+    def two_actions(td: TensorDictBase) -> torch.Tensor:
+        return torch.zeros(2, dtype=torch.long)
+
+    with pytest.raises(PolicyError, match=r"\(4,\)"):
+        Collector("CartPole-v1", two_actions, engine="central", frames_per_batch=8, envs_per_worker=2, num_workers=2)
+
+
+def test_policy_device_is_accepted_with_central_workers() -> None:
+    with Collector(
+        "CartPole-v1", _Argmax(), engine="central", frames_per_batch=8, num_workers=2, policy_device="cpu", device="cpu"
+    ) as collector:
+        assert collector.next_batch()["action"].shape == (2, 4)
+
+
+def test_with_a_copy_on_policy_device_an_update_loads_the_trained_weights_into_the_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No GPU here: a copy made as for another device stands in for the policy_device copy.
+    from pycollect._engines import central
+
+    copies: list[nn.Module] = []
+
+    def copy_for_device(config: Any, policy: Any, weights_module: Any) -> tuple[Any, Any]:
+        moved = copy.deepcopy(policy)
+        copies.append(moved)
+        return moved, moved
+
+    monkeypatch.setattr(central, "on_policy_device", copy_for_device)
+    policy = _Threshold()
+    with Collector(
+        "CartPole-v1", policy, engine="central", frames_per_batch=8, envs_per_worker=2, num_workers=2
+    ) as collector:
+        collector.next_batch()
+        with torch.no_grad():
+            policy.bias.fill_(1.0)
+        trained_in_place = collector.next_batch()  # the copy is called, not the trained module
+        collector.update_policy_weights_()
+        updated = collector.next_batch()
+    assert (trained_in_place["action"] == 0).all() and (trained_in_place["policy_version"] == 0).all()
+    assert (updated["action"] == 1).all() and (updated["policy_version"] == 1).all()
+    assert len(copies) == 1 and float(copies[0].bias.detach()) == 1.0
+
+
+def test_a_function_policy_needs_no_weights_from_to_be_updated() -> None:
+    net = _Argmax()
+    with Collector(
+        "CartPole-v1", lambda td: net(td["observation"]), engine="central", frames_per_batch=8, num_workers=2
+    ) as collector:
+        collector.next_batch()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            collector.update_policy_weights_()  # the function is called here: nothing to send, nothing to warn of
+        assert collector.next_batch()["policy_version"].unique().tolist() == [1]
+
+
+def test_trajectory_ids_continue_after_load_state_dict() -> None:
+    kwargs = {"frames_per_batch": 16, "envs_per_worker": 2, "num_workers": 2, "env_kwargs": {"length": 3}}
+    with Collector(CountingEnv, engine="central", **kwargs) as collector:
+        collector.next_batch()
+        state = collector.state_dict()
+    first, second = state["central"]["next_traj_ids"]  # each worker's next id: its own, N apart
+    assert first % 2 == 0 and second % 2 == 1 and first > 0
+    with Collector(CountingEnv, engine="central", **kwargs) as resumed:
+        resumed.load_state_dict(state)
+        ids = resumed.next_batch()["collector", "traj_ids"]
+    assert ids[:, 0].tolist() == [first, first + 2, second, second + 2]
+
+
+def test_a_rollout_interrupted_mid_step_is_not_continued_from_a_stale_observation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ctrl-C while the workers step: their envs stepped once more than the trainer recorded.
+    with Collector(
+        CountingEnv,
+        engine="central",
+        frames_per_batch=20,
+        envs_per_worker=2,
+        num_workers=2,
+        env_kwargs={"length": 1000},
+    ) as collector:
+        backend = collector._engine.backend  # type: ignore[attr-defined]
+        step_wait, calls = backend.step_wait, [0]
+
+        def interrupted() -> Any:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise KeyboardInterrupt  # after the step was posted, before its answers were taken
+            return step_wait()
+
+        monkeypatch.setattr(backend, "step_wait", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            collector.next_batch()
+        batch = collector.next_batch()
+    steps, next_steps = batch["observation"][..., 1], batch["next", "observation"][..., 1]
+    assert (next_steps - steps == 1).all()  # every transition is one step of its env
