@@ -73,12 +73,16 @@ def test_a_value_of_the_wrong_type_is_refused() -> None:
         Collector(CountingEnv, Linear(), frames_per_batch=8, inference_runner=3)
 
 
-@pytest.mark.parametrize("num_workers", [0, 1])
-def test_a_plugins_runner_makes_every_policy_call_where_the_policy_runs(zero_runner: None, num_workers: int) -> None:
-    """In the trainer (in-process) and in a worker, which gets the runner with the settings."""
-    plain = _actions(num_workers=num_workers)
+@pytest.mark.parametrize(
+    "where", [{"num_workers": 0}, {"num_workers": 1}, {"num_workers": 2, "engine": "central"}], ids=str
+)
+def test_a_plugins_runner_makes_every_policy_call_where_the_policy_runs(
+    zero_runner: None, where: dict[str, Any]
+) -> None:
+    """In the trainer (in-process, central) and in a worker, which gets the runner with the settings."""
+    plain = _actions(**where)
     assert plain.any(), "the policy alone picks action 1 on some steps"
-    zeroed = _actions(num_workers=num_workers, inference_runner="zero-actions")
+    zeroed = _actions(**where, inference_runner="zero-actions")
     assert not zeroed.any()
     assert zeroed.shape == plain.shape
 
