@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from pycollect import Collector, ConfigError, PolicyError, WorkerCrashedError, e
 from pycollect._rollout.seeding import traj_id_start
 from pycollect._steps.group import EnvGroup
 from pycollect._steps.spaces import SpaceLayout
+from pycollect.default_plugins import Central
 from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv, HangingEnv, SpacesEnv
 
@@ -246,7 +248,9 @@ def test_async_rollouts_equal_the_workers_engines_worker_by_worker(policy: Any, 
             _assert_same(a, b, f"worker {w}, rollout {n}")
 
 
-def test_the_policy_is_called_once_per_step_for_the_envs_of_every_worker() -> None:
+@pytest.mark.parametrize(("groups", "calls"), [(1, {12: 10}), (2, {8: 10, 4: 10})])
+def test_the_policy_is_called_once_per_step_for_the_envs_of_each_group(groups: int, calls: dict[int, int]) -> None:
+    """3 workers of 4 envs: one call of 12 per step, or (two groups: workers 0-1 and 2) one of 8 and one of 4."""
     sizes: list[int] = []
 
     class Counting(_Argmax):
@@ -254,12 +258,27 @@ def test_the_policy_is_called_once_per_step_for_the_envs_of_every_worker() -> No
             sizes.append(len(observation))
             return super().forward(observation)
 
+    engine = Central(groups=groups)
     with Collector(
-        "CartPole-v1", Counting(), engine="central", frames_per_batch=3 * 4 * 10, envs_per_worker=4, num_workers=3
+        "CartPole-v1", Counting(), engine=engine, frames_per_batch=3 * 4 * 10, envs_per_worker=4, num_workers=3
     ) as collector:
         sizes.clear()  # the calls that checked the policy when the collector was built
         collector.next_batch()
-    assert sizes == [12] * 10
+    assert Counter(sizes) == calls
+
+
+def test_groups_must_be_a_positive_int() -> None:
+    with pytest.raises(ConfigError, match=r"Central\(groups=0\): groups must be an int of 1 or more"):
+        Central(groups=0)
+
+
+def test_worker_stats_number_the_workers_of_every_group_as_the_collector_does() -> None:
+    with Collector("CartPole-v1", engine="central", frames_per_batch=40, envs_per_worker=2, num_workers=4) as collector:
+        collector.next_batch()
+        stats = collector.stats().workers
+        assert [w.worker for w in stats] == [0, 1, 2, 3]
+        assert len({w.pid for w in stats}) == 4 and all(w.generation == 1 for w in stats)
+    assert [w.worker for w in collector.stats().workers] == [0, 1, 2, 3]  # after shutdown too
 
 
 def test_async_batches_come_one_worker_at_a_time_in_worker_order() -> None:
@@ -435,13 +454,13 @@ def test_bad_settings_are_refused_naming_them(kwargs: dict[str, Any], error: typ
         Collector("CartPole-v1", _Argmax(), engine="central", **settings)
 
 
-def test_a_policy_that_cannot_act_for_every_workers_envs_at_once_is_a_policy_error() -> None:
-    # Right for one worker's 2 envs, wrong for the 4 envs of one central call.
+def test_a_policy_that_cannot_act_for_a_groups_envs_at_once_is_a_policy_error() -> None:
+    # Right for one worker's 2 envs, wrong for the 4 envs of a group of 2 workers (4 workers, 2 groups).
     def two_actions(td: TensorDictBase) -> torch.Tensor:
         return torch.zeros(2, dtype=torch.long)
 
     with pytest.raises(PolicyError, match=r"\(4,\)"):
-        Collector("CartPole-v1", two_actions, engine="central", frames_per_batch=8, envs_per_worker=2, num_workers=2)
+        Collector("CartPole-v1", two_actions, engine="central", frames_per_batch=16, envs_per_worker=2, num_workers=4)
 
 
 def test_policy_device_is_accepted_with_central_workers() -> None:
@@ -497,7 +516,7 @@ def test_trajectory_ids_continue_after_load_state_dict() -> None:
     with Collector(CountingEnv, engine="central", **kwargs) as collector:
         collector.next_batch()
         state = collector.state_dict()
-    first, second = state["central"]["next_traj_ids"]  # each worker's next id: its own, N apart
+    [first], [second] = (group["next_traj_ids"] for group in state["central"])  # each worker's: its own, N apart
     assert first % 2 == 0 and second % 2 == 1 and first > 0
     with Collector(CountingEnv, engine="central", **kwargs) as resumed:
         resumed.load_state_dict(state)
@@ -517,7 +536,7 @@ def test_a_rollout_interrupted_mid_step_is_not_continued_from_a_stale_observatio
         num_workers=2,
         env_kwargs={"length": 1000},
     ) as collector:
-        backend = collector._engine.backend  # type: ignore[attr-defined]
+        backend = collector._engine.backends[0]  # type: ignore[attr-defined]  # the group stepped in this thread
         step_wait, calls = backend.step_wait, [0]
 
         def interrupted() -> Any:

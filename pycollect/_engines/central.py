@@ -16,23 +16,27 @@ ids from ``traj_id_start(w, N, generation)`` with stride ``N``; random actions
 (``init_random_frames``, ``policy=None``) are drawn from one stream per worker
 (``action_rng(seed, w, generation)``), ``K`` envs at a time, exactly as each worker would.
 
-Every batch is one round: all workers stepped ``T`` times together (post to every worker,
-wait for every answer), ``[N*K, T]`` ordered by worker. In async mode (``sync=False``) the
-round is handed out one worker's ``[K, T]`` rollout per batch, in worker order, and the next
-round starts only when all of them have been taken: frames carry the policy version that
-chose them, which may be older than the collector's by then. The seam for overlapping the
-policy with the envs' steps (workers in groups, double-buffered) is :meth:`CentralRunner._step`.
+The workers are split into groups (two by default), each with its own backend and runner;
+the groups' rollouts run in two threads, so one group's policy call overlaps the other
+group's env steps (double buffering). Every batch is one round: all workers stepped ``T``
+times, ``[N*K, T]`` ordered by worker. In async mode (``sync=False``) the round is handed out
+one worker's ``[K, T]`` rollout per batch, in worker order, and the next round starts only
+when all of them have been taken: frames carry the policy version that chose them, which may
+be older than the collector's by then.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
+from tensordict.nn import InteractionType, set_interaction_type
 
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
@@ -51,6 +55,7 @@ from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError, ConfigError
 
 if TYPE_CHECKING:
+    from pycollect._core import WorkerEvent, WorkerStats
     from pycollect._rollout.runner import _Rollout
     from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 
@@ -61,25 +66,32 @@ class CentralActions:
     """The actions of ``N * K`` envs: one policy call for all, random ones drawn per worker.
 
     Args:
-        policy: The policy's action source for ``N * K`` envs (``None``: random actions only).
+        policy: The policy's action source for the envs of ``workers`` (``None``: random actions only).
         action: The action field.
         envs_per_worker: ``K``.
-        num_workers: ``N``.
+        workers: The workers whose envs these are, as the collector numbers them (consecutive).
         seed: The collector's seed.
     """
 
     def __init__(
-        self, policy: ActionSource | None, action: FieldSpec, envs_per_worker: int, num_workers: int, seed: int | None
+        self,
+        policy: ActionSource | None,
+        action: FieldSpec,
+        envs_per_worker: int,
+        workers: range,
+        seed: int | None,
     ) -> None:
         self.policy = policy
         self.outputs: tuple[Field, ...] = policy.outputs if policy is not None else ()
         self.carried: tuple[Field, ...] = policy.carried if policy is not None else ()
-        self._action, self._k, self._seed = action, envs_per_worker, seed
-        self._random = [RandomActions(action, envs_per_worker, action_rng(seed, w)) for w in range(num_workers)]
+        self._action, self._k, self._seed, self._first = action, envs_per_worker, seed, workers.start
+        self._random = [RandomActions(action, envs_per_worker, action_rng(seed, w)) for w in workers]
 
     def restart(self, worker: int, generation: int) -> None:
-        """A restarted worker draws from its new generation's stream, as its own rollout loop would."""
-        self._random[worker] = RandomActions(self._action, self._k, action_rng(self._seed, worker, generation))
+        """A restarted worker (the collector's number) draws from its new generation's stream, as its own loop would."""
+        self._random[worker - self._first] = RandomActions(
+            self._action, self._k, action_rng(self._seed, worker, generation)
+        )
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
@@ -95,7 +107,7 @@ class CentralActions:
 
 
 class CentralRunner(EnvRunner):
-    """:class:`EnvRunner` over the ``N * K`` envs of a worker step backend (``SAME_STEP`` mode).
+    """:class:`EnvRunner` over the envs of one group of workers, a worker step backend's (``SAME_STEP`` mode).
 
     Everything but where the envs are is the base class's: the policy call, carried state,
     trajectory bookkeeping, storing, the reward range check. Here the envs' steps come back
@@ -104,12 +116,14 @@ class CentralRunner(EnvRunner):
     and trajectory ids are handed out per worker as in the ``workers`` engine.
 
     Args:
-        backend: The workers (``N * K`` envs).
+        backend: The group's workers (its worker ``j`` is the collector's ``workers[j]``).
         specs: The env's fields.
         actions: Where actions come from.
         config: The collector's settings (``seed``, ``num_workers``, ``envs_per_worker``).
         env_name: The env's name, for messages.
         info: The kept info entries, as fields.
+        workers: The collector's numbers of the group's workers (default: all of them), which
+            their seeds, random streams and trajectory ids derive from.
 
     Raises:
         ConfigError: The env backend's fields do not match the workers' space layout.
@@ -125,13 +139,15 @@ class CentralRunner(EnvRunner):
         config: CollectorConfig,
         env_name: str,
         info: tuple[FieldSpec, ...],
+        workers: range | None = None,
     ) -> None:
         self.backend = backend
         self._count = backend.num_envs
         self._workers, self._k, self._seed = config.num_workers, config.envs_per_worker, config.seed
+        self.group = range(config.num_workers) if workers is None else workers
         self.actions = actions
         super().__init__([], specs, actions, None, env_name=env_name, info=info)
-        self._next_ids = [traj_id_start(w, self._workers, 1) for w in range(self._workers)]
+        self._next_ids = [traj_id_start(w, self._workers, 1) for w in self.group]
         leaves = {leaf.field.key: n for n, leaf in enumerate(backend.observation.leaves)}
         self._leaves: list[int] = []
         for spec in specs.observation:
@@ -150,13 +166,13 @@ class CentralRunner(EnvRunner):
         return self._count
 
     def state(self) -> dict[str, Any]:
-        """Each worker's next trajectory id."""
+        """The next trajectory id of each of the group's workers."""
         return {"next_traj_ids": list(self._next_ids)}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state` (a state of another engine or worker count is ignored)."""
+        """Restore :meth:`state` (a state of another group size is ignored)."""
         ids = state.get("next_traj_ids")
-        if ids is not None and len(ids) == self._workers:
+        if ids is not None and len(ids) == len(self.group):
             self._next_ids = [int(i) for i in ids]
 
     def close(self) -> None:
@@ -165,7 +181,7 @@ class CentralRunner(EnvRunner):
     def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
         """Reset every env; worker ``w``'s with ``env_seeds(seed, K, w)`` the first time."""
         if not self._has_reset:
-            first: list[int | None] = [s for w in range(self._workers) for s in env_seeds(self._seed, self._k, w)]
+            first: list[int | None] = [s for w in self.group for s in env_seeds(self._seed, self._k, w)]
         else:
             first = [None] * self._count
         self.backend.reset(first, None, None)
@@ -179,17 +195,16 @@ class CentralRunner(EnvRunner):
         return self.backend.observation.single(self.backend.observations, i)
 
     def _step(self, run: _Rollout, t: int, actions: np.ndarray) -> list[int]:
-        """Post the actions to every worker, wait for every answer, store step ``t``.
+        """Post the actions to the group's workers, wait for their answers, store step ``t``.
 
-        The seam for overlapping the policy with the envs' steps: the backend's ``step_async``
-        and ``step_wait`` here would become a group's send and another group's receive.
+        The wait releases the GIL, so the other group's thread runs its policy call meanwhile.
         """
         backend = self.backend
         backend.step_async([actions])
         parts = backend.step_wait()
-        for w in backend.last_restarted:  # its envs' episodes were cut (truncated) at this step
-            generation = backend.generation(w)
-            self._next_ids[w] = traj_id_start(w, self._workers, generation)
+        for j in backend.last_restarted:  # its envs' episodes were cut (truncated) at this step
+            generation, w = backend.generation(j), self.group[j]
+            self._next_ids[j] = traj_id_start(w, self._workers, generation)
             self.actions.restart(w, generation)
         ended = np.flatnonzero(backend.terminated | backend.truncated)
         final = backend.final_observations
@@ -218,21 +233,28 @@ class CentralRunner(EnvRunner):
                         array[i, t] = run.checks.info(n, entry[name], i, t + 1)
 
     def _start_trajectory(self, i: int) -> None:
-        w = i // self._k
-        self._traj_ids[i] = self._next_ids[w]
-        self._next_ids[w] += self._workers
+        j = i // self._k  # the group's worker
+        self._traj_ids[i] = self._next_ids[j]
+        self._next_ids[j] += self._workers
         self._started[i] = self._clock
 
 
 class CentralEngine(Engine):
-    """Worker processes step the envs; this process runs the policy once per step for all of them.
+    """Worker processes step the envs; this process runs the policy once per step for each group of them.
 
     Build it with :meth:`start`, which checks everything before any worker starts.
 
+    The workers are split into ``groups`` consecutive groups (two by default), each with its
+    own step backend and its own :class:`CentralRunner`, whose rollouts run at the same time in
+    two threads of this process: while the policy runs on one group's observations (torch
+    releases the GIL), the other group's envs step in their processes (the wait releases it).
+    That is the double buffering of EnvPool's async mode and Sample Factory's sampler; with one
+    group, the policy and the envs take turns.
+
     Args:
         plan: What every rollout holds.
-        runner: The stepping loop over the workers' envs.
-        backend: The workers.
+        runners: The stepping loop over each group's envs, in worker order.
+        backends: Each group's workers.
         config: The collector's settings.
         policy: The policy (``None``: random actions).
         device_copy: The weights module of the policy's copy on ``policy_device`` (``None``:
@@ -242,15 +264,15 @@ class CentralEngine(Engine):
     def __init__(
         self,
         plan: RolloutPlan,
-        runner: CentralRunner,
-        backend: WorkerStepBackend,
+        runners: Sequence[CentralRunner],
+        backends: Sequence[WorkerStepBackend],
         config: CollectorConfig,
         policy: Any,
         device_copy: torch.nn.Module | None,
     ) -> None:
         self.plan = plan
-        self.runner = runner
-        self.backend = backend
+        self.runners = list(runners)
+        self.backends = list(backends)
         self.config = config
         self.has_policy = policy is not None
         self.device_copy = device_copy
@@ -261,53 +283,84 @@ class CentralEngine(Engine):
         self._copier = DeviceCopier()
         self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
         self._rounds = 0
-        self._broken = False  # a round ended by an exception: the envs' state is not the runner's
+        self._broken = False  # a round ended by an exception: the envs' state is not the runners'
         self._pending: list[TensorDict] = []  # async: the rollouts of the last round not yet handed out
         self._closed = False
         self._final: Supervision | None = None
+        # The second group's rollouts run here; one thread, kept for the engine's life.
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pycollect-central") if len(self.runners) > 1 else None
+
+    @property
+    def num_envs(self) -> int:
+        """``N * K``."""
+        return self.num_workers * self.envs_per_worker
 
     @classmethod
     def start(
-        cls, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: torch.nn.Module | None
+        cls,
+        config: CollectorConfig,
+        env_source: EnvSource,
+        policy: Any,
+        weights_module: torch.nn.Module | None,
+        groups: int = 2,
     ) -> CentralEngine:
-        """Check the env, the policy (on a batch of every worker's envs) and the memory; then start the workers.
+        """Check the env, the policy (on a batch of each group's envs) and the memory; then start the workers.
+
+        Args:
+            config: The collector's settings, resolved.
+            env_source: What builds the envs.
+            policy: The policy (``None``: random actions).
+            weights_module: The module whose weights ``update_policy_weights_()`` publishes.
+            groups: How many groups of workers take turns with the policy (at most
+                ``num_workers``; the workers are split as evenly as they go, in order).
 
         Raises:
             ConfigError: Anything that would fail later, named, before any worker starts
-                (:class:`~pycollect.PolicyError` for a policy that cannot act for ``N * K`` envs).
+                (:class:`~pycollect.PolicyError` for a policy that cannot act for a group's
+                envs at once).
         """
-        rows = config.num_workers * config.envs_per_worker
-        steps = config.steps_per_batch
+        k, steps, seed = config.envs_per_worker, config.steps_per_batch, config.seed
+        rows = config.num_workers * k
         what = f"the batches of engine='central' ({config.num_workers} workers)"
         check_fits_before_env(config, what, BATCHES_HELD * rows * steps)
         policy, device_copy = on_policy_device(config, policy, weights_module)
+        split = _groups(config.num_workers, groups)
         forkserver.start()  # its imports overlap with the probe env and the policy's check
         probe = env_source.make()
         try:
-            plan = plan_rollout(config, env_source, probe, policy, num_envs=rows, policy_here=True)
+            plans = [
+                plan_rollout(config, env_source, probe, policy, num_envs=len(group) * k, policy_here=True)
+                for group in split
+            ]
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
-        check_fits(what, BATCHES_HELD * batch_bytes(plan.fields, rows, steps), config)
-        backend = WorkerStepBackend.start(
-            env_source,
-            rows,
-            config.num_workers,
-            AutoresetMode.SAME_STEP,
-            config.supervision,
-            info_keys=config.info_keys,
-            max_episode_steps=config.max_frames_per_traj,
-        )
+        check_fits(what, BATCHES_HELD * batch_bytes(plans[0].fields, rows, steps), config)
+        backends: list[WorkerStepBackend] = []
         try:
-            k, seed = config.envs_per_worker, config.seed
-            backend.restart_seeds = lambda worker, generation: env_seeds(seed, k, worker, generation)
-            actions = CentralActions(
-                plan.actions if policy is not None else None, plan.specs.action, k, config.num_workers, seed
-            )
-            runner = CentralRunner(backend, plan.specs, actions, config, env_source.describe(), plan.info)
+            runners = []
+            for group, plan in zip(split, plans, strict=True):
+                backend = WorkerStepBackend.start(
+                    env_source,
+                    len(group) * k,
+                    len(group),
+                    AutoresetMode.SAME_STEP,
+                    config.supervision,
+                    info_keys=config.info_keys,
+                    max_episode_steps=config.max_frames_per_traj,
+                )
+                backends.append(backend)
+                backend.restart_seeds = functools.partial(_restart_seeds, seed, k, group)
+                actions = CentralActions(
+                    plan.actions if policy is not None else None, plan.specs.action, k, group, seed
+                )
+                runners.append(
+                    CentralRunner(backend, plan.specs, actions, config, env_source.describe(), plan.info, group)
+                )
         except BaseException:
-            backend.close()
+            for backend in backends:
+                backend.close()
             raise
-        return cls(plan, runner, backend, config, policy, device_copy)
+        return cls(plans[0], runners, backends, config, policy, device_copy)
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
         """The next batch: a round of every worker (sync), or the next worker's rollout of it (async).
@@ -331,22 +384,41 @@ class CentralEngine(Engine):
         return self._deliver(self._pending.pop(0))
 
     def _round(self, policy_version: int) -> dict[Key, np.ndarray]:
-        """Step every worker's envs ``T`` times into fresh ``[N*K, T]`` arrays."""
+        """Step every worker's envs ``T`` times into fresh ``[N*K, T]`` arrays, the groups at the same time."""
         config = self.config
         self._copier.settle()  # the previous batch's staging memory may be reused from here
-        arrays = allocate(self.plan.fields, self.runner.num_envs, self.steps, self._memory)
+        arrays = allocate(self.plan.fields, self.num_envs, self.steps, self._memory)
         if self._broken or (config.reset_at_each_iter and self._rounds > 0):
             # After an interrupted round (Ctrl-C, an error) the workers may have stepped once
-            # more than the runner recorded: every env starts a new trajectory from a reset.
-            self.runner.reset()
+            # more than the runners recorded: every env starts a new trajectory from a reset.
+            for runner in self.runners:
+                runner.reset()
             self._broken = False
-        frames_per_round = self.runner.num_envs * self.steps
-        random = not self.has_policy or self._rounds * frames_per_round < config.init_random_frames
-        try:
-            self.runner.rollout(arrays, random_actions=random, policy_version=policy_version)
-        except BaseException:
-            self._broken = True
-            raise
+        random = not self.has_policy or self._rounds * self.num_envs * self.steps < config.init_random_frames
+        k = self.envs_per_worker
+
+        def roll(runner: CentralRunner) -> None:
+            rows = slice(runner.group.start * k, runner.group.stop * k)  # a view: the group's rows
+            runner.rollout({key: array[rows] for key, array in arrays.items()}, random, None, policy_version)
+
+        first, *others = self.runners
+        # tensordict's interaction type is one value for the whole process, which each policy
+        # call sets and restores: set here for the round, the groups' threads only ever write
+        # back this same value.
+        with set_interaction_type(InteractionType(config.exploration_type)):
+            try:
+                assert self._pool is not None or not others
+                elsewhere = [self._pool.submit(roll, runner) for runner in others] if self._pool is not None else []
+                try:
+                    roll(first)
+                finally:
+                    for future in elsewhere:  # never leave a group's rollout running past the round
+                        wait([future])
+                for future in elsewhere:
+                    future.result()  # its exception, if it raised
+            except BaseException:
+                self._broken = True
+                raise
         for key, next_key in self._observations:
             fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
         self._rounds += 1
@@ -369,19 +441,35 @@ class CentralEngine(Engine):
             self.device_copy.load_state_dict(weights.state_dict())
 
     def supervision(self) -> Supervision:
-        """Each worker's stats and the recent supervision events."""
+        """Each worker's stats and the recent supervision events, workers numbered as the collector numbers them."""
         if self._final is not None:
             return self._final
-        return Supervision(self.backend.workers(), self.backend.events())
+        return Supervision(self._workers(), self._events())
+
+    def _workers(self) -> tuple[WorkerStats, ...]:
+        return tuple(
+            cast("WorkerStats", _Renumbered(stats, runner.group.start))
+            for runner, backend in zip(self.runners, self.backends, strict=True)
+            for stats in backend.workers()
+        )
+
+    def _events(self) -> tuple[WorkerEvent, ...]:
+        return tuple(
+            cast("WorkerEvent", _Renumbered(event, runner.group.start))
+            for runner, backend in zip(self.runners, self.backends, strict=True)
+            for event in backend.events()
+        )
 
     def state(self) -> dict[str, Any]:
         """Trajectory numbering, to continue it after :meth:`load_state`."""
-        return {"central": self.runner.state()}
+        return {"central": [runner.state() for runner in self.runners]}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state`."""
-        if "central" in state:
-            self.runner.load_state(state["central"])
+        """Restore :meth:`state` (one of another group count is ignored)."""
+        saved = state.get("central")
+        if isinstance(saved, list) and len(saved) == len(self.runners):
+            for runner, runner_state in zip(self.runners, saved, strict=True):
+                runner.load_state(runner_state)
 
     def close(self) -> None:
         """Stop the workers (they close their envs) and release the batch memory (once)."""
@@ -390,7 +478,35 @@ class CentralEngine(Engine):
         self._closed = True
         self._pending = []
         self._copier.settle()
-        self._final = Supervision(self.backend.workers(), self.backend.events())
-        self.backend.close()
-        self._final = Supervision(self.backend.workers(), self._final.events)
+        events = self._events()
+        for backend in self.backends:
+            backend.close()
+        self._final = Supervision(self._workers(), events)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self._memory = staging_memory(torch.device("cpu"))
+
+
+class _Renumbered:
+    """A group backend's worker stats or event, with the worker numbered as the collector numbers it."""
+
+    def __init__(self, inner: Any, first: int) -> None:
+        self._inner, self.worker = inner, inner.worker + first
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return repr(self._inner).replace(f"worker={self._inner.worker}", f"worker={self.worker}", 1)
+
+
+def _groups(num_workers: int, groups: int) -> list[range]:
+    """``num_workers`` split into ``min(groups, num_workers)`` consecutive ranges, as evenly as they go."""
+    count = max(1, min(groups, num_workers))
+    bounds = [round(g * num_workers / count) for g in range(count + 1)]
+    return [range(bounds[g], bounds[g + 1]) for g in range(count)]
+
+
+def _restart_seeds(seed: int | None, k: int, group: range, worker: int, generation: int) -> list[int]:
+    """The seeds of a group's restarted worker ``worker`` (the group's number): the collector's worker's."""
+    return env_seeds(seed, k, group[worker], generation)

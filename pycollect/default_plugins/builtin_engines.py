@@ -58,11 +58,30 @@ class Central(EngineFactory):
     ``Collector(env, policy, num_workers=N, engine="central")``: see docs/central.md. The
     policy is the trainer's own object, on ``policy_device`` (or ``device``), so no weight-sync
     scheme moves it and no device policy places it.
+
+    Args:
+        groups: How many groups the workers are split into (consecutive, as evenly as they go,
+            at most ``num_workers``). The policy runs on one group's observations while the
+            other groups' envs step. ``2`` (the default) double-buffers; ``1`` makes one policy
+            call for every worker's envs, with the envs idle meanwhile
+            (``engine=Central(groups=1)``).
+
+    Raises:
+        ConfigError: ``groups`` is not a positive int.
     """
 
     name = "central"
     default_weight_sync = "no_sync"  # nothing moves: update_policy_weights_() needs no scheme
     policy_in_trainer = True
+
+    def __init__(self, groups: int = 2) -> None:
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+            raise ConfigError(f"Central(groups={groups!r}): groups must be an int of 1 or more")
+        self.groups = groups
+
+    def describe(self) -> str:
+        """``central`` with its groups."""
+        return f"central (groups={self.groups})"
 
     def check(self, config: CollectorConfig) -> None:
         """Require workers; refuse the settings that place or feed a policy in the workers."""
@@ -93,7 +112,7 @@ class Central(EngineFactory):
         """Check everything, then start the workers."""
         from pycollect._engines.central import CentralEngine
 
-        return CentralEngine.start(config, env_source, policy, weights_module)
+        return CentralEngine.start(config, env_source, policy, weights_module, groups=self.groups)
 
 
 @hookimpl

@@ -1,0 +1,337 @@
+"""Central inference against the other ways to run a CNN policy over Atari envs in worker processes.
+
+One interleaved run: every round runs each contender once, in an order that rotates from round
+to round, and the ratios are taken within a round (machines are shared and noisy). The
+workload is Atari Pong as ``benches/atari_env.py`` builds it (ALE, 84x84 gray, frame skip 4,
+stack 4: ``uint8 [4, 84, 84]`` observations), 2 workers x K envs, and the policy the Nature DQN
+CNN (random init, argmax actions), the same weights for everyone. Contenders:
+
+* ``pycollect central``: ``Collector(num_workers=2, engine="central")``: the workers step the
+  envs; the trainer runs the CNN once per step over each group's K envs, two groups of one
+  worker, double-buffered (one group's envs step while the CNN runs on the other's).
+* ``pycollect central (1 group)``: ``engine=Central(groups=1)``: one CNN call over all 2K envs
+  per step, the envs idle meanwhile (no double buffering).
+* ``pycollect workers``: ``Collector(num_workers=2, engine="workers")``: a copy of the CNN in
+  each worker, over its K envs (``torch.set_num_threads(1)`` there).
+* ``EnvPool sync``: EnvPool's Pong, 2K envs on 2 threads, the CNN in this process over all 2K
+  observations each step, as CleanRL's EnvPool scripts do.
+* ``EnvPool async``: the same with ``batch_size=K``: ``recv()`` the K envs ready, run the CNN
+  on them, ``send()`` their actions, while the other K step (EnvPool's async mode).
+* ``TorchRL Collector over ParallelEnv``: ``torchrl.collectors.Collector`` over
+  ``ParallelEnv(2, SerialEnv(K, GymWrapper(make_env())))``, the CNN in the trainer.
+
+Frames are env steps, each with a policy call behind it. Target (issue 19, this CPU machine):
+central >= 1.0x the best of the others, as the median of the per-round ratios. Results go to
+``benches/results/central.json`` and a plot next to it.
+
+Usage::
+
+    python benches/central.py                # 3 rounds, K = 8, 1 torch thread here
+    python benches/central.py --quick        # fewer frames, 2 rounds
+    python benches/central.py --envs 4 --trainer-threads 2 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import atari_env  # the same env for every contender; workers import it by name
+import throughput as tp  # the measurement helpers shared with the other benches
+
+import pycollect
+
+WORKERS = 2
+STEPS = 32  # steps of every env per batch, for the collectors
+CENTRAL = "pycollect central"
+CENTRAL_ONE = "pycollect central (1 group)"
+WORKER_CNN = "pycollect workers (CNN in each)"
+ENVPOOL_SYNC = "EnvPool sync (CNN here)"
+ENVPOOL_ASYNC = "EnvPool async batch K (CNN here)"
+TORCHRL = "TorchRL Collector over ParallelEnv"
+
+
+class NatureCNN(nn.Module):
+    """The DQN Nature CNN (Mnih et al. 2015) over ``uint8 [..., 4, 84, 84]``, argmax actions.
+
+    Weights are drawn from a fixed generator, so every contender runs the same network.
+    """
+
+    def __init__(self, num_actions: int = 6) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(3136, 512),
+            nn.ReLU(),
+            nn.Linear(512, num_actions),
+        )
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for param in self.parameters():
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.05)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        batch = observation.shape[:-3]  # TorchRL's ParallelEnv batches are [workers, envs]
+        logits = self.net(observation.reshape(-1, *observation.shape[-3:]).float() / 255.0)
+        return logits.argmax(-1).reshape(batch)
+
+
+class _OneHot(nn.Module):
+    """The CNN's actions one-hot, as TorchRL's ``GymWrapper`` takes a Discrete space's actions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cnn = NatureCNN()
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(self.cnn(observation), 6)
+
+
+def _collector(engine: Any, k: int, frames: int) -> tp.Result:
+    cpu0, t0 = tp.CPU.read(), time.perf_counter()
+    collector = pycollect.Collector(
+        "callable:atari_env:make_env",
+        NatureCNN(),
+        frames_per_batch=WORKERS * k * STEPS,
+        envs_per_worker=k,
+        num_workers=WORKERS,
+        engine=engine,
+        seed=0,
+    )
+    batches = max(1, round(frames / collector.frames_per_batch))
+    return tp._measure(collector, collector.next_batch, lambda _first: None, batches, t0, cpu0)
+
+
+def pycollect_central(k: int, frames: int) -> tp.Result:
+    """``Collector(engine="central")``: one CNN call per step over the 2K envs, in the trainer."""
+    return _collector("central", k, frames)
+
+
+def pycollect_central_one_group(k: int, frames: int) -> tp.Result:
+    """``engine=Central(groups=1)``: one CNN call per step over all 2K envs, the envs idle meanwhile."""
+    from pycollect.default_plugins import Central
+
+    return _collector(Central(groups=1), k, frames)
+
+
+def pycollect_workers(k: int, frames: int) -> tp.Result:
+    """``Collector(engine="workers")``: each worker calls its CNN copy on its K envs."""
+    return _collector("workers", k, frames)
+
+
+def envpool_sync(k: int, frames: int) -> tp.Result:
+    """EnvPool, 2K envs on 2 threads, the CNN over all of them each step (CleanRL's EnvPool loop)."""
+    n = WORKERS * k
+    t0 = time.perf_counter()
+    envs = atari_env.make_envpool(n, num_threads=WORKERS, seed=0)
+    policy = NatureCNN()
+
+    def prepare() -> Callable[[int], Any]:
+        obs, _ = envs.reset()
+
+        def run(count: int) -> None:
+            nonlocal obs
+            with torch.inference_mode():
+                for _ in range(count):
+                    actions = policy(torch.from_numpy(obs)).numpy()
+                    obs = envs.step(actions)[0]
+
+        return run
+
+    return tp._timed_steps(t0, envs, n, frames, prepare)
+
+
+def envpool_async(k: int, frames: int) -> tp.Result:
+    """EnvPool with ``batch_size=K``: the CNN on the K envs ready while the other K step."""
+    n = WORKERS * k
+    t0 = time.perf_counter()
+    envs = atari_env.make_envpool(n, num_threads=WORKERS, seed=0, batch_size=k)
+    policy = NatureCNN()
+
+    def prepare() -> Callable[[int], Any]:
+        envs.async_reset()
+
+        def run(count: int) -> None:
+            with torch.inference_mode():
+                for _ in range(count * WORKERS):  # count steps of every env: 2 batches of K each
+                    obs, _, _, _, info = envs.recv()
+                    envs.send(policy(torch.from_numpy(obs)).numpy(), info["env_id"])
+
+        return run
+
+    return tp._timed_steps(t0, envs, n, frames, prepare)
+
+
+def torchrl_parallel(k: int, frames: int) -> tp.Result:
+    """TorchRL's ``Collector`` over ``ParallelEnv(2, SerialEnv(K, GymWrapper(make_env())))``."""
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymWrapper, ParallelEnv, SerialEnv
+
+    def make_worker_env() -> Any:
+        return SerialEnv(k, lambda: GymWrapper(atari_env.make_env()))
+
+    policy = TensorDictModule(_OneHot(), in_keys=["observation"], out_keys=["action"])
+    per_batch = WORKERS * k * STEPS
+    cpu0, t0 = tp.CPU.read(), time.perf_counter()
+    env = ParallelEnv(WORKERS, make_worker_env)
+    try:
+        collector = Collector(env, policy, frames_per_batch=per_batch, total_frames=-1)
+        iterator = iter(collector)
+        batches = max(1, round(frames / per_batch))
+        return tp._measure(collector, lambda: next(iterator), lambda _first: None, batches, t0, cpu0)
+    finally:
+        if not getattr(env, "is_closed", False):  # the collector's shutdown closes it; a failed run may not have
+            env.close()  # ParallelEnv's workers are not daemons: they must not be left behind
+
+
+CONTENDERS: dict[str, Callable[[int, int], tp.Result]] = {
+    CENTRAL: pycollect_central,
+    CENTRAL_ONE: pycollect_central_one_group,
+    WORKER_CNN: pycollect_workers,
+    ENVPOOL_SYNC: envpool_sync,
+    ENVPOOL_ASYNC: envpool_async,
+    TORCHRL: torchrl_parallel,
+}
+REQUIRES = {ENVPOOL_SYNC: "envpool", ENVPOOL_ASYNC: "envpool", TORCHRL: "torchrl"}
+
+
+def main() -> None:
+    """Run the rounds; print, save and plot the medians and the target."""
+    pycollect.prestart()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", type=int, default=8, help="envs per worker (K); default 8")
+    parser.add_argument("--frames", type=int, default=6000, help="timed frames per contender and round")
+    parser.add_argument("--rounds", type=int, default=None, help="default 3 (2 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a quarter of the frames, 2 rounds")
+    parser.add_argument("--only", default="", help="comma-separated contenders to run (default: all)")
+    parser.add_argument("--out", default=str(tp.RESULTS / "central"), help="path stem for .json and .png")
+    parser.add_argument(
+        "--trainer-threads",
+        type=int,
+        default=1,
+        help="torch's intra-op threads in this process, where central, EnvPool and TorchRL run the CNN (default 1: "
+        "the workers' processes need the CPUs while it runs)",
+    )
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 3)
+    frames = args.frames // 4 if args.quick else args.frames
+    if problem := tp._missing("ale_py") or tp._missing("cv2"):
+        parser.error(f"Pong needs ale-py and opencv-python-headless (pip install -e '.[bench]'): {problem}")
+    contenders = dict(CONTENDERS)
+    if args.only:
+        wanted = [name.strip() for name in args.only.split(",")]
+        unknown = [name for name in wanted if name not in contenders]
+        if unknown:
+            parser.error(f"unknown contenders {unknown}: choose from {list(contenders)}")
+        contenders = {name: contenders[name] for name in wanted}
+    for name, module in REQUIRES.items():
+        if name in contenders and (problem := tp._missing(module)):
+            print(f"skipping {name}: {problem}", file=sys.stderr)
+            del contenders[name]
+
+    torch.set_num_threads(args.trainer_threads)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+    for round_index in range(rounds):
+        names = list(contenders)
+        shift = round_index % len(names)
+        this_round = {}
+        for name in names[shift:] + names[:shift]:  # rotated: no contender always runs first
+            this_round[name] = {**contenders[name](args.envs, frames).__dict__, "round": round_index}
+        best_other = max((e["fps"] for n, e in this_round.items() if not n.startswith(CENTRAL)), default=None)
+        for entry in this_round.values():
+            entry["x best other"] = entry["fps"] / best_other if best_other else None
+            central = this_round.get(CENTRAL, {}).get("fps")
+            entry["x central"] = entry["fps"] / central if central else None
+        for name, entry in this_round.items():
+            runs.setdefault(name, []).append(entry)
+        print(
+            f"round {round_index + 1}/{rounds}: " + ", ".join(f"{n} {e['fps']:,.0f}" for n, e in this_round.items()),
+            flush=True,
+        )
+    summary = {
+        name: {
+            "fps": statistics.median(e["fps"] for e in entries),
+            "cpu_us_per_frame": statistics.median(e["cpu_seconds"] / e["frames"] * 1e6 for e in entries),
+            "others_cpus": statistics.median(e["others_cpus"] for e in entries),
+            "x best other": _median(e["x best other"] for e in entries),
+            "x central": _median(e["x central"] for e in entries),
+        }
+        for name, entries in runs.items()
+    }
+    print(f"\nPong, {WORKERS} workers x {args.envs} envs, Nature CNN, medians of {rounds} rounds")
+    print(f"  {'contender':40} {'frames/s':>9} {'x central':>9} {'CPU us/frame':>12} {'others':>6}")
+    for name, row in summary.items():
+        x_central = f"{row['x central']:.2f}" if row["x central"] is not None else "-"
+        print(
+            f"  {name:40} {row['fps']:>9,.0f} {x_central:>9} {row['cpu_us_per_frame']:>12,.0f}"
+            f" {row['others_cpus']:>6.2f}"
+        )
+    target = summary.get(CENTRAL, {}).get("x best other")
+    if target is not None:
+        verdict = "MET" if target >= 1.0 else "MISSED"
+        print(f"\ntarget: central >= 1.0x the best of the others (median of per-round ratios): {target:.2f} {verdict}")
+    print(f"wall time {time.perf_counter() - started:.0f} s")
+    stem = Path(args.out)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "rounds": rounds,
+        "envs_per_worker": args.envs,
+        "machine": tp._machine(),
+        "git": tp._git(),
+        "summary": summary,
+        "target": {"central x best other": target, "met": target is not None and target >= 1.0},
+        "runs": runs,
+    }
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    if not args.no_plot:
+        _plot(stem.with_suffix(".png"), summary, args.envs)
+    print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+
+
+def _median(values: Any) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _plot(path: Path, summary: dict[str, dict[str, Any]], k: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(summary)
+    values = [summary[name]["fps"] for name in labels]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.barh(labels, values, color=["#C44E52" if name.startswith("pycollect") else "#8C8C8C" for name in labels])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"Pong frames/s with a Nature-CNN policy, {WORKERS} workers x {k} envs (median)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
