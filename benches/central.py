@@ -34,7 +34,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -91,17 +90,6 @@ class NatureCNN(nn.Module):
         batch = observation.shape[:-3]  # TorchRL's ParallelEnv batches are [workers, envs]
         logits = self.net(observation.reshape(-1, *observation.shape[-3:]).float() / 255.0)
         return logits.argmax(-1).reshape(batch)
-
-
-class _OneHot(nn.Module):
-    """The CNN's actions one-hot, as TorchRL's ``GymWrapper`` takes a Discrete space's actions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cnn = NatureCNN()
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return nn.functional.one_hot(self.cnn(observation), 6)
 
 
 def _collector(engine: Any, k: int, frames: int) -> tp.Result:
@@ -188,7 +176,7 @@ def torchrl_parallel(k: int, frames: int) -> tp.Result:
     def make_worker_env() -> Any:
         return SerialEnv(k, lambda: GymWrapper(atari_env.make_env()))
 
-    policy = TensorDictModule(_OneHot(), in_keys=["observation"], out_keys=["action"])
+    policy = TensorDictModule(tp.OneHot(NatureCNN(), 6), in_keys=["observation"], out_keys=["action"])
     per_batch = WORKERS * k * STEPS
     cpu0, t0 = tp.CPU.read(), time.perf_counter()
     env = ParallelEnv(WORKERS, make_worker_env)
@@ -292,19 +280,15 @@ def main() -> None:
         print(f"\ntarget: central >= 1.0x the best of the others (median of per-round ratios): {target:.2f} {verdict}")
     print(f"wall time {time.perf_counter() - started:.0f} s")
     stem = Path(args.out)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "rounds": rounds,
-        "envs_per_worker": args.envs,
-        "machine": tp._machine(),
-        "git": tp._git(),
-        "summary": summary,
-        "target": {"central x best other": target, "met": target is not None and target >= 1.0},
-        "runs": runs,
-    }
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    tp.save_record(
+        stem.with_suffix(".json"),
+        rounds=rounds,
+        envs_per_worker=args.envs,
+        trainer_threads=args.trainer_threads,
+        summary=summary,
+        target={"central x best other": target, "met": target is not None and target >= 1.0},
+        runs=runs,
+    )
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), summary, args.envs)
     print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))

@@ -140,15 +140,20 @@ class MLPPolicy(nn.Module):
         return self.net(observation).argmax(-1)
 
 
-class OneHotMLPPolicy(nn.Module):
-    """The same MLP emitting one-hot actions, as TorchRL's ``GymEnv`` wants for Discrete spaces."""
+class OneHot(nn.Module):
+    """A policy's integer actions one-hot, as TorchRL's ``GymEnv`` wants for Discrete spaces.
 
-    def __init__(self) -> None:
+    Args:
+        policy: Returns integer actions.
+        num_actions: The Discrete space's size.
+    """
+
+    def __init__(self, policy: nn.Module, num_actions: int) -> None:
         super().__init__()
-        self.mlp = MLPPolicy()
+        self.policy, self.num_actions = policy, num_actions
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return nn.functional.one_hot(self.mlp(observation), 2)
+        return nn.functional.one_hot(self.policy(observation), self.num_actions)
 
 
 # -- workloads -------------------------------------------------------------------------------
@@ -718,7 +723,7 @@ def _torchrl(workload: Workload, k: int, frames: int, sync: bool, serial: bool =
         make, k = workload.make_torchrl, 1
     policy = None
     if workload.mlp:
-        policy = TensorDictModule(OneHotMLPPolicy(), in_keys=["observation"], out_keys=["action"])
+        policy = TensorDictModule(OneHot(MLPPolicy(), 2), in_keys=["observation"], out_keys=["action"])
     cls = MultiSyncCollector if sync else MultiAsyncCollector
     # MultiSync splits frames_per_batch across its workers; MultiAsync gives each worker all of it.
     per_batch = k * STEPS * (WORKERS if sync else 1)
@@ -772,6 +777,19 @@ CONTENDERS: dict[str, Contender] = {
 
 
 # -- reporting -------------------------------------------------------------------------------
+
+
+def save_record(path: Path, **fields: Any) -> None:
+    """Write a bench's results as JSON: the command, the time, the machine and the git state, then ``fields``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": _machine(),
+        "git": _git(),
+        **fields,
+    }
+    path.write_text(json.dumps(record, indent=1))
 
 
 def _machine() -> dict[str, Any]:
@@ -1180,26 +1198,21 @@ def main() -> None:
     print(f"\nwall time {elapsed:.0f} s, steal {steal_s:.1f} s, load average now {os.getloadavg()[0]:.1f}")
 
     stem = Path(args.out)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "rounds": rounds,
-        "envs_per_worker": k,
-        "steps_per_batch": STEPS,
-        "workers": WORKERS,
-        "quick": args.quick,
-        "frame_budgets": {w.name: {key: v // 4 if args.quick else v for key, v in w.frames.items()} for w in workloads},
-        "machine": _machine(),
-        "git": _git(),
-        "load": loads,
-        "steal_s": steal_s,
-        "wall_s": elapsed,
-        "summary": summaries,
-        "targets": checks,
-        "runs": runs,
-    }
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    save_record(
+        stem.with_suffix(".json"),
+        rounds=rounds,
+        envs_per_worker=k,
+        steps_per_batch=STEPS,
+        workers=WORKERS,
+        quick=args.quick,
+        frame_budgets={w.name: {key: v // 4 if args.quick else v for key, v in w.frames.items()} for w in workloads},
+        load=loads,
+        steal_s=steal_s,
+        wall_s=elapsed,
+        summary=summaries,
+        targets=checks,
+        runs=runs,
+    )
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), workloads, summaries, k, rounds)
     print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))

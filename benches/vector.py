@@ -33,7 +33,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -197,19 +196,9 @@ def main() -> None:
             print(f"  {'MET   ' if check['met'] else 'MISSED'} {check['target']}: {check['median']:.2f}")
     print(f"\nwall time {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.1f}")
     stem = Path(args.out)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "rounds": rounds,
-        "envs_per_worker": WORKLOADS,
-        "machine": tp._machine(),
-        "git": tp._git(),
-        "summary": summary,
-        "targets": checks,
-        "runs": runs,
-    }
-    stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    tp.save_record(
+        stem.with_suffix(".json"), rounds=rounds, envs_per_worker=WORKLOADS, summary=summary, targets=checks, runs=runs
+    )
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), summary)
     print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))

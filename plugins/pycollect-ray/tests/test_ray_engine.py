@@ -24,6 +24,7 @@ from pycollect import (
     PyCollectWarning,
     WorkerCrashedError,
 )
+from pycollect.default_plugins import CompileRunner
 from pycollect.testing import wait_until
 from pycollect.testing.leaks import shm_segments
 from pycollect.testing.settings import changed_supervision, same_setting, unchanged_settings
@@ -237,6 +238,7 @@ def test_every_setting_reaches_the_actors_collector_unchanged_but_the_derived_on
         set_truncated=True,
         check_resources=False,
         supervision=changed_supervision(),
+        inference_runner=CompileRunner(backend="eager"),
     )
     untouched = unchanged_settings(config, CollectorConfig(frames_per_batch=1), skip=ACTOR_DERIVED)
     assert not untouched, f"give these settings a value of their own, so the test sees them travel: {untouched}"
