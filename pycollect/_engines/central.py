@@ -407,13 +407,12 @@ class CentralEngine(Engine):
         # back this same value.
         with set_interaction_type(InteractionType(config.exploration_type)):
             try:
-                assert self._pool is not None or not others
-                elsewhere = [self._pool.submit(roll, runner) for runner in others] if self._pool is not None else []
+                pool = self._pool  # there is one exactly when there are other groups
+                elsewhere = [pool.submit(roll, runner) for runner in others] if pool is not None else []
                 try:
                     roll(first)
                 finally:
-                    for future in elsewhere:  # never leave a group's rollout running past the round
-                        wait([future])
+                    wait(elsewhere)  # never leave a group's rollout running past the round
                 for future in elsewhere:
                     future.result()  # its exception, if it raised
             except BaseException:
