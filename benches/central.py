@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import atari_env  # the same env for every contender; workers import it by name
 import throughput as tp  # the measurement helpers shared with the other benches
+from nature_cnn import NatureCNN
 
 import pycollect
 
@@ -59,37 +59,6 @@ WORKER_CNN = "pycollect workers (CNN in each)"
 ENVPOOL_SYNC = "EnvPool sync (CNN here)"
 ENVPOOL_ASYNC = "EnvPool async batch K (CNN here)"
 TORCHRL = "TorchRL Collector over ParallelEnv"
-
-
-class NatureCNN(nn.Module):
-    """The DQN Nature CNN (Mnih et al. 2015) over ``uint8 [..., 4, 84, 84]``, argmax actions.
-
-    Weights are drawn from a fixed generator, so every contender runs the same network.
-    """
-
-    def __init__(self, num_actions: int = 6) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(3136, 512),
-            nn.ReLU(),
-            nn.Linear(512, num_actions),
-        )
-        gen = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for param in self.parameters():
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.05)
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        batch = observation.shape[:-3]  # TorchRL's ParallelEnv batches are [workers, envs]
-        logits = self.net(observation.reshape(-1, *observation.shape[-3:]).float() / 255.0)
-        return logits.argmax(-1).reshape(batch)
 
 
 def _collector(engine: Any, k: int, frames: int) -> tp.Result:
@@ -215,8 +184,8 @@ def main() -> None:
         "--trainer-threads",
         type=int,
         default=1,
-        help="torch's intra-op threads in this process, where central, EnvPool and TorchRL run the CNN (default 1: "
-        "the workers' processes need the CPUs while it runs)",
+        help="torch's intra-op threads in this process, where EnvPool and TorchRL run the CNN (default 1: the "
+        "workers' processes need the CPUs while it runs); the central engine sets its own (Central(policy_threads))",
     )
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
+from policies import lstm_actor
 from tensordict import TensorDictBase
 from torch import nn
 
@@ -126,18 +127,6 @@ class _Argmax(nn.Module):
         return self.net(observation).argmax(-1)
 
 
-def _lstm_actor() -> Any:
-    from tensordict.nn import TensorDictModule, TensorDictSequential
-    from torch.distributions import Categorical
-    from torchrl.modules import LSTMModule, ProbabilisticActor
-
-    torch.manual_seed(0)
-    lstm = LSTMModule(input_size=4, hidden_size=8, in_key="observation", out_key="embed")
-    head = TensorDictModule(torch.nn.Linear(8, 2), in_keys=["embed"], out_keys=["logits"])
-    body = TensorDictSequential(lstm, head)
-    return ProbabilisticActor(body, in_keys=["logits"], distribution_class=Categorical, return_log_prob=True)
-
-
 def _dict_policy(td: TensorDictBase) -> torch.Tensor:
     """A deterministic function of a Dict observation, for SpacesEnv's Discrete(5, start=2) actions."""
     inner = td["observation", "inner"]
@@ -166,7 +155,7 @@ SYNC_CASES: dict[str, tuple[Any, Callable[[], Any], dict[str, Any]]] = {
     "mlp-max_frames_per_traj": ("CartPole-v1", _Argmax, {"max_frames_per_traj": 7}),
     "mlp-stack-split_trajs": ("CartPole-v1", _Argmax, {"cat_results": "stack", "split_trajs": True}),
     "mlp-warmup-set_truncated": ("CartPole-v1", _Argmax, {"init_random_frames": 100, "set_truncated": True}),
-    "lstm": ("CartPole-v1", _lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 9}),
+    "lstm": ("CartPole-v1", lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 9}),
     "random-dict-info_keys": (
         SpacesEnv,
         lambda: None,
@@ -232,7 +221,7 @@ def _by_worker(collector: Collector, rollouts: int, num_workers: int) -> dict[in
     [
         (_Argmax, {"max_frames_per_traj": 6}),
         (lambda: None, {"init_random_frames": 0}),
-        (_lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 5}),
+        (lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 5}),
     ],
     ids=["mlp", "random", "lstm"],
 )
@@ -270,6 +259,57 @@ def test_the_policy_is_called_once_per_step_for_the_envs_of_each_group(groups: i
 def test_groups_must_be_a_positive_int() -> None:
     with pytest.raises(ConfigError, match=r"Central\(groups=0\): groups must be an int of 1 or more"):
         Central(groups=0)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
+def test_policy_threads_must_be_a_positive_int_or_none(value: Any) -> None:
+    with pytest.raises(ConfigError, match=rf"Central\(policy_threads={value!r}\): policy_threads must be an int"):
+        Central(policy_threads=value)
+
+
+class _ThreadsSeen(nn.Module):
+    """Records torch's intra-op threads at every call, with the thread it ran in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+        self.seen: list[tuple[str, int]] = []
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        self.seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return self.linear(observation).argmax(-1)
+
+
+@pytest.mark.parametrize(("engine", "expected"), [(Central(policy_threads=1), 1), ("central", 1)])
+def test_a_cpu_policy_runs_with_policy_threads_and_the_trainers_setting_comes_back(engine: Any, expected: int) -> None:
+    # On this 2-CPU machine the default leaves 1 thread: 2 CPUs, less 2 workers, at least 1.
+    policy = _ThreadsSeen()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with Collector(
+            "CartPole-v1", policy, engine=engine, frames_per_batch=40, envs_per_worker=2, num_workers=2
+        ) as collector:
+            policy.seen.clear()  # the calls that checked the policy
+            collector.next_batch()
+            assert torch.get_num_threads() == 2
+        threads = {name for name, _ in policy.seen}
+        assert len(threads) == 2 and threading.current_thread().name in threads  # both groups called it
+        assert {count for _, count in policy.seen} == {expected}
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "workers", "groups", "threads"), [(2, 2, 2, 1), (16, 8, 2, 4), (16, 8, 1, 8), (4, 8, 2, 1), (3, 1, 2, 1)]
+)
+def test_the_default_policy_threads_share_the_cpus_the_workers_leave(
+    monkeypatch: pytest.MonkeyPatch, cpus: int, workers: int, groups: int, threads: int
+) -> None:
+    from pycollect._engines import central
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    assert central._free_cpus(workers, groups) == threads
 
 
 def test_worker_stats_number_the_workers_of_every_group_as_the_collector_does() -> None:

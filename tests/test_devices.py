@@ -423,7 +423,7 @@ def test_the_builtins_are_exported_by_pycollect_not_by_their_interface() -> None
         devices.ExplicitPolicy  # noqa: B018 - the attribute access is the test
 
 
-def test_gpu_check_skips_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def _gpu_check() -> Any:
     import importlib.util
     from pathlib import Path
 
@@ -432,7 +432,26 @@ def test_gpu_check_skips_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_skips_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    module = _gpu_check()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert module.main([]) == 0
     assert "gpu_check: skipped:" in capsys.readouterr().out
     assert module.Policy()(torch.zeros(3, 4))["action"].tolist() == [0, 0, 0]  # action 0 until the weights change
+
+
+@pytest.mark.timeout(120)
+def test_gpu_checks_central_comparison_runs_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The comparison is measured on a GPU machine only; here its code runs end to end on the CPU.
+    module = _gpu_check()
+    monkeypatch.setattr(module, "_have", lambda *modules: False)  # the numpy frames env, not ALE
+    (row,) = module.compare_central(torch.device("cpu"), [4], workers=2, seconds=0.2)
+    assert row["envs"] == 4 and row["central_batch"] == 2 and row["workers_batch"] == 2
+    assert row["central"] > 0 and row["workers"] > 0 and row["envs_only"] > 0
+    assert row["ratio"] == row["central"] / row["workers"]
+    assert "frames_env" in capsys.readouterr().out

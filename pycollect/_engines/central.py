@@ -28,6 +28,7 @@ be older than the collector's by then.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, cast
@@ -259,6 +260,8 @@ class CentralEngine(Engine):
         policy: The policy (``None``: random actions).
         device_copy: The weights module of the policy's copy on ``policy_device`` (``None``:
             the user's policy is called as it is).
+        policy_threads: torch's intra-op threads for the policy calls of a round (``None``:
+            torch's setting is left alone, as for a policy on a GPU).
     """
 
     def __init__(
@@ -269,6 +272,7 @@ class CentralEngine(Engine):
         config: CollectorConfig,
         policy: Any,
         device_copy: torch.nn.Module | None,
+        policy_threads: int | None = None,
     ) -> None:
         self.plan = plan
         self.runners = list(runners)
@@ -276,6 +280,7 @@ class CentralEngine(Engine):
         self.config = config
         self.has_policy = policy is not None
         self.device_copy = device_copy
+        self.policy_threads = policy_threads
         self.num_workers, self.envs_per_worker = config.num_workers, config.envs_per_worker
         self.steps = config.steps_per_batch
         self.storing_device = config.storing_device or config.device or torch.device("cpu")
@@ -303,6 +308,7 @@ class CentralEngine(Engine):
         policy: Any,
         weights_module: torch.nn.Module | None,
         groups: int = 2,
+        policy_threads: int | None = None,
     ) -> CentralEngine:
         """Check the env, the policy (on a batch of each group's envs) and the memory; then start the workers.
 
@@ -313,6 +319,8 @@ class CentralEngine(Engine):
             weights_module: The module whose weights ``update_policy_weights_()`` publishes.
             groups: How many groups of workers take turns with the policy (at most
                 ``num_workers``; the workers are split as evenly as they go, in order).
+            policy_threads: torch's intra-op threads for a CPU policy's calls during a round
+                (``None``: the CPUs the workers leave free, shared between the groups).
 
         Raises:
             ConfigError: Anything that would fail later, named, before any worker starts
@@ -360,7 +368,10 @@ class CentralEngine(Engine):
             for backend in backends:
                 backend.close()
             raise
-        return cls(plans[0], runners, backends, config, policy, device_copy)
+        threads = None
+        if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
+            threads = policy_threads or _free_cpus(config.num_workers, len(split))
+        return cls(plans[0], runners, backends, config, policy, device_copy, threads)
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
         """The next batch: a round of every worker (sync), or the next worker's rollout of it (async).
@@ -397,7 +408,12 @@ class CentralEngine(Engine):
         random = not self.has_policy or self._rounds * self.num_envs * self.steps < config.init_random_frames
         k = self.envs_per_worker
 
+        threads, trainers_threads = self.policy_threads, torch.get_num_threads()
+
         def roll(runner: CentralRunner) -> None:
+            if threads is not None:
+                # torch reads the setting per thread (OpenMP), so each group's thread sets its own
+                torch.set_num_threads(threads)
             rows = slice(runner.group.start * k, runner.group.stop * k)  # a view: the group's rows
             runner.rollout({key: array[rows] for key, array in arrays.items()}, random, None, policy_version)
 
@@ -418,6 +434,9 @@ class CentralEngine(Engine):
             except BaseException:
                 self._broken = True
                 raise
+            finally:
+                if threads is not None:
+                    torch.set_num_threads(trainers_threads)
         for key, next_key in self._observations:
             fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
         self._rounds += 1
@@ -504,6 +523,12 @@ def _groups(num_workers: int, groups: int) -> list[range]:
     count = max(1, min(groups, num_workers))
     bounds = [round(g * num_workers / count) for g in range(count + 1)]
     return [range(bounds[g], bounds[g + 1]) for g in range(count)]
+
+
+def _free_cpus(num_workers: int, groups: int) -> int:
+    """A CPU policy's threads per call: the CPUs this process may use less the workers', shared by the groups."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, (cpus - num_workers) // groups)
 
 
 def _restart_seeds(seed: int | None, k: int, group: range, worker: int, generation: int) -> list[int]:

@@ -24,12 +24,15 @@ from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction
 from pycollect._keys import IS_INIT, Key
 from pycollect._messages import first_line
 from pycollect._rollout.actions import RandomActions
+from pycollect._rollout.transfer import transfer_for
 from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 from pycollect.exceptions import PolicyError
 
 __all__ = ["Policy", "PolicyRunner", "parameters_device"]
 
 Policy = Callable[..., Any] | torch.nn.Module | None
+
+_ACTION: Key = ("action",)
 
 
 class PolicyRunner:
@@ -73,6 +76,7 @@ class PolicyRunner:
         self.specs = specs
         self.num_envs = num_envs
         self.device = device
+        self._transfer = transfer_for(device)
         self._random = RandomActions(specs.action, num_envs, rng)
         self._exploration = InteractionType(exploration)
         self._obs_keys = [spec.key for spec in specs.observation]
@@ -83,7 +87,8 @@ class PolicyRunner:
         )
         self._inputs: set[Key] = set(self._obs_keys) | {IS_INIT}
         self.carried: tuple[Field, ...] = ()
-        self.outputs: tuple[Field, ...] = self._dry_run()
+        with self._transfer.running():  # the dry run's outputs are read on the stream that made them
+            self.outputs: tuple[Field, ...] = self._dry_run()
 
     def random_actions(self, steps: int) -> np.ndarray:
         """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``)."""
@@ -104,15 +109,20 @@ class PolicyRunner:
         """
         if self._inference is not None:
             self._call_policy, self._inference = self._inference.prepare(self.policy, self.device), None
-        with torch.no_grad():
-            raw = self._call(observation, carried)
-        action, extras = self._split(raw)
-        return self._action_array(action), {key: self._on_cpu(key, value) for key, value in extras.items()}
+        with torch.no_grad(), self._transfer.running():
+            action, extras = self._split(self._call(observation, carried))
+            host = self._transfer.to_host({_ACTION: action, **extras})
+        action = host.pop(_ACTION)
+        return self._action_array(action), {key: self._on_cpu(key, value) for key, value in host.items()}
 
     # -- internals -------------------------------------------------------------------------
 
     def _call(self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None) -> Any:
-        tensors = {key: torch.from_numpy(np.asarray(observation[key])).to(self.device) for key in self._obs_keys}
+        """The raw output of one policy call (run it in ``self._transfer.running()``)."""
+        inputs = {key: observation[key] for key in self._obs_keys}
+        if self._takes_tensordict:
+            inputs.update(carried or {})
+        tensors = self._transfer.to_device(inputs)
         policy = self._call_policy
         with set_interaction_type(self._exploration):
             if not self._takes_tensordict:
@@ -120,8 +130,6 @@ class PolicyRunner:
             td = TensorDict(batch_size=[self.num_envs], device=self.device)
             for key, tensor in tensors.items():
                 td.set(key, tensor)
-            for key, array in (carried or {}).items():
-                td.set(key, torch.from_numpy(array).to(self.device))
             assert policy is not None
             return policy(td)
 

@@ -65,23 +65,35 @@ class Central(EngineFactory):
             other groups' envs step. ``2`` (the default) double-buffers; ``1`` makes one policy
             call for every worker's envs, with the envs idle meanwhile
             (``engine=Central(groups=1)``).
+        policy_threads: torch's intra-op threads for the policy calls, while a batch is
+            collected, when the policy runs on the CPU (the trainer's setting is restored
+            after). ``None`` (the default): the CPUs this process may use, less one per worker
+            (they step the envs meanwhile), shared between the groups' calls, which may run at
+            the same time; at least 1. On a GPU the setting is left alone.
 
     Raises:
-        ConfigError: ``groups`` is not a positive int.
+        ConfigError: ``groups`` is not a positive int, ``policy_threads`` neither that nor ``None``.
     """
 
     name = "central"
     default_weight_sync = "no_sync"  # nothing moves: update_policy_weights_() needs no scheme
     policy_in_trainer = True
 
-    def __init__(self, groups: int = 2) -> None:
-        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+    def __init__(self, groups: int = 2, policy_threads: int | None = None) -> None:
+        if not _positive_int(groups):
             raise ConfigError(f"Central(groups={groups!r}): groups must be an int of 1 or more")
+        if policy_threads is not None and not _positive_int(policy_threads):
+            raise ConfigError(
+                f"Central(policy_threads={policy_threads!r}): policy_threads must be an int of 1 or more, or None "
+                "(as many as the CPUs the workers leave free)"
+            )
         self.groups = groups
+        self.policy_threads = policy_threads
 
     def describe(self) -> str:
-        """``central`` with its groups."""
-        return f"central (groups={self.groups})"
+        """``central`` with its groups and policy threads."""
+        threads = "auto" if self.policy_threads is None else self.policy_threads
+        return f"central (groups={self.groups}, policy_threads={threads})"
 
     def check(self, config: CollectorConfig) -> None:
         """Require workers; refuse the settings that place or feed a policy in the workers."""
@@ -112,7 +124,13 @@ class Central(EngineFactory):
         """Check everything, then start the workers."""
         from pycollect._engines.central import CentralEngine
 
-        return CentralEngine.start(config, env_source, policy, weights_module, groups=self.groups)
+        return CentralEngine.start(
+            config, env_source, policy, weights_module, groups=self.groups, policy_threads=self.policy_threads
+        )
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @hookimpl
