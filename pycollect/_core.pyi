@@ -656,22 +656,19 @@ class EnvStepper:
     """One step of every environment of a rollout, the common case of its results stored natively.
 
     A strict subset of the Python path of :class:`pycollect._rollout.runner.EnvRunner`: for
-    an env whose result is the common case (the observation exactly a C-contiguous
-    ``numpy.ndarray`` whose dtype is the field's dtype object and whose shape is the field's, a
-    ``float`` reward and ``bool`` flags) the observation is copied
-    into frame ``(i, t)`` of ``frames`` and the reward and flags, as the env returned them,
-    into element ``(t, i)`` of their arrays; every other env is handed back with its result,
-    for the caller to check and store. It counts nothing: step counts and the trajectory
-    limit are the caller's.
+    an env whose result is the common case (every observation leaf exactly a C-contiguous
+    ``numpy.ndarray`` whose dtype is its field's dtype object and whose shape is its field's,
+    found through exact ``dict``, ``collections.OrderedDict`` and ``tuple`` containers where the
+    Python path looks, a ``float`` reward and ``bool`` flags) each leaf is copied into frame
+    ``(i, t)`` of its array and the reward and flags, as the env returned them, into element
+    ``(t, i)`` of their arrays; every other env is handed back with its result, for the caller
+    to check and store. It counts nothing: step counts and the trajectory limit are the caller's.
     """
 
     def __init__(
         self,
         steps: Sequence[Callable[[object], object]],
-        frames: object,
-        shape: Sequence[int],
-        dtype: object,
-        itemsize: int,
+        leaves: Sequence[tuple[Sequence[object], object, Sequence[int], object, int]],
         steps_per_row: int,
         ndarray: type,
         rewards: object,
@@ -682,14 +679,16 @@ class EnvStepper:
     ) -> None:
         """Bind the envs' ``step`` methods to a rollout's arrays (numpy arrays or other buffer exporters).
 
-        ``frames`` is ``[K, steps_per_row, *shape]`` of the numpy ``dtype`` (``itemsize`` bytes
-        an element); ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are
+        ``leaves``: one ``(path, frames, shape, dtype, itemsize)`` per observation leaf;
+        ``path`` the Dict keys and Tuple indices leading to it (empty: the observation itself),
+        ``frames`` its ``[K, steps_per_row, *shape]`` array of the numpy ``dtype`` (``itemsize``
+        bytes an element). ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are
         ``[steps_per_row, K]``; all writable and C-contiguous. ``empty_infos_only``: a result
         whose info is anything but an empty ``dict`` is not the common case (a vector env
         returns infos; a rollout ignores them).
 
         Raises:
-            ConfigError: An array is not such a buffer, or its size does not fit the layout.
+            ConfigError: No leaf, an array is not such a buffer, or its size does not fit the layout.
         """
     def step(
         self, t: int, actions: Sequence[object], skip: Sequence[bool] | None = None

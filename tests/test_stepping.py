@@ -1,12 +1,14 @@
 """The native stepper (``_core.EnvStepper``) stores exactly what the Python loop stores.
 
-The runner hands the common case of a step result (a numpy observation of the field's dtype
-and shape, a ``float`` reward, ``bool`` flags) to Rust and checks everything else in Python.
+The runner hands the common case of a step result (numpy observation leaves of their fields'
+dtypes and shapes, in exact dict, OrderedDict and tuple containers for Dict and Tuple
+observations, a ``float`` reward, ``bool`` flags) to Rust and checks everything else in Python.
 Both paths must give the same batch, whichever envs take which path at which step.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import gymnasium as gym
@@ -15,7 +17,7 @@ import pytest
 import torch
 
 from pycollect import Collector, ConfigError, EnvOutputError, _core
-from pycollect.testing.envs import CountingEnv
+from pycollect.testing.envs import CountingEnv, SpacesEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,6 +52,59 @@ class OddLooseEnv(LooseTypesEnv):
     def __init__(self, length: int = 5) -> None:
         super().__init__(length, every=OddLooseEnv.built % 2)
         OddLooseEnv.built += 1
+
+
+class NestedArraysEnv(gym.Env[Any, np.int64]):
+    """A Dict observation with a nested Dict and a Tuple, every leaf an exact numpy array.
+
+    Args:
+        container: ``"dict"`` or ``"ordered"`` (``collections.OrderedDict``, as dm_control returns).
+        length: Steps per episode.
+        loose_every: Steps whose count is a multiple of it return one leaf as a list (0: never),
+            so those steps take the Python path.
+        with_tuple: Whether the observation has the Tuple (vector envs take Tuple spaces, a
+            Collector does not).
+    """
+
+    def __init__(self, container: str = "dict", length: int = 4, loose_every: int = 0, with_tuple: bool = True) -> None:
+        spaces: dict[str, gym.Space[Any]] = {
+            "position": gym.spaces.Box(-100, 100, (2,), np.float32),
+            "inner": gym.spaces.Dict({"velocity": gym.spaces.Box(-100, 100, (3,), np.float64)}),
+        }
+        if with_tuple:
+            spaces["pair"] = gym.spaces.Tuple(
+                (gym.spaces.Box(0, 100, (1,), np.int64), gym.spaces.Box(0, 255, (2, 2), np.uint8))
+            )
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.with_tuple = with_tuple
+        self.action_space = gym.spaces.Discrete(2)
+        self.mapping = OrderedDict if container == "ordered" else dict
+        self.length, self.loose_every = length, loose_every
+        self._t, self._base, self._steps = 0, 0, 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t, self._base = 0, int(self.np_random.integers(0, 50))
+        return self._obs(), {}
+
+    def step(self, action: np.int64) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self._t += 1
+        self._steps += 1
+        end = self._t >= self.length
+        obs = self._obs(int(action))
+        if self.loose_every and self._steps % self.loose_every == 0:
+            obs["inner"]["velocity"] = obs["inner"]["velocity"].tolist()
+        return obs, float(self._t + int(action)), end and self._base % 2 == 0, end and self._base % 2 == 1, {}
+
+    def _obs(self, action: int = 0) -> Any:
+        t, base, mapping = self._t, self._base, self.mapping
+        obs = mapping(
+            position=np.array([t, base], np.float32),
+            inner=mapping(velocity=np.array([t / 2, base / 3, action], np.float64)),
+        )
+        if self.with_tuple:
+            obs["pair"] = (np.array([t * base], np.int64), np.full((2, 2), (t + base) % 256, np.uint8))
+        return obs
 
 
 def _batches(every: int, **kwargs: Any) -> list[Any]:
@@ -102,16 +157,22 @@ def test_the_stepper_refuses_arrays_it_cannot_write() -> None:
     env = gym.make("CartPole-v1")
     steps, frames = [env.step], np.zeros((1, 4, 4), np.float32)
     frame = ([4], np.dtype(np.float32), 4)
-    with pytest.raises(ConfigError, match="frames must be a writable C-contiguous"):
-        _core.EnvStepper(steps, frames[:, ::2], *frame, 2, np.ndarray, *_flags(2, 1))
-    with pytest.raises(ConfigError, match="frames holds 64 bytes, not 1 envs x 3 steps"):
-        _core.EnvStepper(steps, frames, *frame, 3, np.ndarray, *_flags(3, 1))
+    with pytest.raises(ConfigError, match="frames of leaf 0 must be a writable C-contiguous"):
+        _core.EnvStepper(steps, [([], frames[:, ::2], *frame)], 2, np.ndarray, *_flags(2, 1))
+    with pytest.raises(ConfigError, match="frames of leaf 1 holds 64 bytes, not 1 envs x 3 steps"):
+        _core.EnvStepper(
+            steps, [([], np.zeros((1, 3, 4), np.float32), *frame), ([], frames, *frame)], 3, np.ndarray, *_flags(3, 1)
+        )
+    with pytest.raises(ConfigError, match="an observation has at least one leaf"):
+        _core.EnvStepper(steps, [], 4, np.ndarray, *_flags(4, 1))
     rewards, terminated, truncated = _flags(4, 1)
     with pytest.raises(ConfigError, match="rewards must have buffer format"):
-        _core.EnvStepper(steps, frames, *frame, 4, np.ndarray, rewards.astype(np.float32), terminated, truncated)
+        _core.EnvStepper(
+            steps, [([], frames, *frame)], 4, np.ndarray, rewards.astype(np.float32), terminated, truncated
+        )
     terminated.flags.writeable = False
     with pytest.raises(ConfigError, match="terminated must be a writable C-contiguous"):
-        _core.EnvStepper(steps, frames, *frame, 4, np.ndarray, rewards, terminated, truncated)
+        _core.EnvStepper(steps, [([], frames, *frame)], 4, np.ndarray, rewards, terminated, truncated)
     env.close()
 
 
@@ -122,7 +183,13 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
     frames = np.full((2, 3, 2), -1.0, np.float32)
     rewards, terminated, truncated = _flags(3, 2)
     stepper = _core.EnvStepper(
-        [env.step for env in envs], frames, [2], np.dtype(np.float32), 4, 3, np.ndarray, rewards, terminated, truncated
+        [env.step for env in envs],
+        [([], frames, [2], np.dtype(np.float32), 4)],
+        3,
+        np.ndarray,
+        rewards,
+        terminated,
+        truncated,
     )
     assert stepper.step(1, np.zeros(2, np.int64)) == ([], [])
     assert frames[:, 1, 1].tolist() == [1.0, 1.0] and (frames[:, [0, 2]] == -1).all()
@@ -181,10 +248,7 @@ def test_the_native_step_returns_exactly_the_envs_it_does_not_store() -> None:
     rewards, terminated, truncated = np.full((steps, k), -7.0), np.zeros((steps, k), bool), np.zeros((steps, k), bool)
     stepper = _core.EnvStepper(
         [_returning(results[n]) for n in names],
-        frames,
-        [2],
-        np.dtype(np.float32),
-        4,
+        [([], frames, [2], np.dtype(np.float32), 4)],
         steps,
         np.ndarray,
         rewards,
@@ -264,8 +328,25 @@ def _collect(monkeypatch: pytest.MonkeyPatch, native: bool, env: Any, policy: An
         (CountingEnv, None, {"env_kwargs": {"length": 4}}),
         (LooseTypesEnv, None, {"env_kwargs": {"length": 5, "every": 3}, "max_frames_per_traj": 3}),
         (OddLooseEnv, None, {"env_kwargs": {"length": 4}}),  # ends of both paths at one step, reset in env order
+        (NestedArraysEnv, None, {"env_kwargs": {"with_tuple": False}, "max_frames_per_traj": 3}),
+        (
+            NestedArraysEnv,
+            None,
+            {"env_kwargs": {"container": "ordered", "length": 5, "loose_every": 3, "with_tuple": False}},
+        ),
+        (SpacesEnv, None, {"env_kwargs": {"observation": "dict"}}),  # an int leaf: every step in Python
     ],
-    ids=["cartpole-random-limit", "cartpole-mlp-limit", "cartpole-lstm", "counting", "loose-types-limit", "odd-loose"],
+    ids=[
+        "cartpole-random-limit",
+        "cartpole-mlp-limit",
+        "cartpole-lstm",
+        "counting",
+        "loose-types-limit",
+        "odd-loose",
+        "nested-dict-limit",
+        "nested-ordered-dict-loose",
+        "spaces-dict",
+    ],
 )
 def test_the_python_path_alone_gives_the_native_paths_batches(
     monkeypatch: pytest.MonkeyPatch, env: Any, policy: Any, kwargs: dict[str, Any]
@@ -334,7 +415,7 @@ def test_the_stepper_skips_the_envs_asked_and_leaves_non_empty_infos_to_python_w
     steps = [env(0, {}), env(1, {"lives": 3}), env(2, {})]
     frames = np.zeros((3, 1, 2), np.float32)
     rewards, terminated, truncated = _flags(1, 3)
-    args = (frames, [2], np.dtype(np.float32), 4, 1, np.ndarray, rewards, terminated, truncated)
+    args = ([([], frames, [2], np.dtype(np.float32), 4)], 1, np.ndarray, rewards, terminated, truncated)
     vector = _core.EnvStepper(steps, *args, empty_infos_only=True)
     ended, left = vector.step(0, np.zeros(3, np.int64), [False, False, True])
     assert calls == [0, 1] and ended == []  # env 2 skipped: not stepped, in neither list
@@ -343,3 +424,68 @@ def test_the_stepper_skips_the_envs_asked_and_leaves_non_empty_infos_to_python_w
         vector.step(0, np.zeros(3, np.int64), [False, True])
     rollout = _core.EnvStepper(steps, *args)  # a rollout ignores infos: all three stored
     assert rollout.step(0, np.zeros(3, np.int64)) == ([], [])
+
+
+def test_the_stepper_stores_every_leaf_of_a_nested_observation_or_none() -> None:
+    f32, f64, i64, u8 = (np.dtype(t) for t in (np.float32, np.float64, np.int64, np.uint8))
+    position, velocity = np.full((6, 1, 2), -1, f32), np.full((6, 1, 3), -1, f64)
+    count, image = np.full((6, 1, 1), -1, i64), np.full((6, 1, 2, 2), 9, u8)
+    leaves = [
+        (["position"], position, [2], f32, 4),
+        (["inner", "velocity"], velocity, [3], f64, 8),
+        (["pair", 0], count, [1], i64, 8),
+        (["pair", 1], image, [2, 2], u8, 1),
+    ]
+
+    def obs(mapping: Any = dict, **replace: Any) -> Any:
+        parts = {
+            "position": np.array([1, 2], f32),
+            "inner": mapping(velocity=np.array([3.0, 4.0, 5.0])),
+            "pair": (np.array([6]), np.zeros((2, 2), u8)),
+            "extra": "ignored, as the Python path ignores it",
+            **replace,
+        }
+        return mapping(parts)
+
+    class Mapping(dict):  # type: ignore[type-arg]  # a dict subclass may look keys up its own way
+        pass
+
+    results = {
+        "dict": obs(),
+        "ordered": obs(OrderedDict),
+        "missing key": {k: v for k, v in obs().items() if k != "position"},
+        "list leaf": obs(pair=(np.array([6]), [[0, 0], [0, 0]])),
+        "list, not tuple": obs(pair=[np.array([6]), np.zeros((2, 2), u8)]),
+        "dict subclass": obs(Mapping),
+    }
+    names = list(results)
+    rewards, terminated, truncated = _flags(1, len(names))
+    steps = [_returning((results[n], 1.0, False, False, {})) for n in names]
+    stepper = _core.EnvStepper(steps, leaves, 1, np.ndarray, rewards, terminated, truncated)
+    ended, left = stepper.step(0, np.zeros(len(names), np.int64))
+    assert ended == [] and [names[i] for i, _ in left] == [
+        "missing key",
+        "list leaf",
+        "list, not tuple",
+        "dict subclass",
+    ]
+    for i in (0, 1):
+        assert position[i, 0].tolist() == [1, 2] and velocity[i, 0].tolist() == [3, 4, 5]
+        assert count[i, 0].tolist() == [6] and (image[i, 0] == 0).all()
+    # Nothing of an env left to Python is written, not even the leaves that would have fitted.
+    assert (position[2:] == -1).all() and (velocity[2:] == -1).all() and (count[2:] == -1).all()
+    assert (image[2:] == 9).all() and rewards[0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_the_native_stepper_steps_a_vector_env_of_nested_observations() -> None:
+    from pycollect import make_vec
+
+    env = make_vec(NestedArraysEnv, 2, num_workers=0, env_kwargs={"container": "ordered"})
+    try:
+        assert env._backend.group._native is not None  # type: ignore[attr-defined]
+        env.reset(seed=1)
+        obs, *_ = env.step(np.array([1, 0]))
+        assert obs["inner"]["velocity"][:, 2].tolist() == [1.0, 0.0]
+        assert obs["pair"][1].shape == (2, 2, 2)
+    finally:
+        env.close()

@@ -44,6 +44,7 @@ PAIRS = [
     ("multibinary", "multidiscrete"),
     ("dict", "dict"),
     ("tuple", "tuple"),
+    ("nested", "nested"),
 ]
 
 
@@ -718,14 +719,6 @@ def test_info_keys_of_none_lets_every_step_take_the_native_path(keys: tuple[str,
 def test_bad_info_keys_are_refused_naming_the_value(info_keys: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         make_vec(CountingEnv, 2, num_workers=0, info_keys=info_keys)
-
-
-def test_the_native_stepper_is_not_used_for_dict_observations() -> None:
-    env = make_vec(SpacesEnv, 2, num_workers=0, env_kwargs={"observation": "dict"})
-    try:
-        assert env._backend.group._native is None  # type: ignore[attr-defined]
-    finally:
-        env.close()
 
 
 def test_step_async_and_step_wait_give_what_step_gives(backend: dict[str, Any]) -> None:

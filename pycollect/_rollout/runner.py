@@ -8,10 +8,10 @@ output arrays once, then at each step: the weights hook, the policy's actions (`
 envs' steps, the episode ends, the observation the policy reads next, the resets. The envs are
 stepped one of two ways, which store the same values. ``step_python`` checks and stores any
 ``env.step`` result (through :mod:`pycollect._rollout.checks`). ``step_native``
-(``_core.EnvStepper``) is a strict subset of it: where the observation is one plain array
-field and no ``info_keys`` are kept, it steps every env, stores the common case (an
-observation that is exactly a numpy array of the field's dtype and shape, a ``float``
-reward, ``bool`` flags) exactly as the Python path would, and returns the other envs with
+(``_core.EnvStepper``) is a strict subset of it: where no ``info_keys`` are kept, it steps
+every env, stores the common case (an observation whose leaves, the observation itself or
+those of a Dict or Tuple observation, are exactly numpy arrays of their fields' dtypes and
+shapes, a ``float`` reward, ``bool`` flags) exactly as the Python path would, and returns the other envs with
 their results, which ``step_python`` then takes. Each path returns the envs whose episode
 ended among those it stored. Neither counts steps: the step counts and
 ``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
@@ -271,7 +271,7 @@ class _Rollout:
     Holds the views of ``out`` every step writes, the ``[T, K]`` rewards and flags (gathered
     step-major and moved into the ``[K, T, 1]`` fields by :meth:`finish`; float64 rewards, so
     that one too large for the float32 field is caught) and the two ways to step: the native
-    stepper, when the observation is one plain array field and no info entries are kept, and
+    stepper, when no info entries are kept, and
     the Python path, which handles whatever the native one does not. Preparing costs tens of
     microseconds, against milliseconds for the rollout's steps.
 
@@ -338,21 +338,17 @@ class _Rollout:
         return actions
 
     def _native_step(self) -> Callable[[int, Any], tuple[list[int], list[tuple[int, object]]]] | None:
-        """The native stepper's ``step`` for this rollout, where the observation is one plain array field.
+        """The native stepper's ``step`` for this rollout: every observation leaf, no info entries kept.
 
-        Dict observations and ``info_keys`` take the Python path only.
+        ``info_keys`` take the Python path only.
         """
-        if len(self.obs_out) != 1 or self.info_out:
+        if self.info_out:
             return None
-        ((_, next_obs, _, path, _, dtype, shape),) = self.obs_out
-        if path or not next_obs.flags.c_contiguous or not next_obs.flags.writeable:
+        if not all(o.next_obs.flags.c_contiguous and o.next_obs.flags.writeable for o in self.obs_out):
             return None
         stepper = _core.EnvStepper(
             self.env_steps,
-            next_obs,
-            list(shape),
-            dtype,
-            dtype.itemsize,
+            [(list(o.path), o.next_obs, list(o.shape), o.dtype, o.dtype.itemsize) for o in self.obs_out],
             self.steps,
             np.ndarray,
             self.rewards,

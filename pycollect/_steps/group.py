@@ -211,27 +211,24 @@ class EnvGroup:
         self._closed = False
 
     def _native_stepper(self) -> Callable[..., tuple[list[int], list[tuple[int, Any]]]] | None:
-        """The native stepper's ``step`` over the group's arrays, where the observation is one plain array.
+        """The native stepper's ``step`` over the group's arrays, every observation leaf included.
 
-        It stores what it can of a step exactly as :meth:`_finish` would (the observation exactly
-        an array of the leaf's dtype and shape, a ``float`` reward, ``bool`` flags, an empty
-        info or, with ``info_keys=()``, any info) and hands back the rest. Dict and Tuple
-        observations step in Python only.
+        It stores what it can of a step exactly as :meth:`_finish` would (each observation leaf
+        exactly an array of its dtype and shape, found where :meth:`_store` looks for it, a
+        ``float`` reward, ``bool`` flags, an empty info or, with ``info_keys=()``, any info) and
+        hands back the rest.
         """
-        if len(self._out) != 1 or self._out[0][0]:
-            return None
-        (_, _, dtype, shape, array) = self._out[0]
         count = len(self.envs)
         flags = (self.rewards, self.terminated, self.truncated)
-        if not all(a.flags.c_contiguous and a.flags.writeable for a in (array, *flags)):
+        if not all(a.flags.c_contiguous and a.flags.writeable for a in (*(out[4] for out in self._out), *flags)):
             return None
         try:
             stepper = _core.EnvStepper(
                 [env.step for env in self.envs],
-                array.reshape(count, 1, *shape),  # a view: one step of K envs
-                list(shape),
-                dtype,
-                dtype.itemsize,
+                [
+                    (list(path), array.reshape(count, 1, *shape), list(shape), dtype, dtype.itemsize)  # one step of K envs
+                    for path, _, dtype, shape, array in self._out
+                ],
                 1,
                 np.ndarray,
                 *(a.reshape(1, count) for a in flags),

@@ -154,6 +154,13 @@ def _space(kind: str) -> gym.Space[Any]:
             }
         ),
         "tuple": lambda: gym.spaces.Tuple((gym.spaces.Box(-10, 10, (2,), np.float64), gym.spaces.Discrete(3))),
+        # Every leaf an array: the native stepper's kind of Dict and Tuple observation.
+        "nested": lambda: gym.spaces.Dict(
+            {
+                "position": gym.spaces.Box(-10, 10, (2,), np.float32),
+                "pair": gym.spaces.Tuple((gym.spaces.MultiDiscrete([5, 7]), gym.spaces.MultiBinary(3))),
+            }
+        ),
     }
     if kind not in spaces:
         raise ValueError(f"unknown space kind {kind!r}: one of {sorted(spaces)}")
@@ -182,7 +189,7 @@ class SpacesEnv(gym.Env[Any, Any]):
 
     Args:
         observation: ``"box"``, ``"discrete"``, ``"multidiscrete"``, ``"multibinary"``,
-            ``"dict"`` or ``"tuple"``.
+            ``"dict"``, ``"tuple"`` or ``"nested"`` (a Dict holding a Tuple, every leaf an array).
         action: The same kinds, for the action space.
         max_length: The longest episode.
     """
@@ -248,6 +255,10 @@ class SpacesEnv(gym.Env[Any, Any]):
                 "inner": {"count": t % 6, "bits": np.array([t & 1, base & 1, int(last) & 1], np.int8)},
             },
             "tuple": lambda: (np.array([t / 10, last], np.float64), (base + t) % 3),
+            "nested": lambda: {
+                "position": np.array([base / 10, last], np.float32),
+                "pair": (np.array([t % 5, base % 7], np.int64), np.array([t & 1, base & 1, int(last) & 1], np.int8)),
+            },
         }
         return parts[self.kind]()
 

@@ -4,8 +4,10 @@
 //! The stepping loop (`pycollect._rollout.runner`) spends most of its own time, for cheap
 //! environments, on per-env bookkeeping around `env.step`: unpacking the result, checking its
 //! types, and copying the observation into the rollout array. This does that part in Rust for
-//! the common case, an observation that is exactly a C-contiguous numpy array of the field's
-//! dtype and shape, a `float` reward and `bool` flags. It is a strict subset of the Python
+//! the common case: an observation whose leaves are exactly C-contiguous numpy arrays of their
+//! fields' dtypes and shapes (the observation itself, or the leaves of a Dict or Tuple
+//! observation: exact `dict`s, `collections.OrderedDict`s as dm_control returns, and
+//! `tuple`s), a `float` reward and `bool` flags. It is a strict subset of the Python
 //! path: for the envs it handles it writes exactly what Python would write, it returns every
 //! other env with its step result for Python to check and convert (so errors and conversions
 //! stay in one place), and it counts nothing: step counts and the trajectory limit are
@@ -64,27 +66,49 @@ impl Drop for Export {
     }
 }
 
-/// Steps `K` environments once per call and stores their results into a rollout.
+/// One observation leaf and the rollout array it is stored into.
 ///
-/// The observation array is `[K, T, *shape]`, C-contiguous and writable; frame `(i, t)`
-/// starts at byte `(i * T + t) * frame_bytes`. Rewards (float64) and the two flags (bool)
-/// go into `[T, K]` arrays, at element `t * K + i`.
+/// The array is `[K, T, *shape]`, C-contiguous and writable; frame `(i, t)` starts at byte
+/// `(i * T + t) * frame_bytes`.
 #[derive(Debug)]
-#[pyclass(unsendable, module = "pycollect._core")]
-pub struct EnvStepper {
-    steps: Vec<Py<PyAny>>,
+struct Leaf {
+    /// Where the leaf sits in the observation: `dict` keys and `tuple` indices, outermost
+    /// first (empty: the observation is the leaf).
+    path: Vec<Py<PyAny>>,
     frames: Export,
-    /// `[T, K]` float64 rewards and bool flags of the rollout.
-    rewards: Export,
-    terminated: Export,
-    truncated: Export,
     frame_bytes: usize,
-    steps_per_row: usize,
     shape: Vec<isize>,
     /// The field's numpy dtype: an observation must have this very object as its dtype.
     dtype: Py<PyAny>,
     itemsize: isize,
+}
+
+/// One leaf as the constructor takes it: `(path, frames, shape, dtype, itemsize)`.
+type LeafArgs<'py> = (
+    Vec<Py<PyAny>>,
+    Bound<'py, PyAny>,
+    Vec<isize>,
+    Py<PyAny>,
+    isize,
+);
+
+/// Steps `K` environments once per call and stores their results into a rollout.
+///
+/// Each observation leaf goes into its own `[K, T, *shape]` array (see `Leaf`). Rewards
+/// (float64) and the two flags (bool) go into `[T, K]` arrays, at element `t * K + i`.
+#[derive(Debug)]
+#[pyclass(unsendable, module = "pycollect._core")]
+pub struct EnvStepper {
+    steps: Vec<Py<PyAny>>,
+    leaves: Vec<Leaf>,
+    /// `[T, K]` float64 rewards and bool flags of the rollout.
+    rewards: Export,
+    terminated: Export,
+    truncated: Export,
+    steps_per_row: usize,
     ndarray: Py<PyType>,
+    /// `collections.OrderedDict`: dm_control's observations are ordered dicts.
+    ordered_dict: Py<PyType>,
     /// Whether a result whose info is anything but an empty dict is left to Python (a vector
     /// env, whose infos are returned; a rollout keeps no info unless asked, and then steps in Python).
     empty_infos_only: bool,
@@ -115,7 +139,7 @@ impl EnvStepper {
         if !(reward.is_exact_instance_of::<PyFloat>()
             && term.is_exact_instance_of::<PyBool>()
             && trunc.is_exact_instance_of::<PyBool>()
-            && self.store_frame(&tuple.get_item(0)?, env, t))
+            && self.store_observation(&tuple.get_item(0)?, env, t))
         {
             return Ok(None);
         }
@@ -139,51 +163,95 @@ impl EnvStepper {
         Ok(Some(term || trunc))
     }
 
-    /// Copies `obs` into frame `(env, t)` if it is exactly a `numpy.ndarray` whose dtype is the
-    /// field's dtype object (the Python path's test) and whose shape is the field's,
-    /// C-contiguous; returns whether it did.
-    fn store_frame(&self, obs: &Bound<'_, PyAny>, env: usize, t: usize) -> bool {
-        if !obs.get_type().is(self.ndarray.bind(obs.py())) {
-            return false;
+    /// Copies every leaf of `obs` into frame `(env, t)` of its array if each is exactly a
+    /// `numpy.ndarray` whose dtype is its field's dtype object (the Python path's test) and whose
+    /// shape is its field's, C-contiguous, found where the Python path looks for it; returns
+    /// whether it did. Nothing is written unless every leaf qualifies.
+    fn store_observation(&self, obs: &Bound<'_, PyAny>, env: usize, t: usize) -> bool {
+        let mut sources = Vec::with_capacity(self.leaves.len());
+        for leaf in &self.leaves {
+            let mut value = obs.clone();
+            for key in &leaf.path {
+                match self.item(&value, key.bind(obs.py())) {
+                    Some(inner) => value = inner,
+                    None => return false,
+                }
+            }
+            match self.source(leaf, &value) {
+                Some(source) => sources.push(source),
+                None => return false,
+            }
+        }
+        for (leaf, source) in self.leaves.iter().zip(&sources) {
+            let offset = (env * self.steps_per_row + t) * leaf.frame_bytes;
+            debug_assert!(offset + leaf.frame_bytes <= leaf.frames.bytes());
+            // SAFETY: the source export is `frame_bytes` long and C-contiguous (`source`
+            // checked it); the destination is a writable export of `frames.bytes()` bytes, and
+            // `offset + frame_bytes` is within it because `env < K` and `t < T` are checked by
+            // the caller (`step`). Were the source a view of the rollout array, copying a frame
+            // onto itself is still defined for `ptr::copy`.
+            unsafe {
+                ptr::copy(
+                    source.view.buf as *const u8,
+                    (leaf.frames.view.buf as *mut u8).add(offset),
+                    leaf.frame_bytes,
+                );
+            }
+        }
+        true
+    }
+
+    /// `container[key]` where the Python path's lookup is the plain one: an exact `dict` or
+    /// `collections.OrderedDict` with a `str` key, an exact `tuple` with an `int` index. `None`
+    /// for anything else, or a missing entry (Python then raises the error naming it).
+    fn item<'py>(
+        &self,
+        container: &Bound<'py, PyAny>,
+        key: &Bound<'py, PyAny>,
+    ) -> Option<Bound<'py, PyAny>> {
+        let kind = container.get_type();
+        if kind.is(container.py().get_type::<PyDict>())
+            || kind.is(self.ordered_dict.bind(container.py()))
+        {
+            // OrderedDict is a C subclass of dict whose `__getitem__` is dict's own lookup, and
+            // neither defines `__missing__`: the stored item is exactly what `[key]` returns.
+            return container
+                .cast::<PyDict>()
+                .ok()?
+                .get_item(key)
+                .ok()
+                .flatten();
+        }
+        let tuple = container.cast_exact::<PyTuple>().ok()?;
+        let index: usize = key.extract().ok()?;
+        tuple.get_item(index).ok()
+    }
+
+    /// An export of `value` if it is exactly a `numpy.ndarray` of the leaf's dtype object,
+    /// itemsize and shape, C-contiguous.
+    fn source(&self, leaf: &Leaf, value: &Bound<'_, PyAny>) -> Option<Export> {
+        let py = value.py();
+        if !value.get_type().is(self.ndarray.bind(py)) {
+            return None;
         }
         // The dtype object itself, as the Python path tests it: cheaper than asking numpy
         // for a buffer format string, which it builds anew for every fresh array.
-        match obs.getattr(intern!(obs.py(), "dtype")) {
-            Ok(dtype) if dtype.is(self.dtype.bind(obs.py())) => {}
-            _ => return false,
+        match value.getattr(intern!(py, "dtype")) {
+            Ok(dtype) if dtype.is(leaf.dtype.bind(py)) => {}
+            _ => return None,
         }
-        let Some(source) = Export::get(obs, ffi::PyBUF_C_CONTIGUOUS) else {
-            return false;
-        };
+        let source = Export::get(value, ffi::PyBUF_C_CONTIGUOUS)?;
         let view = &source.view;
-        if view.itemsize != self.itemsize
-            || source.bytes() != self.frame_bytes
-            || view.ndim as usize != self.shape.len()
+        if view.itemsize != leaf.itemsize
+            || source.bytes() != leaf.frame_bytes
+            || view.ndim as usize != leaf.shape.len()
         {
-            return false;
+            return None;
         }
         // SAFETY: a successful export with PyBUF_ND (implied by PyBUF_C_CONTIGUOUS) has
-        // `ndim` shape entries, valid until the export is released (when `source` drops,
-        // after this block).
+        // `ndim` shape entries, valid until the export is released (when `source` drops).
         let shape = unsafe { std::slice::from_raw_parts(view.shape, view.ndim as usize) };
-        if shape != self.shape.as_slice() {
-            return false;
-        }
-        let offset = (env * self.steps_per_row + t) * self.frame_bytes;
-        debug_assert!(offset + self.frame_bytes <= self.frames.bytes());
-        // SAFETY: the source export is `frame_bytes` long and C-contiguous; the destination is
-        // a writable export of `frames.bytes()` bytes, and `offset + frame_bytes` is within it
-        // because `env < K` and `t < T` are checked by the caller (`step`). The two cannot
-        // overlap: the source is a distinct array the env returned, and were it a view of the
-        // rollout array, copying a frame onto itself is still defined for `ptr::copy`.
-        unsafe {
-            ptr::copy(
-                view.buf as *const u8,
-                (self.frames.view.buf as *mut u8).add(offset),
-                self.frame_bytes,
-            );
-        }
-        true
+        (shape == leaf.shape.as_slice()).then_some(source)
     }
 }
 
@@ -191,19 +259,19 @@ impl EnvStepper {
 impl EnvStepper {
     /// Binds the envs' `step` methods to a rollout's arrays.
     ///
-    /// `frames` is the `("next", obs)` array itself: writable and C-contiguous, of
+    /// `leaves` holds one `(path, frames, shape, dtype, itemsize)` per observation leaf, in
+    /// any order: `path` the `dict` keys and `tuple` indices that lead to it (empty: the
+    /// observation itself); `frames` its `("next", ...)` array, writable and C-contiguous, of
     /// `K * steps_per_row` frames, each of `shape` elements of the numpy dtype `dtype`
-    /// (`itemsize` bytes each); `ndarray` is `numpy.ndarray`. `rewards` (float64),
+    /// (`itemsize` bytes each). `ndarray` is `numpy.ndarray`. `rewards` (float64),
     /// `terminated` and `truncated` (bool) are writable, C-contiguous `[steps_per_row, K]`.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (steps, frames, shape, dtype, itemsize, steps_per_row, ndarray, rewards, terminated, truncated, *, empty_infos_only = false))]
+    #[pyo3(signature = (steps, leaves, steps_per_row, ndarray, rewards, terminated, truncated, *, empty_infos_only = false))]
     fn new(
+        py: Python<'_>,
         steps: Vec<Py<PyAny>>,
-        frames: &Bound<'_, PyAny>,
-        shape: Vec<isize>,
-        dtype: Py<PyAny>,
-        itemsize: isize,
+        leaves: Vec<LeafArgs<'_>>,
         steps_per_row: usize,
         ndarray: Py<PyType>,
         rewards: &Bound<'_, PyAny>,
@@ -211,6 +279,7 @@ impl EnvStepper {
         truncated: &Bound<'_, PyAny>,
         empty_infos_only: bool,
     ) -> PyResult<Self> {
+        let cells = steps.len() * steps_per_row;
         let writable = |name: &str, obj: &Bound<'_, PyAny>, format: Option<&CStr>, bytes: usize| {
             let flags = ffi::PyBUF_WRITABLE | ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
             let export = Export::get(obj, flags).ok_or_else(|| {
@@ -232,34 +301,59 @@ impl EnvStepper {
                     "{name} holds {} bytes, not {} envs x {steps_per_row} steps x {} bytes",
                     export.bytes(),
                     steps.len(),
-                    bytes / (steps.len() * steps_per_row).max(1)
+                    bytes / cells.max(1)
                 )));
             }
             Ok(export)
         };
-        if itemsize <= 0 || shape.iter().any(|&n| n < 0) {
-            return Err(config_error(format!(
-                "bad frame layout: shape {shape:?}, itemsize {itemsize}"
-            )));
+        if leaves.is_empty() {
+            return Err(config_error(
+                "an observation has at least one leaf".to_string(),
+            ));
         }
-        let frame_bytes = shape.iter().product::<isize>() as usize * itemsize as usize;
-        let cells = steps.len() * steps_per_row;
-        let frames = writable("frames", frames, None, frame_bytes * cells)?;
+        let leaves = leaves
+            .into_iter()
+            .enumerate()
+            .map(|(n, (path, frames, shape, dtype, itemsize))| {
+                if itemsize <= 0 || shape.iter().any(|&size| size < 0) {
+                    return Err(config_error(format!(
+                        "bad frame layout of leaf {n}: shape {shape:?}, itemsize {itemsize}"
+                    )));
+                }
+                let frame_bytes = shape.iter().product::<isize>() as usize * itemsize as usize;
+                let frames = writable(
+                    &format!("frames of leaf {n}"),
+                    &frames,
+                    None,
+                    frame_bytes * cells,
+                )?;
+                Ok(Leaf {
+                    path,
+                    frames,
+                    frame_bytes,
+                    shape,
+                    dtype,
+                    itemsize,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let rewards = writable("rewards", rewards, Some(c"d"), 8 * cells)?;
         let terminated = writable("terminated", terminated, Some(c"?"), cells)?;
         let truncated = writable("truncated", truncated, Some(c"?"), cells)?;
+        let ordered_dict = py
+            .import(intern!(py, "collections"))?
+            .getattr(intern!(py, "OrderedDict"))?
+            .cast_into::<PyType>()?
+            .unbind();
         Ok(Self {
             steps,
-            frames,
+            leaves,
             rewards,
             terminated,
             truncated,
-            frame_bytes,
             steps_per_row,
-            shape,
-            dtype,
-            itemsize,
             ndarray,
+            ordered_dict,
             empty_infos_only,
         })
     }
