@@ -156,6 +156,8 @@ SYNC_CASES: dict[str, tuple[Any, Callable[[], Any], dict[str, Any]]] = {
     "mlp-stack-split_trajs": ("CartPole-v1", _Argmax, {"cat_results": "stack", "split_trajs": True}),
     "mlp-warmup-set_truncated": ("CartPole-v1", _Argmax, {"init_random_frames": 100, "set_truncated": True}),
     "lstm": ("CartPole-v1", lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 9}),
+    # One worker per group: each group's torch stream is its worker's, so the samples are equal too.
+    "lstm-sampling": ("CartPole-v1", lstm_actor, {"max_frames_per_traj": 9}),
     "random-dict-info_keys": (
         SpacesEnv,
         lambda: None,
@@ -178,6 +180,26 @@ def test_sync_batches_equal_the_workers_engines_key_by_key(case: str) -> None:
     for n, (a, b) in enumerate(zip(central, workers, strict=True)):
         _assert_same(a, b, f"{case}, batch {n}")
     assert any(bool(b["next", "done"].any()) for b in workers)  # episodes ended: resets were compared too
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_stochastic_policy_samples_the_same_for_the_same_seed_and_leaves_the_trainers_generator_alone(
+    groups: int,
+) -> None:
+    # Two workers per group: the groups' streams are their first workers'; the runs must repeat.
+    kwargs = {"frames_per_batch": 96, "envs_per_worker": 3, "num_workers": 4, "seed": 11}
+    runs, after = [], []
+    for _ in range(2):
+        with Collector("CartPole-v1", lstm_actor(), engine=Central(groups=groups), **kwargs) as collector:
+            state = torch.get_rng_state()
+            runs.append([collector.next_batch() for _ in range(3)])
+            assert torch.equal(torch.get_rng_state(), state)  # the trainer's generator, untouched
+            after.append(torch.rand(3))
+    for n, (a, b) in enumerate(zip(*runs, strict=True)):
+        _assert_same(a, b, f"batch {n}")
+    assert torch.equal(after[0], after[1])
+    actions = torch.cat([batch["action"] for batch in runs[0]])
+    assert 0.2 < actions.float().mean() < 0.8  # sampled: both actions taken, not a fixed argmax
 
 
 def test_a_replay_buffer_and_postproc_get_the_same_data() -> None:
@@ -222,8 +244,9 @@ def _by_worker(collector: Collector, rollouts: int, num_workers: int) -> dict[in
         (_Argmax, {"max_frames_per_traj": 6}),
         (lambda: None, {"init_random_frames": 0}),
         (lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 5}),
+        (lstm_actor, {"max_frames_per_traj": 5}),
     ],
-    ids=["mlp", "random", "lstm"],
+    ids=["mlp", "random", "lstm", "lstm-sampling"],
 )
 def test_async_rollouts_equal_the_workers_engines_worker_by_worker(policy: Any, extra: dict[str, Any]) -> None:
     kwargs = {"frames_per_batch": 32, "envs_per_worker": 2, "num_workers": 2, "seed": 4, "sync": False, **extra}

@@ -27,9 +27,11 @@ be older than the collector's by then.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,8 +50,9 @@ from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._keys import NEXT_DONE, Key
 from pycollect._rollout.actions import ActionSource, RandomActions
 from pycollect._rollout.observations import fill_observations, observation_pairs
+from pycollect._rollout.policy import parameters_device
 from pycollect._rollout.runner import EnvRunner
-from pycollect._rollout.seeding import action_rng, env_seeds, traj_id_start
+from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
 from pycollect.config import CollectorConfig
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout
 from pycollect.envs.source import EnvSource
@@ -60,7 +63,86 @@ if TYPE_CHECKING:
     from pycollect._rollout.runner import _Rollout
     from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 
-__all__ = ["CentralActions", "CentralEngine", "CentralRunner"]
+__all__ = ["CentralActions", "CentralEngine", "CentralRunner", "TorchStreams"]
+
+
+class TorchStreams:
+    """One torch random stream per group, so a stochastic policy samples the same for the same seed.
+
+    Two groups call the policy from two threads, and torch has one global generator: the order
+    of their draws, and so every sample, would depend on how the threads interleave. Instead
+    each group's policy calls run with the global generator set to the group's own state, one
+    group at a time (a lock), and the state is kept for its next call. A group's stream starts
+    as ``torch_seed(seed, w)`` of its first worker ``w`` (and the policy's dry run for the
+    group's envs), which is the stream worker ``w`` of the ``workers`` engine starts with: with
+    one worker per group, a stochastic policy samples exactly what it samples there. The
+    trainer's own generator state is put back after every use (:meth:`keep_trainers`).
+
+    Only the policy calls take the lock, so one group's call still overlaps the other group's
+    env steps (the double buffering); two policy calls no longer run at once.
+
+    Args:
+        device: Where the policy runs; a CUDA device's generator is streamed too.
+    """
+
+    def __init__(self, device: torch.device | None) -> None:
+        self._cuda = device if device is not None and device.type == "cuda" else None
+        self._lock = threading.Lock()
+        self._states: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+
+    def _get(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        cuda = torch.cuda.get_rng_state(self._cuda) if self._cuda is not None else None
+        return torch.get_rng_state(), cuda
+
+    def _set(self, state: tuple[torch.Tensor, torch.Tensor | None]) -> None:
+        torch.set_rng_state(state[0])
+        if self._cuda is not None and state[1] is not None:
+            torch.cuda.set_rng_state(state[1], self._cuda)
+
+    @contextlib.contextmanager
+    def keep_trainers(self) -> Iterator[None]:
+        """Put the trainer's generator state back afterwards."""
+        with self._lock:
+            trainers = self._get()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._set(trainers)
+
+    def start(self, seed: int) -> int:
+        """A new stream from ``seed`` (call within :meth:`keep_trainers`); its index.
+
+        The global generator is left seeded with it, so what runs next (the group's policy dry
+        run) draws from it; :meth:`take` then keeps where that left the stream.
+        """
+        with self._lock:
+            torch.manual_seed(seed)
+            self._states.append(self._get())
+            return len(self._states) - 1
+
+    def take(self, stream: int) -> None:
+        """Keep the global generator's state as ``stream``'s (after its dry run)."""
+        with self._lock:
+            self._states[stream] = self._get()
+
+    def reseed(self, stream: int, seed: int) -> None:
+        """Restart ``stream`` from ``seed`` (a restarted worker's generation, as its own process would)."""
+        with self._lock:
+            trainers = self._get()
+            torch.manual_seed(seed)
+            self._states[stream] = self._get()
+            self._set(trainers)
+
+    @contextlib.contextmanager
+    def drawing(self, stream: int) -> Iterator[None]:
+        """Run the block (a policy call) on ``stream``, alone."""
+        with self._lock:
+            self._set(self._states[stream])
+            try:
+                yield
+            finally:
+                self._states[stream] = self._get()
 
 
 class CentralActions:
@@ -72,6 +154,8 @@ class CentralActions:
         envs_per_worker: ``K``.
         workers: The workers whose envs these are, as the collector numbers them (consecutive).
         seed: The collector's seed.
+        streams: The groups' torch streams and this group's stream in them (``None``: the
+            policy draws from torch's global generator as it is, as without a seed).
     """
 
     def __init__(
@@ -81,18 +165,27 @@ class CentralActions:
         envs_per_worker: int,
         workers: range,
         seed: int | None,
+        streams: tuple[TorchStreams, int] | None = None,
     ) -> None:
         self.policy = policy
         self.outputs: tuple[Field, ...] = policy.outputs if policy is not None else ()
         self.carried: tuple[Field, ...] = policy.carried if policy is not None else ()
         self._action, self._k, self._seed, self._first = action, envs_per_worker, seed, workers.start
         self._random = [RandomActions(action, envs_per_worker, action_rng(seed, w)) for w in workers]
+        self._streams = streams
 
     def restart(self, worker: int, generation: int) -> None:
-        """A restarted worker (the collector's number) draws from its new generation's stream, as its own loop would."""
+        """A restarted worker (the collector's number) draws from its new generation's streams, as its own loop would.
+
+        Its random actions, and, where it is its group's first worker, the group's torch stream.
+        """
         self._random[worker - self._first] = RandomActions(
             self._action, self._k, action_rng(self._seed, worker, generation)
         )
+        seed = torch_seed(self._seed, worker, generation)
+        if self._streams is not None and worker == self._first and seed is not None:
+            streams, stream = self._streams
+            streams.reseed(stream, seed)
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
@@ -100,7 +193,11 @@ class CentralActions:
         """The policy's actions for every env (random ones without a policy)."""
         if self.policy is None:
             return self.random_actions(1)[0], {}
-        return self.policy.act(observation, carried)
+        if self._streams is None:
+            return self.policy.act(observation, carried)
+        streams, stream = self._streams
+        with streams.drawing(stream):
+            return self.policy.act(observation, carried)
 
     def random_actions(self, steps: int) -> np.ndarray:
         """``[steps, N * K, ...]``: each worker's stream of ``[steps, K, ...]``, in worker order."""
@@ -262,6 +359,7 @@ class CentralEngine(Engine):
             the user's policy is called as it is).
         policy_threads: torch's intra-op threads for the policy calls of a round (``None``:
             torch's setting is left alone, as for a policy on a GPU).
+        streams: The groups' torch random streams (``None``: no seed, or no policy).
     """
 
     def __init__(
@@ -273,8 +371,10 @@ class CentralEngine(Engine):
         policy: Any,
         device_copy: torch.nn.Module | None,
         policy_threads: int | None = None,
+        streams: TorchStreams | None = None,
     ) -> None:
         self.plan = plan
+        self.streams = streams
         self.runners = list(runners)
         self.backends = list(backends)
         self.config = config
@@ -334,19 +434,28 @@ class CentralEngine(Engine):
         policy, device_copy = on_policy_device(config, policy, weights_module)
         split = _groups(config.num_workers, groups)
         forkserver.start()  # its imports overlap with the probe env and the policy's check
+        device = config.requested_policy_device or parameters_device(policy)
+        streams = TorchStreams(device) if policy is not None and seed is not None else None
+        stream_of: list[int] = []
         probe = env_source.make()
         try:
-            plans = [
-                plan_rollout(config, env_source, probe, policy, num_envs=len(group) * k, policy_here=True)
-                for group in split
-            ]
+            with streams.keep_trainers() if streams is not None else contextlib.nullcontext():
+                plans = []
+                for group in split:
+                    if streams is not None:  # the group's dry run draws from its stream, as a worker's does
+                        stream_of.append(streams.start(cast(int, torch_seed(seed, group.start))))
+                    plans.append(
+                        plan_rollout(config, env_source, probe, policy, num_envs=len(group) * k, policy_here=True)
+                    )
+                    if streams is not None:
+                        streams.take(stream_of[-1])
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
         check_fits(what, BATCHES_HELD * batch_bytes(plans[0].fields, rows, steps), config)
         backends: list[WorkerStepBackend] = []
         try:
             runners = []
-            for group, plan in zip(split, plans, strict=True):
+            for g, (group, plan) in enumerate(zip(split, plans, strict=True)):
                 backend = WorkerStepBackend.start(
                     env_source,
                     len(group) * k,
@@ -359,7 +468,12 @@ class CentralEngine(Engine):
                 backends.append(backend)
                 backend.restart_seeds = functools.partial(_restart_seeds, seed, k, group)
                 actions = CentralActions(
-                    plan.actions if policy is not None else None, plan.specs.action, k, group, seed
+                    plan.actions if policy is not None else None,
+                    plan.specs.action,
+                    k,
+                    group,
+                    seed,
+                    (streams, stream_of[g]) if streams is not None else None,
                 )
                 runners.append(
                     CentralRunner(backend, plan.specs, actions, config, env_source.describe(), plan.info, group)
@@ -371,7 +485,7 @@ class CentralEngine(Engine):
         threads = None
         if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
             threads = policy_threads or _free_cpus(config.num_workers, len(split))
-        return cls(plans[0], runners, backends, config, policy, device_copy, threads)
+        return cls(plans[0], runners, backends, config, policy, device_copy, threads, streams)
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
         """The next batch: a round of every worker (sync), or the next worker's rollout of it (async).
@@ -421,7 +535,8 @@ class CentralEngine(Engine):
         # tensordict's interaction type is one value for the whole process, which each policy
         # call sets and restores: set here for the round, the groups' threads only ever write
         # back this same value.
-        with set_interaction_type(InteractionType(config.exploration_type)):
+        keep_trainers = self.streams.keep_trainers() if self.streams is not None else contextlib.nullcontext()
+        with set_interaction_type(InteractionType(config.exploration_type)), keep_trainers:
             try:
                 pool = self._pool  # there is one exactly when there are other groups
                 elsewhere = [pool.submit(roll, runner) for runner in others] if pool is not None else []
