@@ -284,6 +284,24 @@ def test_groups_must_be_a_positive_int() -> None:
         Central(groups=0)
 
 
+class _BuiltHere(CountingEnv):
+    """Counts the envs built in the process that counts (the trainer); workers build theirs elsewhere."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        _BuiltHere.built += 1
+
+
+def test_the_trainer_builds_one_probe_env_for_every_group_and_backend() -> None:
+    _BuiltHere.built = 0
+    with Collector(_BuiltHere, engine="central", frames_per_batch=16, envs_per_worker=2, num_workers=4) as collector:
+        assert _BuiltHere.built == 1  # the probe: the groups' plans and both backends read it
+        collector.next_batch()
+    assert _BuiltHere.built == 1
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
 def test_policy_threads_must_be_a_positive_int_or_none(value: Any) -> None:
     with pytest.raises(ConfigError, match=rf"Central\(policy_threads={value!r}\): policy_threads must be an int"):

@@ -449,9 +449,31 @@ class CentralEngine(Engine):
                     )
                     if streams is not None:
                         streams.take(stream_of[-1])
+            check_fits(what, BATCHES_HELD * batch_bytes(plans[0].fields, rows, steps), config)
+            has_policy = policy is not None
+            backends, runners = cls._start_groups(
+                config, env_source, probe, split, plans, has_policy, streams, stream_of
+            )
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
-        check_fits(what, BATCHES_HELD * batch_bytes(plans[0].fields, rows, steps), config)
+        threads = None
+        if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
+            threads = policy_threads or _free_cpus(config.num_workers, len(split))
+        return cls(plans[0], runners, backends, config, policy, device_copy, threads, streams)
+
+    @staticmethod
+    def _start_groups(
+        config: CollectorConfig,
+        env_source: EnvSource,
+        probe: Any,
+        split: Sequence[range],
+        plans: Sequence[RolloutPlan],
+        has_policy: bool,
+        streams: TorchStreams | None,
+        stream_of: Sequence[int],
+    ) -> tuple[list[WorkerStepBackend], list[CentralRunner]]:
+        """Start each group's workers (reading ``probe`` for their spaces) and build its runner."""
+        k, seed = config.envs_per_worker, config.seed
         backends: list[WorkerStepBackend] = []
         try:
             runners = []
@@ -464,11 +486,12 @@ class CentralEngine(Engine):
                     config.supervision,
                     info_keys=config.info_keys,
                     max_episode_steps=config.max_frames_per_traj,
+                    probe=probe,
                 )
                 backends.append(backend)
                 backend.restart_seeds = functools.partial(_restart_seeds, seed, k, group)
                 actions = CentralActions(
-                    plan.actions if policy is not None else None,
+                    plan.actions if has_policy else None,
                     plan.specs.action,
                     k,
                     group,
@@ -482,10 +505,7 @@ class CentralEngine(Engine):
             for backend in backends:
                 backend.close()
             raise
-        threads = None
-        if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
-            threads = policy_threads or _free_cpus(config.num_workers, len(split))
-        return cls(plans[0], runners, backends, config, policy, device_copy, threads, streams)
+        return backends, runners
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
         """The next batch: a round of every worker (sync), or the next worker's rollout of it (async).

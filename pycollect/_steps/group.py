@@ -225,8 +225,8 @@ class EnvGroup:
         try:
             stepper = _core.EnvStepper(
                 [env.step for env in self.envs],
-                [
-                    (list(path), array.reshape(count, 1, *shape), list(shape), dtype, dtype.itemsize)  # one step of K envs
+                [  # each leaf's array as one step of K envs (a view)
+                    (list(path), array.reshape(count, 1, *shape), list(shape), dtype, dtype.itemsize)
                     for path, _, dtype, shape, array in self._out
                 ],
                 1,

@@ -175,8 +175,12 @@ class WorkerStepBackend:
         supervision: SupervisionConfig,
         info_keys: tuple[str, ...] | None = None,
         max_episode_steps: int | None = None,
+        probe: Any = None,
     ) -> WorkerStepBackend:
         """Check everything (the split, one probe env's spaces, pickling), then start the workers.
+
+        ``probe``: an env of ``source`` the caller has built already (and closes), read instead
+        of building one here.
 
         Raises:
             ConfigError: ``num_envs`` does not split evenly over ``num_workers``, or the env
@@ -196,15 +200,18 @@ class WorkerStepBackend:
         if max_episode_steps is not None and mode is not AutoresetMode.SAME_STEP:
             raise ConfigError(f"max_episode_steps={max_episode_steps}: in autoreset_mode SAME_STEP only")
         forkserver.start()  # its imports overlap with the probe env
-        probe = source.make()
+        own_probe = probe is None
+        if own_probe:
+            probe = source.make()
         try:
             observation = SpaceLayout(probe.observation_space, "observation")
             action = SpaceLayout(probe.action_space, "action")
             metadata = dict(getattr(probe, "metadata", {}))
             render_mode = getattr(probe, "render_mode", None)
         finally:
-            with contextlib.suppress(Exception):  # a probe that fails to close does not stop the start
-                probe.close()
+            if own_probe:
+                with contextlib.suppress(Exception):  # a probe that fails to close does not stop the start
+                    probe.close()
         try:
             cloudpickle.dumps(source)
         except Exception as exc:
