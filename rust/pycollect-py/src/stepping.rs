@@ -13,7 +13,7 @@
 //! stay in one place), and it counts nothing: step counts and the trajectory limit are
 //! Python's.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_int, CStr};
 use std::ptr;
 
 use pyo3::ffi;
@@ -80,7 +80,6 @@ struct Leaf {
     shape: Vec<isize>,
     /// The field's numpy dtype: an observation must have this very object as its dtype.
     dtype: Py<PyAny>,
-    itemsize: isize,
 }
 
 /// One leaf as the constructor takes it: `(path, frames, shape, dtype, itemsize)`.
@@ -178,21 +177,22 @@ impl EnvStepper {
                 }
             }
             match self.source(leaf, &value) {
-                Some(source) => sources.push(source),
+                Some(data) => sources.push((value, data)), // the array is held until it is copied
                 None => return false,
             }
         }
-        for (leaf, source) in self.leaves.iter().zip(&sources) {
+        for (leaf, &(_, source)) in self.leaves.iter().zip(&sources) {
             let offset = (env * self.steps_per_row + t) * leaf.frame_bytes;
             debug_assert!(offset + leaf.frame_bytes <= leaf.frames.bytes());
-            // SAFETY: the source export is `frame_bytes` long and C-contiguous (`source`
-            // checked it); the destination is a writable export of `frames.bytes()` bytes, and
+            // SAFETY: the source array is `frame_bytes` long and C-contiguous (`source` checked
+            // its dtype and shape) and alive (`sources` holds it). The
+            // destination is a writable export of `frames.bytes()` bytes, and
             // `offset + frame_bytes` is within it because `env < K` and `t < T` are checked by
             // the caller (`step`). Were the source a view of the rollout array, copying a frame
             // onto itself is still defined for `ptr::copy`.
             unsafe {
                 ptr::copy(
-                    source.view.buf as *const u8,
+                    source,
                     (leaf.frames.view.buf as *mut u8).add(offset),
                     leaf.frame_bytes,
                 );
@@ -227,33 +227,51 @@ impl EnvStepper {
         tuple.get_item(index).ok()
     }
 
-    /// An export of `value` if it is exactly a `numpy.ndarray` of the leaf's dtype object,
-    /// itemsize and shape, C-contiguous.
-    fn source(&self, leaf: &Leaf, value: &Bound<'_, PyAny>) -> Option<Export> {
-        let py = value.py();
-        if !value.get_type().is(self.ndarray.bind(py)) {
+    /// Where `value`'s data starts, if it is exactly a `numpy.ndarray` whose dtype is the
+    /// leaf's dtype object (so its itemsize too) and whose shape is the leaf's, C-contiguous.
+    ///
+    /// Read straight from the array's header rather than through the buffer protocol: numpy
+    /// builds (and frees) buffer information for every fresh array it exports, which cost more
+    /// than the rest of a small env's step here.
+    fn source(&self, leaf: &Leaf, value: &Bound<'_, PyAny>) -> Option<*const u8> {
+        if !value.get_type().is(self.ndarray.bind(value.py())) {
             return None;
         }
-        // The dtype object itself, as the Python path tests it: cheaper than asking numpy
-        // for a buffer format string, which it builds anew for every fresh array.
-        match value.getattr(intern!(py, "dtype")) {
-            Ok(dtype) if dtype.is(leaf.dtype.bind(py)) => {}
-            _ => return None,
-        }
-        let source = Export::get(value, ffi::PyBUF_C_CONTIGUOUS)?;
-        let view = &source.view;
-        if view.itemsize != leaf.itemsize
-            || source.bytes() != leaf.frame_bytes
-            || view.ndim as usize != leaf.shape.len()
+        // SAFETY: `value` is exactly a `numpy.ndarray` (checked above), so it starts with
+        // numpy's array header, and we hold it (and the GIL) while we read it.
+        let head = unsafe { &*(value.as_ptr() as *const NumpyArrayHead) };
+        if head.descr != leaf.dtype.as_ptr()
+            || head.flags & NPY_ARRAY_C_CONTIGUOUS == 0
+            || head.nd as usize != leaf.shape.len()
         {
             return None;
         }
-        // SAFETY: a successful export with PyBUF_ND (implied by PyBUF_C_CONTIGUOUS) has
-        // `ndim` shape entries, valid until the export is released (when `source` drops).
-        let shape = unsafe { std::slice::from_raw_parts(view.shape, view.ndim as usize) };
-        (shape == leaf.shape.as_slice()).then_some(source)
+        // SAFETY: an array's `dimensions` holds `nd` entries (none read when `nd` is 0), valid
+        // while the array lives.
+        let shape = (head.nd > 0)
+            .then(|| unsafe { std::slice::from_raw_parts(head.dimensions, head.nd as usize) });
+        (shape.unwrap_or(&[]) == leaf.shape.as_slice()).then_some(head.data as *const u8)
     }
 }
+
+/// The leading fields of numpy's array object (`PyArrayObject_fields` in
+/// `numpy/ndarraytypes.h`). numpy's inline accessors (`PyArray_DATA`, `PyArray_NDIM`,
+/// `PyArray_DIMS`, `PyArray_DESCR`, `PyArray_FLAGS`), compiled into every extension built
+/// against numpy, read these very offsets, so numpy keeps them fixed (1.x and 2.x alike).
+#[repr(C)]
+struct NumpyArrayHead {
+    ob_base: ffi::PyObject,
+    data: *mut c_char,
+    nd: c_int,
+    dimensions: *const isize,
+    strides: *const isize,
+    base: *mut ffi::PyObject,
+    descr: *mut ffi::PyObject,
+    flags: c_int,
+}
+
+/// numpy's `NPY_ARRAY_C_CONTIGUOUS` flag.
+const NPY_ARRAY_C_CONTIGUOUS: c_int = 0x0001;
 
 #[pymethods]
 impl EnvStepper {
@@ -333,7 +351,6 @@ impl EnvStepper {
                     frame_bytes,
                     shape,
                     dtype,
-                    itemsize,
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
