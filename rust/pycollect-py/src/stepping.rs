@@ -182,6 +182,9 @@ impl EnvStepper {
             }
         }
         for (leaf, &(_, source)) in self.leaves.iter().zip(&sources) {
+            if leaf.frame_bytes == 0 {
+                continue; // an empty leaf: nothing to copy (and `ptr::copy` wants non-null pointers)
+            }
             let offset = (env * self.steps_per_row + t) * leaf.frame_bytes;
             debug_assert!(offset + leaf.frame_bytes <= leaf.frames.bytes());
             // SAFETY: the source array is `frame_bytes` long and C-contiguous (`source` checked
