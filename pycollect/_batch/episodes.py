@@ -42,26 +42,40 @@ class EpisodeRecord:
         return self.return_sum / self.count if self.count else float("nan")
 
     def update(self, batch: TensorDictBase) -> None:
-        """Account for one ``[N, T]`` batch (before any trajectory split)."""
-        ids = batch.get(TRAJ_IDS).reshape(-1).numpy()
-        rewards = batch.get(REWARD).reshape(-1).to(dtype=batch.get(REWARD).dtype).numpy().astype(np.float64)
-        done = batch.get(NEXT_DONE).reshape(-1).numpy()
-        unique, inverse = np.unique(ids, return_inverse=True)
-        sums = np.bincount(inverse, weights=rewards, minlength=unique.size)
-        lengths = np.bincount(inverse, minlength=unique.size)
-        finished = np.zeros(unique.size, bool)
-        finished[inverse[done]] = True
+        """Account for one ``[N, T]`` batch (before any trajectory split).
+
+        A trajectory is a run of equal ids along a row (an id changes only where an episode
+        starts), so the runs are found with one comparison per frame instead of a sort; only
+        the runs that touch a row's ends meet trajectories of other batches.
+        """
+        traj_ids = batch.get(TRAJ_IDS)
+        steps = traj_ids.shape[-1]
+        ids = traj_ids.reshape(-1, steps).numpy()
+        rewards = batch.get(REWARD).reshape(-1, steps).numpy().astype(np.float64)
+        done = batch.get(NEXT_DONE).reshape(-1, steps).numpy()
+        starts = np.ones(ids.shape, bool)
+        np.not_equal(ids[:, 1:], ids[:, :-1], out=starts[:, 1:])
+        first = np.flatnonzero(starts)  # each run's first frame (flat)
+        run = np.cumsum(starts.ravel()) - 1  # each frame's run
+        sums = np.bincount(run, weights=rewards.ravel(), minlength=first.size)
+        lengths = np.bincount(run, minlength=first.size)
+        finished = np.zeros(first.size, bool)
+        finished[run[done.ravel()]] = True
         self._batches += 1
-        for traj, total, steps, ended in zip(unique.tolist(), sums.tolist(), lengths.tolist(), finished, strict=True):
-            before, before_steps, _ = self._open.pop(traj, (0.0, 0, 0))
-            total, steps = total + before, steps + before_steps
-            if ended:
-                self.count += 1
-                self.return_sum += total
-                self.length_sum += steps
-                self.recent_returns.append(total)
-            else:
-                self._open[traj] = (total, steps, self._batches)
+        run_ids = ids.ravel()[first]
+        for n in np.flatnonzero(first % steps == 0).tolist():  # at a row's start: it may go on from earlier
+            before, before_steps, _ = self._open.pop(int(run_ids[n]), (0.0, 0, 0))
+            sums[n] += before
+            lengths[n] += before_steps
+        for n in np.flatnonzero(~finished).tolist():  # at most one per row, at its end
+            self._open[int(run_ids[n])] = (float(sums[n]), int(lengths[n]), self._batches)
+        order = np.argsort(run_ids[finished], kind="stable")  # in id order, as before
+        returns = sums[finished][order].tolist()
+        self.count += len(returns)
+        self.length_sum += int(lengths[finished].sum())
+        for total in returns:  # one at a time: the same sum, to the last bit, as adding them as they finish
+            self.return_sum += total
+        self.recent_returns.extend(returns)
         del self.recent_returns[:-100]
         if self._batches % 100 == 0:
             stale = self._batches - _FORGET_AFTER
