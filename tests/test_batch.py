@@ -7,15 +7,13 @@ versions give, on random batches.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from pycollect._batch.episodes import EpisodeRecord
-from pycollect._batch.tensordict import to_tensordict
+from pycollect._batch.tensordict import nested_tensors, to_tensordict
 
 
 def _arrays(rows: int, steps: int) -> dict[tuple[str, ...], np.ndarray]:
@@ -34,13 +32,7 @@ def _arrays(rows: int, steps: int) -> dict[tuple[str, ...], np.ndarray]:
 def test_to_tensordict_equals_the_public_constructors_batch_without_copying() -> None:
     arrays = _arrays(3, 5)
     ours = to_tensordict(arrays)
-    nested: dict[str, Any] = {}
-    for key, array in arrays.items():
-        level = nested
-        for part in key[:-1]:
-            level = level.setdefault(part, {})
-        level[key[-1]] = torch.from_numpy(array)
-    theirs = TensorDict(nested, batch_size=[3, 5], names=[None, "time"])
+    theirs = TensorDict(nested_tensors(arrays), batch_size=[3, 5], names=[None, "time"])
     assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
     for key in theirs.keys(True, True):
         assert torch.equal(ours.get(key), theirs.get(key)), key

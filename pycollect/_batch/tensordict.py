@@ -43,18 +43,22 @@ def to_tensordict(arrays: Mapping[Key, np.ndarray], device: torch.device | None 
     ``device`` other than the CPU the data is copied there.
     """
     first = next(iter(arrays.values()))
-    batch_size = torch.Size(first.shape[:2])
     # Built from one nested dict: a ``set`` per key costs twice as much, for every batch.
+    td = _unchecked(nested_tensors(arrays), torch.Size(first.shape[:2]))
+    if device is not None and device.type != "cpu":
+        td = td.to(device)
+    return td
+
+
+def nested_tensors(arrays: Mapping[Key, np.ndarray]) -> dict[str, Any]:
+    """The arrays as tensors (no copy) in nested dicts, one level per key part."""
     nested: dict[str, Any] = {}
     for key, array in arrays.items():
         level = nested
         for part in key[:-1]:
             level = level.setdefault(part, {})
         level[key[-1]] = torch.from_numpy(array)
-    td = _unchecked(nested, batch_size)
-    if device is not None and device.type != "cpu":
-        td = td.to(device)
-    return td
+    return nested
 
 
 def _unchecked(nested: dict[str, Any], batch_size: torch.Size) -> TensorDict:
