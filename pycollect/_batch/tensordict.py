@@ -18,7 +18,7 @@ from pycollect._keys import Key
 from pycollect._rollout.fields import NEVER_WRITTEN
 from pycollect.envs.specs import Field
 
-__all__ = ["allocate", "to_tensordict"]
+__all__ = ["allocate", "nested_tensors", "to_tensordict"]
 
 
 def allocate(fields: tuple[Field, ...], rows: int, steps: int, memory: RecycledMemory) -> dict[Key, np.ndarray]:
