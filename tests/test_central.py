@@ -202,6 +202,21 @@ def test_a_stochastic_policy_samples_the_same_for_the_same_seed_and_leaves_the_t
     assert 0.2 < actions.float().mean() < 0.8  # sampled: both actions taken, not a fixed argmax
 
 
+@pytest.mark.parametrize(
+    ("make_policy", "seed", "streamed"),
+    [(lstm_actor, 3, True), (_Argmax, 3, False), (lstm_actor, None, False)],
+    ids=["sampling", "argmax", "no-seed"],
+)
+def test_only_a_seeded_policy_that_draws_gets_streams_and_their_lock(
+    make_policy: Callable[[], Any], seed: int | None, streamed: bool
+) -> None:
+    # An argmax draws nothing: its groups' calls may overlap (no lock). Without a seed nothing repeats anyway.
+    kwargs = {"frames_per_batch": 16, "envs_per_worker": 2, "num_workers": 2, "seed": seed}
+    with Collector("CartPole-v1", make_policy(), engine="central", **kwargs) as collector:
+        assert (collector._engine.streams is not None) is streamed  # type: ignore[attr-defined]
+        collector.next_batch()
+
+
 def test_a_replay_buffer_and_postproc_get_the_same_data() -> None:
     from torchrl.data import LazyTensorStorage, ReplayBuffer
 

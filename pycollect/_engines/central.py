@@ -121,10 +121,14 @@ class TorchStreams:
             self._states.append(self._get())
             return len(self._states) - 1
 
-    def take(self, stream: int) -> None:
-        """Keep the global generator's state as ``stream``'s (after its dry run)."""
+    def take(self, stream: int) -> bool:
+        """Keep the global generator's state as ``stream``'s (after its dry run); whether it drew from it."""
         with self._lock:
-            self._states[stream] = self._get()
+            seeded, now = self._states[stream], self._get()
+            self._states[stream] = now
+        cpu_drew = not torch.equal(seeded[0], now[0])
+        cuda_drew = seeded[1] is not None and now[1] is not None and not torch.equal(seeded[1], now[1])
+        return cpu_drew or cuda_drew
 
     def reseed(self, stream: int, seed: int) -> None:
         """Restart ``stream`` from ``seed`` (a restarted worker's generation, as its own process would)."""
@@ -439,6 +443,7 @@ class CentralEngine(Engine):
         stream_of: list[int] = []
         probe = env_source.make()
         try:
+            drew = False
             with streams.keep_trainers() if streams is not None else contextlib.nullcontext():
                 plans = []
                 for group in split:
@@ -448,7 +453,9 @@ class CentralEngine(Engine):
                         plan_rollout(config, env_source, probe, policy, num_envs=len(group) * k, policy_here=True)
                     )
                     if streams is not None:
-                        streams.take(stream_of[-1])
+                        drew |= streams.take(stream_of[-1])
+            if not drew:  # a policy that draws nothing (an argmax) needs no streams, nor their lock
+                streams, stream_of = None, []
             check_fits(what, BATCHES_HELD * batch_bytes(plans[0].fields, rows, steps), config)
             has_policy = policy is not None
             backends, runners = cls._start_groups(
