@@ -152,3 +152,33 @@ def start_aware_policy() -> Any:
     from tensordict.nn import TensorDictModule
 
     return TensorDictModule(StartAware(), in_keys=["observation", "is_init"], out_keys=["action"])
+
+
+class CrashingEnv(TinyEnv):
+    """TinyEnv whose step raises once its counter reaches ``at`` (in every worker generation)."""
+
+    def __init__(self, at: int = 3) -> None:
+        super().__init__(length=100)
+        self.at = at
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._count + 1 >= self.at:
+            raise RuntimeError(f"boom at step {self.at}")
+        return super()._step(tensordict)
+
+
+def crashing() -> EnvBase:
+    """A :class:`CrashingEnv` crashing at its second step."""
+    return CrashingEnv(at=2)
+
+
+def tiny() -> EnvBase:
+    """A plain TinyEnv."""
+    return TinyEnv()
+
+
+def pycollect_parallel_cartpole() -> EnvBase:
+    """pycollect's ParallelEnv of one CartPole (what a TorchRL MultiSyncCollector builds per process)."""
+    from pycollect_torchrl import ParallelEnv
+
+    return ParallelEnv(1, cartpole)
