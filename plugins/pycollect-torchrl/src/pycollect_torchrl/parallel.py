@@ -292,4 +292,3 @@ def _replace(config: SupervisionConfig, settings: Mapping[str, Any]) -> Supervis
 def _rebuild(arguments: Mapping[str, Any]) -> ParallelEnv:
     arguments = dict(arguments)
     return ParallelEnv(arguments.pop("num_workers"), arguments.pop("create_env_fn"), **arguments)
-
