@@ -72,20 +72,36 @@ def test_a_transformed_env_gives_the_keys_of_torchrl_s_collector(num_workers: in
     torch.testing.assert_close(frames[:, 1:, 4:8][same_episode], frames[:, :-1, 8:][same_episode])
 
 
+CASES = {  # factory -> (policy, whether pycollect steps its gymnasium env directly: the GymEnv fast path)
+    "transformed": (f.transformed, f.first_feature_policy, False),
+    "cartpole-one-hot": (f.cartpole, f.first_feature_policy, True),
+    "cartpole-categorical": (f.cartpole_categorical, f.first_feature_index_policy, True),
+    "pendulum": (f.pendulum, f.torque_policy, True),
+    "cheetah-run": (f.cheetah, f.squash_policy, True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("num_workers", [0, 1])
-def test_a_rollout_equals_torchrl_s_rollout_of_the_same_env_and_seed(num_workers: int) -> None:
-    steps = 40
-    policy = f.first_feature_policy()
-    batch = _one_batch(
-        f.transformed, policy, frames_per_batch=steps, num_workers=num_workers, envs_per_worker=1, seed=7
-    )[0]
-    env = f.transformed()
+def test_a_rollout_equals_torchrl_s_rollout_of_the_same_env_and_seed(case: str, num_workers: int) -> None:
+    factory, make_policy, fast = CASES[case]
+    probe = resolve_env(factory).make()
+    assert (getattr(probe, "_gym", None) is not None or getattr(probe, "_dmc", None) is not None) is fast
+    probe.close()
+    steps = 40 if case != "pendulum" else 210  # Pendulum's episodes are cut at 200 steps
+    policy = make_policy()
+    batch = _one_batch(factory, policy, frames_per_batch=steps, num_workers=num_workers, envs_per_worker=1, seed=7)[0]
+    env = factory()
     env.set_seed(env_seeds(7, 1)[0])  # the seed pycollect gives its first env
     reference = env.rollout(steps, policy, break_when_any_done=False)
     env.close()
-    assert reference["next", "done"].any()  # episodes ended (and were reset) within the rollout
+    # episodes ended (and were reset) within the rollout, but cheetah-run's, which last 1000 steps
+    assert bool(reference["next", "done"].any()) is not (case == "cheetah-run")
     for key in _keys(reference):
-        torch.testing.assert_close(batch[key], reference[key], msg=lambda m, key=key: f"{key}: {m}")
+        expected = reference[key]
+        if key == ("next", "reward"):
+            expected = expected.float()  # pycollect's batches hold float32 rewards (dm_control's are float64)
+        torch.testing.assert_close(batch[key], expected, msg=lambda m, key=key: f"{key}: {m}")
 
 
 def test_observation_norm_statistics_reach_the_workers_through_an_env_creator() -> None:

@@ -182,3 +182,52 @@ def pycollect_parallel_cartpole() -> EnvBase:
     from pycollect_torchrl import ParallelEnv
 
     return ParallelEnv(1, cartpole)
+
+
+class Torque(torch.nn.Module):
+    """A deterministic Pendulum policy: torque from the first feature."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return (observation[..., :1] * 1.5).clamp(-2.0, 2.0)
+
+
+def torque_policy() -> Any:
+    """:class:`Torque` as a TensorDictModule reading ``observation``."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(Torque(), in_keys=["observation"], out_keys=["action"])
+
+
+class FirstFeatureIndex(torch.nn.Module):
+    """:class:`FirstFeature` as a category index (categorical CartPole)."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return (observation[..., 0] > 0).long()
+
+
+def first_feature_index_policy() -> Any:
+    """:class:`FirstFeatureIndex` as a TensorDictModule reading ``observation``."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(FirstFeatureIndex(), in_keys=["observation"], out_keys=["action"])
+
+
+def cheetah() -> EnvBase:
+    """dm_control cheetah-run as TorchRL builds it."""
+    from torchrl.envs import DMControlEnv
+
+    return DMControlEnv("cheetah", "run")
+
+
+class Squash(torch.nn.Module):
+    """A deterministic cheetah policy: the first six position features, squashed."""
+
+    def forward(self, position: torch.Tensor, velocity: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(position[..., 1:7] + 0.1 * velocity[..., :6])
+
+
+def squash_policy() -> Any:
+    """:class:`Squash` as a TensorDictModule reading ``position`` and ``velocity``."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(Squash(), in_keys=["position", "velocity"], out_keys=["action"])

@@ -164,6 +164,8 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         self._backend: Any = None
         self._closed = True
         self._leaves: list[tuple[int, tuple[str, ...]]] = []
+        self._ended = np.zeros(num_workers, bool)  # done at their last step, not reset since
+        self._reward_dtype = np.dtype(torch.empty((), dtype=self._layout.reward_dtype).numpy().dtype)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -194,6 +196,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         )
         self._backend = backend
         self._closed = False
+        self._ended = np.zeros(self.num_workers, bool)
         keys = {spec.path: spec.key for spec in self._layout.observation}
         self._leaves = [(n, keys[tuple(leaf.path)]) for n, leaf in enumerate(backend.observation.leaves)]
 
@@ -244,39 +247,62 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
                 mask = None
         if mask is None or mask.any():
             self._backend.reset([None] * n, None, mask)
-        out = self._observations()
-        false = torch.zeros(n, 1, dtype=torch.bool)
+            self._ended[mask if mask is not None else slice(None)] = False
+        source = self._observations()
         for key in self.done_keys:
-            out.set(key, false.clone())
-        return out.to(self.device) if self.device is not None and self.device.type != "cpu" else out
+            source[key] = torch.zeros(n, 1, dtype=torch.bool)
+        return self._tensordict(source)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict.get("action")
         backend = self._backend
+        if backend is None:
+            raise RuntimeError("pycollect.torchrl.ParallelEnv: reset() it before the first step()")
+        if self._ended.any():
+            # The workers step without autoreset and refuse a done env; say so here, before any worker sees it.
+            ended = np.flatnonzero(self._ended).tolist()
+            raise RuntimeError(
+                f"pycollect.torchrl.ParallelEnv: env(s) {ended} are done and were not reset since; reset them "
+                "(reset() with a '_reset' mask, or step_and_maybe_reset(), as TorchRL's collectors and rollout do) "
+                "before stepping them again"
+            )
         actions = action.detach().cpu().numpy()
         if actions.dtype != self._layout.action.dtype:
             actions = actions.astype(self._layout.action.dtype)
         backend.step_async([actions])
         backend.step_wait()
-        out = self._observations()
+        source = self._observations()
         n, layout_ = self.num_workers, self._layout
-        out.set(layout_.reward_key, torch.from_numpy(backend.rewards).to(layout_.reward_dtype).reshape(n, 1))
-        terminated = torch.from_numpy(backend.terminated.copy()).reshape(n, 1)
-        truncated = torch.from_numpy(backend.truncated.copy()).reshape(n, 1)
-        out.set("done", terminated | truncated)
+        source[layout_.reward_key] = torch.from_numpy(backend.rewards.astype(self._reward_dtype).reshape(n, 1))
+        terminated, truncated = backend.terminated.reshape(n, 1), backend.truncated.reshape(n, 1)
+        done = terminated | truncated
+        self._ended = done[:, 0].copy()
+        source["done"] = torch.from_numpy(done)
         if layout_.has_terminated:
-            out.set("terminated", terminated)
+            source["terminated"] = torch.from_numpy(terminated.copy())
         if layout_.has_truncated:
-            out.set("truncated", truncated)
-        return out.to(self.device) if self.device is not None and self.device.type != "cpu" else out
+            source["truncated"] = torch.from_numpy(truncated.copy())
+        return self._tensordict(source)
 
-    def _observations(self) -> TensorDictBase:
-        """The workers' observations, copied out of shared memory into a TensorDict of ``[num_workers]``."""
+    def _observations(self) -> dict[str, Any]:
+        """The workers' observations, copied out of shared memory: a (nested) dict of ``[num_workers, ...]`` tensors."""
         arrays = self._backend.observations
-        return TensorDict(
-            {key: torch.from_numpy(arrays[n].copy()) for n, key in self._leaves},
-            batch_size=self.batch_size,
-        )
+        source: dict[str, Any] = {}
+        for n, key in self._leaves:
+            node = source
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = torch.from_numpy(arrays[n].copy())
+        return source
+
+    def _tensordict(self, source: dict[str, Any]) -> TensorDictBase:
+        """``source`` as a TensorDict of the batch size, without the checks of ``TensorDict(...)``.
+
+        Every leaf was made here with the spec's shape and dtype (TorchRL's ``GymEnv`` builds its
+        outputs the same way).
+        """
+        out = TensorDict._new_unsafe(source, batch_size=self.batch_size)  # nested dicts become nested TensorDicts
+        return out.to(self.device) if self.device.type != "cpu" else out
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else "running"
