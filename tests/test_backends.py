@@ -174,3 +174,14 @@ def test_a_raising_gymnasium_constructor_in_the_cli_is_one_line_and_exit_2(capsy
     assert error.startswith(
         "pycollect: error: building env 'gymnasium:CartPole-v1' with --env-kwarg={'no_such_kwarg': 1} raised TypeError"
     )
+
+
+def test_pycollect_torchrl_names_the_plugin_where_it_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import pycollect.torchrl
+
+    monkeypatch.setitem(sys.modules, "pycollect_torchrl", None)  # as if pycollect-torchrl were not installed
+    monkeypatch.setitem(sys.modules, "pycollect_torchrl.parallel", None)
+    with pytest.raises(ImportError, match="pip install pycollect-torchrl"):
+        pycollect.torchrl.ParallelEnv  # noqa: B018 - the attribute access is what raises
