@@ -609,4 +609,11 @@ def resolve_env(env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[s
     name, target, kwargs = parse_env(env, env_kwargs)
     backend = env_backend(name)()
     backend.check(target, kwargs)
-    return EnvSource(backend, target, kwargs)
+    return EnvSource(backend, target, kwargs, _adopters() if name == "callable" else ())
+
+
+def _adopters() -> tuple[EnvBackend, ...]:
+    """An instance of every registered env backend that adopts foreign envs (overrides ``EnvBackend.adopt``)."""
+    found = _loaded().collect(_POINTS["env_backend"])
+    classes = [cast(type[EnvBackend], reg.cls) for reg in found.values()]
+    return tuple(cls() for cls in classes if cls.adopt is not EnvBackend.adopt)

@@ -6,6 +6,8 @@ import gymnasium as gym
 import pytest
 
 from pycollect import ConfigError, UnknownBackendError, UnknownEnvError, plugins
+from pycollect.default_plugins.callable_backend import CallableBackend
+from pycollect.envs.source import EnvSource
 from pycollect.plugins import resolve_env
 from pycollect.testing.envs import CountingEnv
 
@@ -125,8 +127,20 @@ def test_a_torchrl_env_is_refused_naming_it() -> None:
             resolve_env(env)  # type: ignore[arg-type]
     finally:
         env.close()
-    with pytest.raises(ConfigError, match="built a TorchRL EnvBase instance \\(GymEnv\\)"):
-        resolve_env(lambda: GymEnv("CartPole-v1")).make()
+    # Without an adopting backend (pycollect-torchrl not installed) what a factory builds is refused,
+    # pointing to the plugin; with it, resolve_env offers the env to it (plugins/pycollect-torchrl tests that).
+    source = EnvSource(CallableBackend(), lambda: GymEnv("CartPole-v1"))
+    with pytest.raises(
+        ConfigError, match="built a TorchRL EnvBase instance \\(GymEnv\\).*pip install pycollect-torchrl"
+    ):
+        source.make()
+
+
+def test_a_torchrl_env_class_is_a_factory() -> None:
+    from torchrl.envs import GymEnv
+
+    source = resolve_env(GymEnv, {"env_name": "CartPole-v1"})
+    assert source.backend.name == "callable" and source.target is GymEnv
 
 
 def test_a_built_env_instance_is_refused_with_what_to_pass() -> None:
@@ -160,3 +174,14 @@ def test_a_raising_gymnasium_constructor_in_the_cli_is_one_line_and_exit_2(capsy
     assert error.startswith(
         "pycollect: error: building env 'gymnasium:CartPole-v1' with --env-kwarg={'no_such_kwarg': 1} raised TypeError"
     )
+
+
+def test_pycollect_torchrl_names_the_plugin_where_it_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import pycollect.torchrl
+
+    monkeypatch.setitem(sys.modules, "pycollect_torchrl", None)  # as if pycollect-torchrl were not installed
+    monkeypatch.setitem(sys.modules, "pycollect_torchrl.parallel", None)
+    with pytest.raises(ImportError, match="pip install pycollect-torchrl"):
+        pycollect.torchrl.ParallelEnv  # noqa: B018 - the attribute access is what raises

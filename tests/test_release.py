@@ -37,7 +37,11 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 NAME = PROJECT["name"]
 REPOSITORY = "https://github.com/pycollect/pycollect"
-PLUGIN_PACKAGES = ["plugins/pycollect-dmcontrol", "tests/plugin_packages/pycollect-example"]
+PLUGIN_PACKAGES = [
+    "plugins/pycollect-dmcontrol",
+    "plugins/pycollect-torchrl",
+    "tests/plugin_packages/pycollect-example",
+]
 GLIBC_FLOOR = 28  # torch's own wheels are manylinux_2_28
 
 

@@ -59,9 +59,12 @@ def batch_fields(
         fields.append(Field(key, _FLAG, np.dtype(np.bool_)))
     fields.append(Field(TRAJ_IDS, (), np.dtype(np.int64)))
     fields.append(Field(POLICY_VERSION, (), np.dtype(np.int64)))
+    observed = {field.key for field in fields}
     for input_ in carried:
-        fields.append(Field(input_.key, input_.shape, input_.dtype))
-    if any(input_.key == IS_INIT for input_ in carried):
+        # An env may observe a carried input itself (a TorchRL InitTracker's is_init): one field, same values.
+        if input_.key not in observed:
+            fields.append(Field(input_.key, input_.shape, input_.dtype))
+    if any(input_.key == IS_INIT for input_ in carried) and NEXT_IS_INIT not in observed:
         fields.append(Field(NEXT_IS_INIT, _FLAG, np.dtype(np.bool_)))
     taken = {field.key for field in fields}
     for output in outputs:

@@ -60,3 +60,24 @@ class EnvBackend(abc.ABC):
     def specs(self, env: GymLikeEnv) -> EnvSpecs:
         """Report the fields of a built environment (from its gymnasium spaces by default)."""
         return specs_from_spaces(env.observation_space, env.action_space)
+
+    def adopt(self, env: Any) -> GymLikeEnv | None:
+        """Step an env that a factory (the ``callable`` backend) built and pycollect cannot step as it is.
+
+        A factory may return an env of another library (``pycollect-torchrl`` adopts TorchRL
+        ``EnvBase`` s). Where a backend that overrides this method is registered, the trainer
+        puts it in the ``callable`` backend's :class:`~pycollect.envs.source.EnvSource`, which
+        offers it what the factory returns when that is not a gymnasium-style env. Runs wherever
+        envs are built; :meth:`adopted` and :meth:`specs` then describe the result.
+
+        Returns:
+            A gymnasium-style env stepping ``env``, or ``None``: not this backend's kind.
+
+        Raises:
+            ConfigError: ``env`` is this backend's kind but cannot be stepped (the message says why).
+        """
+        return None
+
+    def adopted(self, env: GymLikeEnv) -> bool:
+        """Whether ``env`` is what this backend's :meth:`adopt` returned (its :meth:`specs` describe it)."""
+        return False

@@ -28,11 +28,21 @@ class EnvSource:
     """A resolved env argument: which backend builds it, from what, with which kwargs.
 
     It is small and picklable (given a picklable target), so it travels to workers.
+
+    Attributes:
+        backend: Builds the envs.
+        target: What it builds them from.
+        env_kwargs: Keyword arguments for each env's constructor.
+        adopters: Backends offered what ``backend`` built when it is not gymnasium-style (see
+            :meth:`~pycollect.envs.EnvBackend.adopt`): for the ``callable`` backend, every
+            registered backend that adopts (a factory returning a TorchRL env, with
+            ``pycollect-torchrl`` installed).
     """
 
     backend: EnvBackend
     target: Any
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    adopters: tuple[EnvBackend, ...] = ()
 
     def make(self) -> GymLikeEnv:
         """Build one environment through the backend.
@@ -52,19 +62,30 @@ class EnvSource:
                 f"{type(exc).__name__}: {first_line(exc)}"
             ) from exc
         what = foreign_env(env)
+        if what is not None:
+            for adopter in self.adopters:
+                try:
+                    adopted = adopter.adopt(env)
+                except BaseException:
+                    _close(env)
+                    raise
+                if adopted is not None:
+                    return adopted
         missing = [name for name in _GYM_API if not hasattr(env, name)]
         if what is not None or missing:
-            if hasattr(env, "close"):
-                env.close()
+            _close(env)
             reason = what or f"a {type(env).__name__}, which lacks {', '.join(missing)}"
             raise ConfigError(
                 f"env {self.describe()!r} built {reason}; pycollect needs one gymnasium-style env "
-                "(reset, step, observation_space, action_space) per call"
+                f"(reset, step, observation_space, action_space) per call{_plugin_hint(what)}"
             )
         return env
 
     def specs(self, env: GymLikeEnv) -> EnvSpecs:
-        """Report the fields of an environment this source built."""
+        """Report the fields of an environment this source built (through the backend that adopted it, if one did)."""
+        for adopter in self.adopters:
+            if adopter.adopted(env):
+                return adopter.specs(env)
         return self.backend.specs(env)
 
     def describe(self) -> str:
@@ -73,6 +94,28 @@ class EnvSource:
         if not isinstance(target, str):
             target = getattr(target, "__qualname__", None) or type(target).__name__
         return f"{self.backend.name}:{target}"
+
+
+def _close(env: Any) -> None:
+    if hasattr(env, "close"):
+        env.close()
+
+
+def _plugin_hint(what: str | None) -> str:
+    """Where to get the plugin that steps a foreign env, if one exists (``""`` otherwise)."""
+    if what is None or "TorchRL" not in what:
+        return ""
+    return (
+        ". TorchRL envs step in pycollect through the pycollect-torchrl plugin (pip install pycollect-torchrl), "
+        "which adopts what a factory returns (env=make_env, make_env returning the EnvBase)"
+    )
+
+
+def _torchrl_class(obj: Any) -> bool:
+    """Whether ``obj`` is a TorchRL ``EnvBase`` subclass: a factory (``env=GymEnv, env_kwargs={...}``)."""
+    return isinstance(obj, type) and any(
+        (klass.__module__.split(".")[0], klass.__name__) == ("torchrl", "EnvBase") for klass in obj.__mro__
+    )
 
 
 def foreign_env(obj: Any) -> str | None:
@@ -100,7 +143,7 @@ def _refuse_object(env: Any) -> ConfigError:
         return ConfigError(
             f"env is {what}: pycollect builds and steps its environments itself, envs_per_worker of "
             "them per worker; pass the id of a single environment (env='CartPole-v1') or a factory "
-            "of one (env=make_env), and set envs_per_worker"
+            f"of one (env=make_env), and set envs_per_worker{_plugin_hint(what)}"
         )
     if all(hasattr(env, name) for name in _GYM_API):
         return ConfigError(
@@ -131,6 +174,7 @@ def parse_env(env: Any, env_kwargs: Mapping[str, Any] | None) -> tuple[str, Any,
     if isinstance(env, str):
         prefix, sep, rest = env.partition(":")
         return (prefix, rest, dict(env_kwargs)) if sep else ("gymnasium", env, dict(env_kwargs))
-    if callable(env) and foreign_env(env) is None:
+    if callable(env) and (foreign_env(env) is None or _torchrl_class(env)):
+        # A TorchRL env class is a factory like any other: what it builds is adopted (or refused) by EnvSource.make
         return "callable", env, dict(env_kwargs)
     raise _refuse_object(env)

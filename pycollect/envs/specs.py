@@ -56,12 +56,16 @@ class FieldSpec(Field):
         discrete: Whether values are integer categories (Discrete, MultiDiscrete,
             MultiBinary, or an integer Box).
         space: A short description of the gymnasium space the field came from, for messages.
+        path: Where an observation leaf sits in the env's raw observation (``()``: the raw
+            observation itself); ``None``: ``key[1:]``, as for a gymnasium space (a backend whose
+            keys are not ``("observation", ...)``, such as TorchRL's, sets it).
     """
 
     low: np.ndarray = field(repr=False, compare=False)
     high: np.ndarray = field(repr=False, compare=False)
     discrete: bool
     space: str = field(default="", compare=False)
+    path: Key | None = field(default=None, compare=False)
 
     def sample(self, rng: np.random.Generator, batch: int) -> np.ndarray:
         """Draw ``batch`` uniform random values (normal where a bound is infinite)."""
@@ -112,7 +116,7 @@ class EnvSpecs:
 
     def observation_paths(self) -> list[tuple[Key, Key]]:
         """Pairs of (batch key, path inside the env's raw observation) for every leaf."""
-        return [(spec.key, spec.key[1:]) for spec in self.observation]
+        return [(spec.key, spec.key[1:] if spec.path is None else spec.path) for spec in self.observation]
 
 
 def _describe(space: gym.Space[Any]) -> str:

@@ -119,8 +119,7 @@ def _roundtrip(obj: Any, what: str) -> Any:
 
 
 def _check_fits(specs: EnvSpecs, raw: Any, where: str) -> None:
-    for spec in specs.observation:
-        path = spec.key[1:]
+    for spec, (_, path) in zip(specs.observation, specs.observation_paths(), strict=True):
         try:
             value = np.asarray(read_leaf(raw, path) if path else raw)
         except (KeyError, TypeError) as exc:
