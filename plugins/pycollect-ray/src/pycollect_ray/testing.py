@@ -180,6 +180,16 @@ class TwoNodeCluster:
         for key, value in {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}.items():
             self._old_env.setdefault(key, os.environ.get(key))
             os.environ[key] = value
+        if "ray" in sys.modules:
+            import ray
+
+            if ray.is_initialized():
+                raise RuntimeError("this process is already a Ray driver; a process drives one cluster at a time")
+            # Ray read RAY_AUTH_MODE into its config when it was imported; read it again (as
+            # ray.init does when it turns token auth on for a local cluster).
+            from ray._raylet import Config  # type: ignore[attr-defined]
+
+            Config.initialize("")
         self.head = self._ray_start(
             None,
             ["--head", f"--port={PORT}", "--include-dashboard=false"],
@@ -305,7 +315,13 @@ class TwoNodeCluster:
     # -- teardown --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Kill both nodes' processes, delete the namespace and the link, remove the temporary folder."""
+        """Tear everything down: this process's driver connection, both nodes' processes, the namespace, the folder."""
+        if "ray" in sys.modules:
+            import ray
+
+            # A driver left connected to a GCS that goes away aborts its process (after 60 s).
+            if ray.is_initialized():
+                ray.shutdown()
         errors: list[str] = []
         for step in (self._close_worker, self._close_head, self._close_net):
             try:
