@@ -147,8 +147,9 @@ class RayEngine(EngineFactory):
         num_gpus_per_actor: GPUs Ray reserves for each actor (visible to its workers).
         max_restarts: How often Ray restarts an actor that dies; the rollout it was collecting
             is dropped and collection goes on. One more death is a ``WorkerCrashedError``.
-        address: The Ray cluster to connect to when Ray is not initialised yet (``"auto"``, or
-            ``"ray://head:10001"``); ``None`` starts a local one (shut down with the collector).
+        address: The Ray cluster to connect to when Ray is not initialised yet (``"head-ip:6379"``,
+            ``"auto"``, or ``"ray://head:10001"``); ``None`` starts a local one (shut down with the
+            collector). A connection to an existing cluster stays open after the collector.
         init_kwargs: More ``ray.init`` keyword arguments, used when this engine initialises Ray.
         runtime_env: The actors' Ray runtime env (e.g. ``{"working_dir": ".", "py_modules": [...]}``
             so they import the user's env module; ``{"env_vars": {...}}``).
