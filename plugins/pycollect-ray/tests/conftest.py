@@ -85,11 +85,21 @@ def runtime_env() -> dict[str, object]:
 @pytest.fixture(scope="session")
 def two_node_cluster() -> Iterator[object]:
     """One two-node cluster for the session (head: 2 CPUs, worker node: 1), torn down and checked at the end."""
-    from pycollect_ray.testing import TwoNodeCluster
+    from pycollect_ray.testing import NamespaceUnavailable, TwoNodeCluster
 
     cluster = TwoNodeCluster(head_cpus=2, worker_cpus=1)
-    with cluster:
+    try:
+        cluster.start()
+    except NamespaceUnavailable as exc:  # found out only by trying (e.g. root in a user namespace only)
+        cluster.close()
+        pytest.skip(f"two-node Ray cluster: {exc}")
+    except BaseException:
+        cluster.close()
+        raise
+    try:
         yield cluster
+    finally:
+        cluster.close()
     left = cluster.leftovers()
     assert not left, f"the two-node cluster left behind: {left}"
 

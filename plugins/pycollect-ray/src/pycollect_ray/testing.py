@@ -165,9 +165,17 @@ class TwoNodeCluster:
         self.close()
 
     def start(self) -> None:
-        """Make the namespace and the link, start both nodes, wait until the cluster has 2 alive nodes."""
-        _ip("link", "set", "lo", "up")
-        _ip("netns", "add", self.netns)
+        """Make the namespace and the link, start both nodes, wait until the cluster has 2 alive nodes.
+
+        Raises:
+            NamespaceUnavailable: The namespace cannot be made here (nothing was started).
+            RuntimeError: A node did not come up (its ``ray start`` log is quoted).
+        """
+        try:
+            _ip("link", "set", "lo", "up")
+            _ip("netns", "add", self.netns)
+        except RuntimeError as exc:  # e.g. root in a user namespace only: /run/netns cannot be mounted
+            raise NamespaceUnavailable(f"cannot make a network namespace here: {exc}") from exc
         self._made_netns = True
         _ip("link", "set", "lo", "up", netns=self.netns)
         here, there = self.veth
