@@ -52,6 +52,8 @@ class CollectorStats:
             (empty in-process).
         events: The most recent supervision events, oldest first: every start, exit,
             failed spawn, scheduled restart and give-up, with the worker and generation.
+        actors: Per remote actor, with an engine that runs its workers in actors (the ``ray``
+            engine's ``pycollect_ray.ActorStats``: node, pid, restarts, ...); empty otherwise.
     """
 
     frames: int
@@ -60,6 +62,7 @@ class CollectorStats:
     episodes: int
     workers: tuple[WorkerStats, ...]
     events: tuple[WorkerEvent, ...]
+    actors: tuple[Any, ...] = ()
 
     @property
     def restarts(self) -> int:
@@ -319,6 +322,7 @@ class Collector:
             episodes=self.episodes.count,
             workers=supervision.workers,
             events=supervision.events,
+            actors=supervision.actors,
         )
 
     # -- weights and state -----------------------------------------------------------------

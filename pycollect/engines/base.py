@@ -27,10 +27,18 @@ __all__ = ["Engine", "EngineFactory", "Supervision"]
 
 @dataclass(frozen=True)
 class Supervision:
-    """What an engine's supervisor knows: per-worker stats and recent events (empty in-process)."""
+    """What an engine's supervisor knows: per-worker stats and recent events (empty in-process).
+
+    Attributes:
+        workers: Per local worker process.
+        events: Recent supervision events of the local workers, oldest first.
+        actors: Per remote actor, for an engine whose workers run in actors elsewhere (e.g.
+            ``pycollect-ray``'s ``ActorStats``: node, pid, restarts); empty otherwise.
+    """
 
     workers: tuple[WorkerStats, ...] = ()
     events: tuple[WorkerEvent, ...] = ()
+    actors: tuple[Any, ...] = ()
 
 
 class Engine(abc.ABC):

@@ -255,3 +255,30 @@ def test_every_setting_reaches_the_actors_collector_unchanged_but_the_derived_on
             assert same_setting(getattr(expected, f.name), getattr(actor, f.name)), f.name
     assert actor.weight_sync.name == "shared_memory" and actor.engine.name == "workers"
     assert actor.supervision == changed_supervision()
+
+
+def test_actor_options_are_one_mapping_for_all_or_one_per_actor() -> None:
+    assert RayEngine(num_actors=2, actor_options={"resources": {"a": 1}}).actor_options == [{"resources": {"a": 1}}] * 2
+    per_actor = [{"resources": {"a": 1}}, {"resources": {"b": 1}}]
+    assert RayEngine(num_actors=2, actor_options=per_actor).actor_options == per_actor
+    with pytest.raises(ConfigError, match="1 mappings for num_actors=2"):
+        RayEngine(num_actors=2, actor_options=[{}])
+    with pytest.raises(ConfigError, match="expected a mapping or a list of mappings"):
+        RayEngine(num_actors=2, actor_options="SPREAD")  # type: ignore[arg-type]
+
+
+def test_an_actor_is_placeable_after_a_node_loss_only_where_a_node_has_what_it_asks_for() -> None:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from pycollect_ray.engine import _placeable
+
+    head = {"CPU": 2.0, "memory": 1e9, "node_head": 1.0}
+    assert _placeable({"num_cpus": 0.5, "num_gpus": 0.0}, [head], {"h"})
+    assert not _placeable({"num_cpus": 4.0}, [head], {"h"})  # too big for what is left
+    assert not _placeable({"num_cpus": 0.5, "num_gpus": 1.0}, [head], {"h"})
+    assert not _placeable({"num_cpus": 0.5, "resources": {"node_worker": 0.01}}, [head], {"h"})  # pinned
+    assert _placeable({"num_cpus": 0.5, "resources": {"node_head": 0.01}}, [head], {"h"})
+    gone = "ab" * 28  # a node id (hex) that is not alive
+    assert not _placeable({"scheduling_strategy": NodeAffinitySchedulingStrategy(gone, soft=False)}, [head], {"h"})
+    assert _placeable({"scheduling_strategy": NodeAffinitySchedulingStrategy(gone, soft=True)}, [head], {"h"})
+    assert not _placeable({"num_cpus": 0.5}, [], set())  # no node left at all

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 import pycollect
 from pycollect.engines import EngineFactory
 from pycollect.weights import WeightSyncScheme
-from pycollect_ray.engine import RayEngine, actor_seed
+from pycollect_ray.engine import ActorStats, RayEngine, actor_seed
 from pycollect_ray.scheme import RayScheme
 
-__all__ = ["RayEngine", "RayScheme", "actor_seed"]
+__all__ = ["ActorStats", "RayEngine", "RayScheme", "actor_seed"]
 
 
 @pycollect.hookimpl

@@ -12,13 +12,19 @@ from typing import Any
 __all__ = ["CollectorActor", "pack"]
 
 Packed = dict[str, Any]
-"""A batch as it travels: ``{"shape": [rows, T], "fields": [(key, ndarray), ...]}``."""
+"""A batch as it travels: ``{"shape": [rows, T], "fields": [(key, ndarray), ...], "actor": {...}}``."""
 
 
 def pack(batch: Any) -> Packed:
     """A batch as numpy arrays, which Ray's serializer stores out of band (no pickling of data)."""
     fields = [(key, tensor.numpy()) for key, tensor in batch.items(include_nested=True, leaves_only=True)]
     return {"shape": list(batch.batch_size), "fields": fields}
+
+
+def _node_ip() -> str:
+    import ray.util
+
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
 
 class CollectorActor:
@@ -52,9 +58,11 @@ class CollectorActor:
         """The local collector's config, as resolved in the actor."""
         return self.collector.config
 
-    def ready(self) -> int:
-        """The actor's process id, once its collector (and its workers) started."""
-        return os.getpid()
+    def ready(self) -> dict[str, Any]:
+        """Where the actor runs, once its collector (and its workers) started: pid, node id and node address."""
+        import ray
+
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "node_ip": _node_ip()}
 
     def pid(self) -> int:
         """The actor's process id."""
@@ -81,8 +89,19 @@ class CollectorActor:
         return self.collector.policy_version
 
     def collect(self) -> Packed:
-        """The local collector's next batch; returning it is its one ``ray.put``."""
-        return pack(self.collector.next_batch())
+        """The local collector's next batch; returning it is its one ``ray.put``.
+
+        The rollout carries a few numbers about the actor (under ``"actor"``) for the trainer's
+        ``stats()``, so that asking for them never waits behind a rollout in flight.
+        """
+        packed = pack(self.collector.next_batch())
+        workers = self.collector.stats().workers
+        packed["actor"] = {
+            "policy_version": self.collector.policy_version,
+            "worker_pids": [worker.pid for worker in workers if worker.pid],
+            "worker_restarts": sum(worker.restarts for worker in workers),
+        }
+        return packed
 
     def close(self) -> None:
         """Shut the local collector down (workers stopped and reaped, segment gone)."""

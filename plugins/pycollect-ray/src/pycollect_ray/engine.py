@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pycollect.config import MAX_SECONDS
@@ -29,10 +29,41 @@ if TYPE_CHECKING:
     from pycollect.config import CollectorConfig
     from pycollect.envs.source import EnvSource
 
-__all__ = ["ACTOR_DERIVED", "RayEngine", "RayRun", "actor_config", "actor_seed"]
+__all__ = ["ACTOR_DERIVED", "ActorStats", "RayEngine", "RayRun", "actor_config", "actor_seed"]
 
 _TRAJ_KEY = ("collector", "traj_ids")
 _RESTART_POLL_S = 0.1
+_NODE_CHECK_S = 0.5  # how often a wait for a lost actor asks the GCS whether its node is gone
+
+
+@dataclass(frozen=True)
+class ActorStats:
+    """One Ray actor as the trainer last saw it (``collector.stats().actors[i]``).
+
+    Attributes:
+        actor: The actor's index (its place in a sync batch).
+        state: ``"alive"``, ``"restarting"`` (it died and Ray is restarting it, or its node was
+            lost) or ``"dead"`` (past ``max_restarts``, or no node can hold it any more).
+        node_id: The Ray node it runs on (hex), its latest.
+        node_ip: That node's address.
+        pid: The actor's process id (on that node).
+        restarts: How many times it died and was restarted (a rollout dropped each time).
+        rollouts: Rollouts it delivered.
+        policy_version: The weights version of its last rollout.
+        worker_pids: Its local collector's worker processes (on its node), as of its last rollout.
+        worker_restarts: Restarts of those workers by the actor's own supervisor, as of its last rollout.
+    """
+
+    actor: int
+    state: str
+    node_id: str
+    node_ip: str
+    pid: int
+    restarts: int
+    rollouts: int
+    policy_version: int
+    worker_pids: tuple[int, ...] = field(default=())
+    worker_restarts: int = 0
 
 
 def actor_seed(seed: int | None, index: int) -> int | None:
@@ -116,12 +147,16 @@ class RayEngine(EngineFactory):
         num_gpus_per_actor: GPUs Ray reserves for each actor (visible to its workers).
         max_restarts: How often Ray restarts an actor that dies; the rollout it was collecting
             is dropped and collection goes on. One more death is a ``WorkerCrashedError``.
-        address: The Ray cluster to connect to when Ray is not initialised yet (``"auto"``, or
-            ``"ray://head:10001"``); ``None`` starts a local one (shut down with the collector).
+        address: The Ray cluster to connect to when Ray is not initialised yet (``"head-ip:6379"``,
+            ``"auto"``, or ``"ray://head:10001"``); ``None`` starts a local one (shut down with the
+            collector). A connection to an existing cluster stays open after the collector.
         init_kwargs: More ``ray.init`` keyword arguments, used when this engine initialises Ray.
         runtime_env: The actors' Ray runtime env (e.g. ``{"working_dir": ".", "py_modules": [...]}``
             so they import the user's env module; ``{"env_vars": {...}}``).
-        actor_options: More ``.options()`` for the actors (``resources``, ``scheduling_strategy``...).
+        actor_options: More ``.options()`` for the actors (``resources``, ``scheduling_strategy``...):
+            one mapping for every actor, or a sequence of ``num_actors`` mappings, one per actor
+            (e.g. ``[{"resources": {"node_a": 0.01}}, {"resources": {"node_b": 0.01}}]`` to place
+            actor 0 on one node and actor 1 on another).
         timeout_s: The longest the trainer waits for actors to start or to close (at most
             ``pycollect.config.MAX_SECONDS``). Actors that never started are not waited for at
             close, so actors Ray cannot place fail after ``timeout_s``, not twice that.
@@ -140,7 +175,7 @@ class RayEngine(EngineFactory):
         address: str | None = None,
         init_kwargs: Mapping[str, Any] | None = None,
         runtime_env: Mapping[str, Any] | None = None,
-        actor_options: Mapping[str, Any] | None = None,
+        actor_options: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         timeout_s: float = 300.0,
     ) -> None:
         if isinstance(num_actors, bool) or not isinstance(num_actors, int) or num_actors < 1:
@@ -162,7 +197,18 @@ class RayEngine(EngineFactory):
         self.address = address
         self.init_kwargs = dict(init_kwargs or {})
         self.runtime_env = dict(runtime_env) if runtime_env is not None else None
-        self.actor_options = dict(actor_options or {})
+        if actor_options is None or isinstance(actor_options, Mapping):
+            per_actor = [dict(actor_options or {})] * num_actors
+        elif isinstance(actor_options, Sequence) and not isinstance(actor_options, str | bytes):
+            per_actor = [dict(options) for options in actor_options]
+            if len(per_actor) != num_actors:
+                raise ConfigError(
+                    f"RayEngine(actor_options=...): {len(per_actor)} mappings for num_actors={num_actors}; "
+                    "give one mapping for all actors or one per actor"
+                )
+        else:
+            raise ConfigError(f"RayEngine(actor_options={actor_options!r}): expected a mapping or a list of mappings")
+        self.actor_options = per_actor
         self.timeout_s = float(timeout_s)
 
     def scheme(self, config: CollectorConfig) -> RayScheme:
@@ -230,7 +276,14 @@ class RayRun(Engine):
         self.storing_device = config.storing_device
         self.actors: list[Any] = []
         self.deaths = [0] * factory.num_actors
-        self._pids = [0] * factory.num_actors  # a new pid after a lost rollout: Ray restarted the actor
+        # Per actor, where it runs ({"pid", "node_id", "node_ip"} from its ready()): a new pid
+        # after a lost rollout means Ray restarted it; the node tells which actors a lost node takes.
+        self._where: list[dict[str, Any]] = [{"pid": 0, "node_id": "", "node_ip": ""}] * factory.num_actors
+        self._state = ["starting"] * factory.num_actors
+        self._rollouts = [0] * factory.num_actors
+        self._reported: list[dict[str, Any]] = [{} for _ in range(factory.num_actors)]  # "actor" of its last rollout
+        self._lost_nodes: set[str] = set()
+        self._options: list[dict[str, Any]] = []
         self._ready: list[Any] = []  # per actor, the ObjectRef of its first ready() (done: it started)
         self._pending: dict[int, Any] = {}  # actor index -> ObjectRef of its collect() in flight
         self._latest: tuple[int, Any] | None = None  # the newest (version, ObjectRef of its state dict)
@@ -256,18 +309,18 @@ class RayRun(Engine):
                 ray.init(**kwargs)
                 # A cluster this engine started goes with it; one it connected to stays.
                 self._owns_ray = kwargs.get("address") in (None, "local")
-            options: dict[str, Any] = {
+            common: dict[str, Any] = {
                 "num_cpus": factory.num_cpus_per_actor,
                 "num_gpus": factory.num_gpus_per_actor,
                 "max_restarts": factory.max_restarts,
                 "max_task_retries": 0,  # a rollout is never collected twice: a death drops it
-                **factory.actor_options,
             }
             if factory.runtime_env is not None:
-                options["runtime_env"] = factory.runtime_env
+                common["runtime_env"] = factory.runtime_env
+            self._options = [{**common, **own} for own in factory.actor_options]
             remote = ray.remote(CollectorActor)
             self.actors = [
-                remote.options(**options).remote(
+                remote.options(**self._options[index]).remote(
                     index, env_source, blob, actor_config(config, index, factory.num_actors), self.scheme
                 )
                 for index in range(factory.num_actors)
@@ -286,7 +339,8 @@ class RayRun(Engine):
         refs = self._ready = [actor.ready.remote() for actor in self.actors]
         for index, ref in enumerate(refs):
             try:
-                self._pids[index] = ray.get(ref, timeout=self.factory.timeout_s)
+                self._where[index] = ray.get(ref, timeout=self.factory.timeout_s)
+                self._state[index] = "alive"
             except GetTimeoutError:
                 raise ConfigError(
                     f"ray actor {index} did not start within {self.factory.timeout_s:g} s; does the cluster have "
@@ -314,25 +368,37 @@ class RayRun(Engine):
                 self._lost(index, exc)
                 continue
             self._submit(index)
+            self._rollouts[index] += 1
+            self._reported[index] = packed.get("actor", {})
             return packed
 
     def _lost(self, index: int, exc: BaseException) -> None:
         """Actor ``index``'s rollout in flight is lost: wait for the actor, count a death if it restarted."""
         from ray.exceptions import RayActorError
 
+        self._state[index] = "restarting"
         try:
-            pid = self._await_available(index)
+            where = self._await_available(index)
         except RayActorError as final:  # past Ray's max_restarts (ours): dead for good
             self.deaths[index] += 1
+            self._state[index] = "dead"
             raise self._gave_up(index, _cause(final)) from final
-        if pid != self._pids[index]:  # a new process: Ray restarted it
-            self.deaths[index] += 1
-            self._pids[index] = pid
+        except WorkerCrashedError:
+            self._state[index] = "dead"
+            raise
+        self._state[index] = "alive"
+        if where["pid"] != self._where[index]["pid"] or where["node_id"] != self._where[index]["node_id"]:
+            self.deaths[index] += 1  # a new process: Ray restarted it (on the same node or another)
+            moved = where["node_id"] != self._where[index]["node_id"]
+            self._where[index] = where
             if self.deaths[index] > self.factory.max_restarts:
+                self._state[index] = "dead"
                 raise self._gave_up(index, _cause(exc)) from exc
             warnings.warn(
                 f"ray actor {index} died ({_cause(exc)}); Ray restarted it ({self.deaths[index]} of "
-                f"max_restarts={self.factory.max_restarts}) and the rollout it was collecting is dropped",
+                f"max_restarts={self.factory.max_restarts}"
+                + (f", now on node {where['node_id'][:12]} ({where['node_ip']})" if moved else "")
+                + ") and the rollout it was collecting is dropped",
                 PyCollectWarning,
                 stacklevel=5,
             )
@@ -350,30 +416,75 @@ class RayRun(Engine):
             error=cause,
         )
 
-    def _await_available(self, index: int) -> int:
-        """Wait until actor ``index`` answers again (Ray refuses calls while it restarts); its pid.
+    def _await_available(self, index: int) -> dict[str, Any]:
+        """Wait until actor ``index`` answers again (Ray refuses calls while it restarts); where it runs.
+
+        While it waits it watches the actor's node: a lost node is reported once, naming every
+        actor it held, and if one of them cannot be placed on any remaining node (the resources
+        or the node affinity it asks for are nowhere), waiting is pointless and it raises.
 
         Raises:
             RayActorError: The actor is dead for good.
-            WorkerCrashedError: It did not answer within the engine's ``timeout_s``.
+            WorkerCrashedError: Its node was lost and no remaining node can hold it or another
+                actor lost with it, or it did not answer within the engine's ``timeout_s``.
         """
         import ray
-        from ray.exceptions import ActorUnavailableError, GetTimeoutError
+        from ray.exceptions import ActorUnavailableError
 
         deadline = time.monotonic() + self.factory.timeout_s
+        node = self._where[index]["node_id"]
+        ref = self.actors[index].ready.remote()
+        next_check = time.monotonic()
         while time.monotonic() < deadline:
+            if node not in self._lost_nodes and time.monotonic() >= next_check:
+                next_check = time.monotonic() + _NODE_CHECK_S
+                self._check_node(node)
+            done, _ = ray.wait([ref], timeout=min(_NODE_CHECK_S, max(deadline - time.monotonic(), 0.0)))
+            if not done:
+                continue
             try:
-                pid: int = ray.get(self.actors[index].ready.remote(), timeout=max(deadline - time.monotonic(), 0.1))
-                return pid
+                where: dict[str, Any] = ray.get(ref)
+                return where
             except ActorUnavailableError:
                 time.sleep(_RESTART_POLL_S)  # Ray offers no wait for "restarted"; poll, bounded
-            except GetTimeoutError:
-                break
+                ref = self.actors[index].ready.remote()
         raise WorkerCrashedError(
             f"ray actor {index} did not answer within {self.factory.timeout_s:g} s of losing a rollout",
             worker=index,
             generation=self.deaths[index],
             error=None,
+        )
+
+    def _check_node(self, node: str) -> None:
+        """If ``node`` is dead: warn once naming its actors, or raise if one of them fits no remaining node."""
+        import ray
+
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        if not node or any(entry["NodeID"] == node and entry["Alive"] for entry in nodes):
+            return
+        self._lost_nodes.add(node)
+        held = [i for i, where in enumerate(self._where) if where["node_id"] == node]
+        ip = next((str(where["node_ip"]) for where in self._where if where["node_id"] == node), "?")
+        alive = [dict(entry["Resources"]) for entry in nodes if entry["Alive"]]
+        alive_ids = {str(entry["NodeID"]) for entry in nodes if entry["Alive"]}
+        stuck = [i for i in held if not _placeable(self._options[i], alive, alive_ids)]
+        if stuck:
+            for i in held:
+                self._state[i] = "dead"
+            cause = f"ray node {node[:12]} ({ip}) was lost"
+            raise WorkerCrashedError(
+                f"{cause} with actors {held}; actors {stuck} cannot be placed on any remaining node "
+                f"(the resources or node affinity they ask for are on none of the {len(alive)} alive node(s)), "
+                "so collection stops rather than wait for them",
+                worker=stuck[0],
+                generation=self.deaths[stuck[0]],
+                error=cause,
+            )
+        warnings.warn(
+            f"ray node {node[:12]} ({ip}) was lost with actors {held}: Ray restarts them on the remaining "
+            "node(s) and the rollouts they were collecting are dropped",
+            PyCollectWarning,
+            stacklevel=7,
         )
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
@@ -405,8 +516,26 @@ class RayRun(Engine):
             actor.set_weights.remote(version, [ref])
 
     def supervision(self) -> Supervision:
-        """Nothing per worker: the actors' workers are supervised inside the actors (see :attr:`deaths`)."""
-        return Supervision()
+        """Per actor, an :class:`ActorStats` (the actors' workers are supervised inside the actors)."""
+        return Supervision(actors=tuple(self.actor_stats()))
+
+    def actor_stats(self) -> list[ActorStats]:
+        """Each actor as the trainer last saw it: node, pid, state, restarts, rollouts and its workers."""
+        return [
+            ActorStats(
+                actor=index,
+                state=self._state[index],
+                node_id=str(where["node_id"]),
+                node_ip=str(where["node_ip"]),
+                pid=int(where["pid"]),
+                restarts=self.deaths[index],
+                rollouts=self._rollouts[index],
+                policy_version=int(self._reported[index].get("policy_version", 0)),
+                worker_pids=tuple(self._reported[index].get("worker_pids", ())),
+                worker_restarts=int(self._reported[index].get("worker_restarts", 0)),
+            )
+            for index, where in enumerate(self._where)
+        ]
 
     def close(self) -> None:
         """Shut every local collector down, kill the actors, and stop Ray if this engine started it."""
@@ -417,15 +546,17 @@ class RayRun(Engine):
 
         if not ray.is_initialized():
             return
-        # Only actors that started have a collector to close: one Ray never placed (or still
-        # builds) would run close() only after it started, so waiting on it would cost another
-        # timeout_s for nothing; ray.kill below ends it either way.
+        # Only actors that started and are alive have a collector to close: one Ray never
+        # placed, still builds, or restarts (its node lost) would run close() only once it is
+        # up, so waiting on it would cost another timeout_s for nothing; ray.kill ends it anyway.
         started: set[Any] = set()
         if self._ready:
             done, _ = ray.wait(self._ready, num_returns=len(self._ready), timeout=0)
             started = set(done)
         refs = [
-            actor.close.remote() for actor, ready in zip(self.actors, self._ready, strict=False) if ready in started
+            actor.close.remote()
+            for index, (actor, ready) in enumerate(zip(self.actors, self._ready, strict=False))
+            if ready in started and self._state[index] == "alive"
         ]
         if refs:
             # The local collectors stop and reap their workers; a dead actor's workers died with
@@ -437,6 +568,22 @@ class RayRun(Engine):
         self._pending.clear()
         if self._owns_ray:
             ray.shutdown()
+
+
+def _placeable(options: Mapping[str, Any], alive: list[dict[str, float]], alive_ids: set[str]) -> bool:
+    """Whether some alive node has, in total, what an actor with these ``.options()`` asks for.
+
+    A hard node affinity to a node that is gone places it nowhere; other scheduling strategies
+    (placement groups, soft affinity, ``"SPREAD"``) are Ray's to resolve, so they count as placeable.
+    """
+    strategy = options.get("scheduling_strategy")
+    node_id = getattr(strategy, "node_id", None)
+    if node_id is not None and not getattr(strategy, "soft", True) and node_id not in alive_ids:
+        return False
+    demand = {"CPU": float(options.get("num_cpus") or 0), "GPU": float(options.get("num_gpus") or 0)}
+    demand.update({name: float(amount) for name, amount in (options.get("resources") or {}).items()})
+    wanted = {name: amount for name, amount in demand.items() if amount > 0}
+    return any(all(total.get(name, 0.0) >= amount for name, amount in wanted.items()) for total in alive)
 
 
 def _cause(exc: BaseException) -> str:
