@@ -280,9 +280,7 @@ def _plot(path: Path, summary: dict[str, dict[str, Any]], k: int) -> None:
     ax.barh(labels, values, color=["#C44E52" if name.startswith("pycollect") else "#8C8C8C" for name in labels])
     ax.invert_yaxis()
     ax.set_xlabel(f"Pong frames/s with a Nature-CNN policy, {WORKERS} workers x {k} envs (median)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    tp.save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -792,6 +792,16 @@ def save_record(path: Path, **fields: Any) -> None:
     path.write_text(json.dumps(record, indent=1))
 
 
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out a bench's matplotlib figure, write it to ``path`` as a PNG and close it."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def _machine() -> dict[str, Any]:
     import tensordict
     import torchrl
@@ -1283,9 +1293,7 @@ def _plot(
             ax.invert_yaxis()
             ax.tick_params(axis="y", labelsize=8)
     fig.suptitle(f"Collector throughput, 2 workers where applicable, K={k} envs per worker, {rounds} rounds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -252,9 +252,7 @@ def _plot(path: Path, summary: dict[str, dict[str, dict[str, Any]]]) -> None:
         ax.set_title(name)
         ax.invert_yaxis()
     fig.supxlabel("env steps/s, x the 2 raw loops in parallel (median of the per-round ratios)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    tp.save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ class CudaTransfer(HostTransfer):
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
         self._stream: Any = None
-        self._inputs: dict[Key, torch.Tensor] = {}
+        # Each input's pinned buffer with a numpy view of it, made at the first call that needs them.
+        self._inputs: dict[Key, tuple[torch.Tensor, np.ndarray]] = {}
         self._outputs: dict[Key, torch.Tensor] = {}
 
     @contextlib.contextmanager
@@ -85,8 +86,12 @@ class CudaTransfer(HostTransfer):
         out = {}
         for key, array in arrays.items():
             array = np.asarray(array)
-            staged = _buffer(self._inputs, key, array.shape, torch.from_numpy(np.empty(0, array.dtype)).dtype)
-            np.copyto(staged.numpy(), array)
+            entry = self._inputs.get(key)
+            if entry is None or entry[1].shape != array.shape or entry[1].dtype != array.dtype:
+                pinned = _pinned_empty(array.shape, torch.from_numpy(np.empty(0, array.dtype)).dtype)
+                entry = self._inputs[key] = (pinned, pinned.numpy())
+            staged, view = entry
+            np.copyto(view, array)
             out[key] = staged.to(self.device, non_blocking=True)
         return out
 
@@ -100,7 +105,9 @@ class CudaTransfer(HostTransfer):
         copied = False
         for key, value in outputs.items():
             if isinstance(value, torch.Tensor) and value.device.type == self.device.type:
-                staged = _buffer(self._outputs, key, tuple(value.shape), value.dtype)
+                staged = self._outputs.get(key)
+                if staged is None or staged.shape != value.shape or staged.dtype != value.dtype:
+                    staged = self._outputs[key] = _pinned_empty(tuple(value.shape), value.dtype)
                 staged.copy_(value.detach(), non_blocking=True)
                 host[key] = staged
                 copied = True
@@ -114,14 +121,6 @@ class CudaTransfer(HostTransfer):
 def transfer_for(device: torch.device) -> HostTransfer:
     """The transfer for a policy on ``device``: :class:`CudaTransfer` for CUDA, :class:`HostTransfer` otherwise."""
     return CudaTransfer(device) if device.type == "cuda" else HostTransfer(device)
-
-
-def _buffer(buffers: dict[Key, torch.Tensor], key: Key, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """``key``'s pinned host buffer, made (again) when the shape or dtype asked for is new."""
-    buffer = buffers.get(key)
-    if buffer is None or tuple(buffer.shape) != shape or buffer.dtype != dtype:
-        buffer = buffers[key] = _pinned_empty(shape, dtype)
-    return buffer
 
 
 def _pinned_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

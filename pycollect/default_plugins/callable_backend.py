@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from pycollect.envs.backend import EnvBackend, GymLikeEnv
-from pycollect.exceptions import UnknownEnvError
+from pycollect.envs.backend import EnvBackend, GymLikeEnv, import_factory
 from pycollect.hookspecs import hookimpl
 
 __all__ = ["CallableBackend"]
@@ -25,30 +23,12 @@ class CallableBackend(EnvBackend):
 
     def check(self, target: Any, env_kwargs: Mapping[str, Any]) -> None:
         """Import the factory if the target is a path; check that it is callable."""
-        _resolve(target)
+        import_factory(target, self.name)
 
     def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> GymLikeEnv:
         """``factory(**env_kwargs)``."""
-        env: GymLikeEnv = _resolve(target)(**dict(env_kwargs))
+        env: GymLikeEnv = import_factory(target, self.name)(**dict(env_kwargs))
         return env
-
-
-def _resolve(target: Any) -> Callable[..., Any]:
-    if isinstance(target, str):
-        module_name, sep, attr = target.partition(":")
-        if not sep or not module_name or not attr:
-            raise UnknownEnvError(f"callable env target {target!r} must be an import path 'package.module:function'")
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise UnknownEnvError(f"cannot import env factory {target!r}: {exc}") from None
-        target = obj
-    if not callable(target):
-        raise UnknownEnvError(f"env factory {target!r} is not callable")
-    factory: Callable[..., Any] = target
-    return factory
 
 
 @hookimpl

@@ -8,7 +8,8 @@ reports their fields before anything is collected. Write one by subclassing
 :mod:`pycollect.default_plugins` and register the same way.
 
 Modules:
-    backend: the :class:`EnvBackend` interface and the :class:`GymLikeEnv` protocol.
+    backend: the :class:`EnvBackend` interface, the :class:`GymLikeEnv` protocol, and
+        :func:`import_factory` for backends whose targets are factories.
     specs: :class:`Field` (key, shape, dtype: the one record of a batch array) and
         :class:`EnvSpecs` / :class:`FieldSpec`, gymnasium spaces as fixed-shape fields.
     source: :class:`EnvSource`, a user's ``env`` argument resolved to a backend.
@@ -16,7 +17,7 @@ Modules:
 
 from __future__ import annotations
 
-from pycollect.envs.backend import EnvBackend, GymLikeEnv
+from pycollect.envs.backend import EnvBackend, GymLikeEnv, import_factory
 from pycollect.envs.specs import EnvSpecs, Field, FieldSpec, specs_from_spaces
 
-__all__ = ["EnvBackend", "EnvSpecs", "Field", "FieldSpec", "GymLikeEnv", "specs_from_spaces"]
+__all__ = ["EnvBackend", "EnvSpecs", "Field", "FieldSpec", "GymLikeEnv", "import_factory", "specs_from_spaces"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pycollect.envs.specs import EnvSpecs, specs_from_spaces
+from pycollect.exceptions import UnknownEnvError
 
-__all__ = ["EnvBackend", "GymLikeEnv"]
+__all__ = ["EnvBackend", "GymLikeEnv", "import_factory"]
 
 
 @runtime_checkable
@@ -81,3 +83,35 @@ class EnvBackend(abc.ABC):
     def adopted(self, env: GymLikeEnv) -> bool:
         """Whether ``env`` is what this backend's :meth:`adopt` returned (its :meth:`specs` describe it)."""
         return False
+
+
+def import_factory(target: Any, backend: str, what: str = "env factory") -> Callable[..., Any]:
+    """The factory a backend's target names: the target itself, or what ``"package.module:name"`` imports.
+
+    For backends whose targets are factories (the built-in ``callable`` backend, plugins'
+    backends such as ``torchrl``).
+
+    Args:
+        target: A callable, or an import path string ``"package.module:name"`` (``name`` may be
+            dotted: ``"pkg.mod:Class.create"``).
+        backend: The backend's name, for messages.
+        what: What the factory is, for messages (``"env factory"``, ``"TorchRL env factory"``).
+
+    Raises:
+        UnknownEnvError: The path is malformed or cannot be imported, or the target is not callable.
+    """
+    if isinstance(target, str):
+        module_name, sep, attr = target.partition(":")
+        if not sep or not module_name or not attr:
+            raise UnknownEnvError(f"{backend} env target {target!r} must be an import path 'package.module:function'")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise UnknownEnvError(f"cannot import {what} {target!r}: {exc}") from None
+        target = obj
+    if not callable(target):
+        raise UnknownEnvError(f"{what} {target!r} is not callable")
+    factory: Callable[..., Any] = target
+    return factory

@@ -13,12 +13,11 @@ every trainer, and a worker that steps gymnasium envs unpickles this backend too
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from pycollect import ConfigError, UnknownEnvError
-from pycollect.envs import EnvBackend
+from pycollect import ConfigError
+from pycollect.envs import EnvBackend, import_factory
 from pycollect.envs.specs import EnvSpecs
 
 __all__ = ["TorchRLBackend", "is_torchrl_env"]
@@ -29,26 +28,6 @@ def is_torchrl_env(obj: Any) -> bool:
     return any(
         (klass.__module__.split(".")[0], klass.__name__) == ("torchrl", "EnvBase") for klass in type(obj).__mro__
     )
-
-
-def _resolve(target: Any) -> Callable[..., Any]:
-    if isinstance(target, str):
-        module_name, sep, attr = target.partition(":")
-        if not sep or not module_name or not attr:
-            raise UnknownEnvError(
-                f"torchrl env target {target!r} must be an import path 'package.module:make_env' of a factory"
-            )
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise UnknownEnvError(f"cannot import TorchRL env factory {target!r}: {exc}") from None
-        target = obj
-    if not callable(target):
-        raise UnknownEnvError(f"torchrl env target {target!r} is not callable: pass a factory of one EnvBase")
-    factory: Callable[..., Any] = target
-    return factory
 
 
 class TorchRLBackend(EnvBackend):
@@ -65,7 +44,7 @@ class TorchRLBackend(EnvBackend):
         Raises:
             UnknownEnvError: Not callable, or an import path that does not import.
         """
-        _resolve(target)
+        import_factory(target, self.name, "TorchRL env factory")
 
     def make(self, target: Any, env_kwargs: Mapping[str, Any]) -> Any:
         """``factory(**env_kwargs)``, which must return one unbatched TorchRL env, wrapped.
@@ -74,7 +53,7 @@ class TorchRLBackend(EnvBackend):
             ConfigError: The factory built something else, or an env whose specs pycollect cannot
                 lay out (see :func:`pycollect_torchrl.layout.layout`).
         """
-        env = _resolve(target)(**dict(env_kwargs))
+        env = import_factory(target, self.name, "TorchRL env factory")(**dict(env_kwargs))
         adopted = self.adopt(env)
         if adopted is None:
             if hasattr(env, "close"):
