@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -103,9 +102,7 @@ def test_workers_act_with_new_weights_from_their_next_rollout() -> None:
         assert (first["action"] == 0).all() and (first["policy_version"] == 0).all()
         for version in (1, 2, 3):
             policy.choose(version)  # the action is the version: a frame shows the weights it ran with
-            start = time.monotonic()
             c.update_policy_weights_()
-            assert time.monotonic() - start < 1.0
             batches = _wait_for_version(c, version)
             # a worker may have two rollouts done before the update: the third batch has it
             assert len(batches) <= 3, [b["policy_version"][:, 0].tolist() for b in batches]
@@ -114,7 +111,9 @@ def test_workers_act_with_new_weights_from_their_next_rollout() -> None:
 
 def test_a_killed_worker_restarts_from_the_latest_version() -> None:
     policy = BiasPolicy()
-    with _collector(policy) as c:
+    # An update that waited for the dead worker would wait for this long: the test's timeout
+    # fails it long before (no clock is asserted).
+    with _collector(policy, TorchDistributedScheme(timeout_s=3600)) as c:
         for version in (1, 2):
             policy.choose(version)
             c.update_policy_weights_()
@@ -123,9 +122,7 @@ def test_a_killed_worker_restarts_from_the_latest_version() -> None:
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         policy.choose(3)
-        start = time.monotonic()
         c.update_policy_weights_()  # the dead worker's group is nobody's concern here
-        assert time.monotonic() - start < 1.0
         restarted = 1 + 2 * (1 << 32)  # trajectory ids of worker 1's generation 2 start here
 
         def second_generation() -> bool:
@@ -147,7 +144,9 @@ def test_a_killed_worker_restarts_from_the_latest_version() -> None:
 
 def test_a_hung_worker_does_not_block_updates() -> None:
     policy = BiasPolicy()
-    scheme = TorchDistributedScheme(timeout_s=2.0)
+    # An update that waited for the hung worker would wait for this long: the test's timeout
+    # fails it long before (no clock is asserted).
+    scheme = TorchDistributedScheme(timeout_s=3600)
     with _collector(policy, scheme, sync=False) as c:
         policy.choose(1)
         c.update_policy_weights_()
@@ -158,9 +157,7 @@ def test_a_hung_worker_does_not_block_updates() -> None:
         try:
             for version in (2, 3):
                 policy.choose(version)
-                start = time.monotonic()
                 c.update_policy_weights_()
-                assert time.monotonic() - start < 1.0  # well under the scheme's timeout
             # Worker 0 keeps collecting and takes version 3 (async: its batches alone).
             batches = _wait_for_version(c, 3)
             assert all((b["collector", "traj_ids"] % 2 == 0).all() for b in batches[-1:])
@@ -183,7 +180,9 @@ def test_a_worker_stalled_mid_transfer_does_not_block_send() -> None:
     """The trainer's side alone, with a worker (a thread here) that asks and never receives."""
     state = {"w": torch.zeros(16 << 20)}  # 64 MiB: more than a socket buffer holds
     layout = WeightsLayout.from_state_dict(state)
-    sender = tds._Sender(layout, timeout_s=2.0, backend="auto")
+    # The stalled session is dropped after the scheme's timeout: long enough for the two sends
+    # below to finish before it on a loaded machine.
+    sender = tds._Sender(layout, timeout_s=5.0, backend="auto")
     try:
         sender.send(state, 1, timeout_s=5.0)
         receiver = pickle.loads(pickle.dumps(sender.receiver()))
@@ -198,10 +197,11 @@ def test_a_worker_stalled_mid_transfer_does_not_block_send() -> None:
         receiver._request("want", 0, 1, 1, 1)  # ... and never receives
         wait_until(lambda: any(b.users for b in sender._buffers), timeout_s=30, what="the transfer to start")
         for version in (2, 3):
-            start = time.monotonic()
             sender.send({"w": torch.full((16 << 20,), float(version))}, version, timeout_s=5.0)
-            assert time.monotonic() - start < 1.0
         assert sender._latest is not None and sender._latest.version == 3
+        # Both sends returned while version 1 is still being sent (the stalled session is only
+        # dropped after the scheme's timeout): they did not wait for it. No clock is asserted:
+        # two 64 MiB copies can take more than a second on a loaded machine.
         assert sender._buffers[0].users == 1  # version 1 is still being sent: never overwritten
         # The send times out after the scheme's timeout and the session lets its group go.
         wait_until(lambda: 0 not in sender._sessions, timeout_s=30, what="the stalled session to be dropped")

@@ -46,33 +46,40 @@ class EpisodeRecord:
 
         A trajectory is a run of equal ids along a row (an id changes only where an episode
         starts), so the runs are found with one comparison per frame instead of a sort; only
-        the runs that touch a row's ends meet trajectories of other batches.
+        the runs that touch a row's ends meet trajectories of other batches. The frames are
+        handled by numpy, the few runs as Python lists: a numpy call on a handful of values
+        costs more than a Python loop over them.
         """
         traj_ids = batch.get(TRAJ_IDS)
         steps = traj_ids.shape[-1]
-        ids = traj_ids.reshape(-1, steps).numpy()
-        rewards = batch.get(REWARD).reshape(-1, steps).numpy().astype(np.float64)
-        done = batch.get(NEXT_DONE).reshape(-1, steps).numpy()
-        starts = np.ones(ids.shape, bool)
+        ids = traj_ids.numpy().reshape(-1, steps)
+        starts = np.empty(ids.shape, bool)
+        starts[:, 0] = True
         np.not_equal(ids[:, 1:], ids[:, :-1], out=starts[:, 1:])
+        starts = starts.reshape(-1)
+        run = np.cumsum(starts)  # each frame's run, counted from 1
+        run -= 1
         first = np.flatnonzero(starts)  # each run's first frame (flat)
-        run = np.cumsum(starts.ravel()) - 1  # each frame's run
-        sums = np.bincount(run, weights=rewards.ravel(), minlength=first.size)
-        lengths = np.bincount(run, minlength=first.size)
-        finished = np.zeros(first.size, bool)
-        finished[run[done.ravel()]] = True
+        rewards = batch.get(REWARD).numpy().reshape(-1)  # float32, summed in float64 by bincount
+        sums = np.bincount(run, weights=rewards, minlength=first.size).tolist()
+        lengths = np.bincount(run, minlength=first.size).tolist()
+        finished = set(run[batch.get(NEXT_DONE).numpy().reshape(-1)].tolist())
+        run_ids = ids.reshape(-1)[first].tolist()
         self._batches += 1
-        run_ids = ids.ravel()[first]
-        for n in np.flatnonzero(first % steps == 0).tolist():  # at a row's start: it may go on from earlier
-            before, before_steps, _ = self._open.pop(int(run_ids[n]), (0.0, 0, 0))
-            sums[n] += before
-            lengths[n] += before_steps
-        for n in np.flatnonzero(~finished).tolist():  # at most one per row, at its end
-            self._open[int(run_ids[n])] = (float(sums[n]), int(lengths[n]), self._batches)
-        order = np.argsort(run_ids[finished], kind="stable")  # in id order, as before
-        returns = sums[finished][order].tolist()
+        open_runs, ended = self._open, []
+        for n, (traj, frame) in enumerate(zip(run_ids, first.tolist(), strict=True)):
+            if frame % steps == 0 and traj in open_runs:  # at a row's start: it goes on from earlier
+                before, before_steps, _ = open_runs.pop(traj)
+                sums[n] += before
+                lengths[n] += before_steps
+            if n in finished:
+                ended.append((traj, n))
+            else:  # at most one per row, at its end
+                open_runs[traj] = (sums[n], lengths[n], self._batches)
+        ended.sort()  # in id order, as before
+        returns = [sums[n] for _, n in ended]
         self.count += len(returns)
-        self.length_sum += int(lengths[finished].sum())
+        self.length_sum += sum(lengths[n] for _, n in ended)
         for total in returns:  # one at a time: the same sum, to the last bit, as adding them as they finish
             self.return_sum += total
         self.recent_returns.extend(returns)

@@ -432,13 +432,17 @@ class _Rollout:
     def store_reset(self, i: int, t: int, raw: Any) -> None:
         """Store env ``i``'s reset observation, after its episode ended at step ``t``."""
         checks, ndarray = self.checks, np.ndarray
+        last = t + 1 == self.steps
         for obs, _, current, path, field, dtype, shape in self.obs_out:
             value = checks.leaf(raw, path, field, i, t + 1) if path else raw
             if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
                 value = checks.observation(field, value, i, t + 1)
-            current[i] = value
-            if t + 1 < self.steps:
+            if last:
+                current[i] = value  # where the next rollout starts
+            else:
                 obs[i, t + 1] = value  # the one frame of obs that ("next", obs) lacks
+                if self.track_current:
+                    current[i] = value  # what the policy reads next (without one, only the last step's is read)
 
     def finish(self) -> None:
         """Move the rewards and flags into their ``[K, T, 1]`` fields, once the last step is done."""
