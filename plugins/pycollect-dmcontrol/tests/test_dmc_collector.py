@@ -100,6 +100,38 @@ def test_time_limit_shows_as_truncation_and_the_env_resets() -> None:
     assert not torch.equal(batch["observation", "position"][:, 5], batch["next", "observation", "position"][:, 4])
 
 
+def _batches_on_one_path(monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple[list[TensorDictBase], int]:
+    """Two batches of short cheetah-run episodes with the native stepper allowed or not, and how
+    many env steps the Python path took (with the native stepper: those it did not store)."""
+    from pycollect._rollout import runner
+
+    taken = [0]
+    step_python = runner._Rollout.step_python
+
+    def counting(self: Any, t: int, results: Any) -> list[int]:
+        results = list(results)
+        taken[0] += len(results)
+        return step_python(self, t, results)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(runner.EnvRunner, "native", native)
+        patch.setattr(runner._Rollout, "step_python", counting)
+        batches = _first_batches(dmc_factories.cheetah_run_short, 2, frames_per_batch=2 * 16, envs_per_worker=2, seed=0)
+    return batches, taken[0]
+
+
+def test_cheetah_steps_stay_native_and_match_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    native, left_to_python = _batches_on_one_path(monkeypatch, native=True)
+    python, taken_by_python = _batches_on_one_path(monkeypatch, native=False)
+    assert left_to_python == 0  # dm_control's OrderedDict observations and float rewards are stored natively
+    assert taken_by_python == 2 * 2 * 16
+    for a, b in zip(native, python, strict=True):
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        for key in a.keys(True, True):
+            assert torch.equal(a[key], b[key]), key
+    assert native[0]["next", "truncated"][:, :-1].any()  # episodes end inside a rollout: resets are compared too
+
+
 # -- worker processes ---------------------------------------------------------------------------
 
 
