@@ -113,9 +113,15 @@ def _plugin_hint(what: str | None) -> str:
 
 def _torchrl_class(obj: Any) -> bool:
     """Whether ``obj`` is a TorchRL ``EnvBase`` subclass: a factory (``env=GymEnv, env_kwargs={...}``)."""
-    return isinstance(obj, type) and any(
-        (klass.__module__.split(".")[0], klass.__name__) == ("torchrl", "EnvBase") for klass in obj.__mro__
-    )
+    return isinstance(obj, type) and ("torchrl", "EnvBase") in _lineage(obj)
+
+
+def _lineage(cls: type) -> set[tuple[str, str]]:
+    """``(top-level package, class name)`` of ``cls`` and every class it derives from.
+
+    Names, not classes: recognising another library's env must not import that library.
+    """
+    return {(klass.__module__.split(".")[0], klass.__name__) for klass in cls.__mro__}
 
 
 def foreign_env(obj: Any) -> str | None:
@@ -126,7 +132,7 @@ def foreign_env(obj: Any) -> str | None:
         (GymEnv)"`` and the like, or ``None`` for anything else.
     """
     cls = obj if isinstance(obj, type) else type(obj)
-    names = {(klass.__module__.split(".")[0], klass.__name__) for klass in cls.__mro__}
+    names = _lineage(cls)
     kind = "class" if isinstance(obj, type) else "instance"
     if ("gymnasium", "VectorEnv") in names:
         count = getattr(obj, "num_envs", None) if kind == "instance" else None

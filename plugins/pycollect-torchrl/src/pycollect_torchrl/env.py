@@ -197,8 +197,7 @@ def _gym_fast_path(env: Any, env_layout: Layout) -> tuple[Any, bool, np.dtype[An
     ):
         return None
     one_hot = isinstance(env.action_spec, OneHot)
-    reward_dtype = np.dtype(torch.empty((), dtype=env_layout.reward_dtype).numpy().dtype)
-    return inner.step, one_hot, env_layout.observation[0].dtype, reward_dtype
+    return inner.step, one_hot, env_layout.observation[0].dtype, env_layout.reward_numpy_dtype
 
 
 def _dm_control_fast_path(
@@ -231,8 +230,7 @@ def _dm_control_fast_path(
     ):
         return None
     leaves = [(spec.key[0], spec.dtype, spec.shape) for spec in env_layout.observation]
-    reward_dtype = np.dtype(torch.empty((), dtype=env_layout.reward_dtype).numpy().dtype)
-    return inner.step, leaves, reward_dtype, env_layout.action.dtype
+    return inner.step, leaves, env_layout.reward_numpy_dtype, env_layout.action.dtype
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:

@@ -102,6 +102,11 @@ class Layout:
     action_space: gym.Space[Any]
 
     @property
+    def reward_numpy_dtype(self) -> np.dtype[Any]:
+        """:attr:`reward_dtype` as numpy's dtype (what the fast steps and ``ParallelEnv`` cast rewards to)."""
+        return np.dtype(torch.empty((), dtype=self.reward_dtype).numpy().dtype)
+
+    @property
     def keys(self) -> tuple[Key, ...]:
         """The observation keys, in order."""
         return tuple(spec.key for spec in self.observation)

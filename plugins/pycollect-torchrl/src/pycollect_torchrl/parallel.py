@@ -165,7 +165,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         self._closed = True
         self._leaves: list[tuple[int, tuple[str, ...]]] = []
         self._ended = np.zeros(num_workers, bool)  # done at their last step, not reset since
-        self._reward_dtype = np.dtype(torch.empty((), dtype=self._layout.reward_dtype).numpy().dtype)
+        self._reward_dtype = self._layout.reward_numpy_dtype
 
     # -- life cycle ------------------------------------------------------------------------
 
