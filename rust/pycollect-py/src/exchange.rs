@@ -136,7 +136,7 @@ impl StepChannel {
         timeout_s: Option<f64>,
     ) -> PyResult<Option<RequestTuple<'py>>> {
         let deadline = deadline(timeout_s)?;
-        let policy = WaitPolicy::default();
+        let policy = WaitPolicy::STEPPING;
         let segment = &self.segment;
         let got = wait_for(py, deadline, |slice_end| {
             self.with_worker(|w| w.wait_request(&policy, Some(slice_end), || segment.is_shutdown()))
@@ -224,7 +224,7 @@ pub fn wait_answers(
             .filter(|&i| waits[i].0.is_answered(waits[i].1))
             .collect()
     };
-    let policy = WaitPolicy::default();
+    let policy = WaitPolicy::STEPPING;
     let got = wait_sliced(py, deadline, |slice_end| {
         match core_wait_answers(&waits, any, &policy, Some(slice_end), || {
             segment.is_shutdown()
