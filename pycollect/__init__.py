@@ -26,9 +26,22 @@ worker processes) early, so that its imports overlap yours.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import TYPE_CHECKING
 
-from pycollect._core import __version__
+try:
+    from pycollect._core import __version__
+except ModuleNotFoundError as error:
+    if error.name != f"{__name__}._core":
+        raise
+    # A source tree (a clone's pycollect/, first on sys.path in the clone's root) has no native
+    # module unless installed in editable mode: switch to an installed pycollect with the same
+    # Python files, or raise an ImportError that says what to do (pycollect._source_tree).
+    from pycollect import _source_tree
+
+    _source_tree.use_installed_package(sys.modules[__name__])
+    del _source_tree
+    from pycollect._core import __version__
 from pycollect._lazy import lazy_exports
 from pycollect.exceptions import (
     ActionError,
