@@ -23,7 +23,7 @@ parent owns: :meth:`Supervisor.shutdown` returns an empty report and touches no 
 the child's copy.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, Protocol, TypeAlias, final
 
 from typing_extensions import Buffer
@@ -357,6 +357,43 @@ class StepChannel:
         envs it was meant for are gone). Returns its seq, or None when there was none (a
         request for this generation stays pending, for :meth:`wait_request`).
         """
+
+class StepRequests:
+    """Every worker's step channel of one segment handle, driven together by the trainer.
+
+    A synchronous step of a vector env in three calls: :meth:`post_all`, :meth:`wait_all`,
+    :meth:`unusual` (which returns only the answers that say more than "done"). The channels'
+    trainer ends are the :class:`StepChannel` objects' own: requests posted here and through a
+    channel are one sequence.
+    """
+
+    def __init__(self, channels: Sequence[StepChannel]) -> None:
+        """Drive ``channels``, the step channels of workers ``0..N`` of one segment handle, in order.
+
+        Raises:
+            ConfigError: No channel, or channel ``w`` is not worker ``w``'s of the first one's handle.
+        """
+    def any_pending(self) -> bool:
+        """Whether any worker has a request that is not answered yet."""
+    def post_all(self, command: int, generations: Sequence[int], payload: bytes | None = None) -> None:
+        """Post ``command`` (with ``payload``, the same for all) to every worker for its generation.
+
+        ``generations[w]`` is the request's argument for worker ``w`` (the generation the
+        trainer means it for).
+
+        Raises:
+            TransportError: A worker's previous request is unanswered (nothing is posted), or
+                the payload is larger than the mailbox.
+        """
+    def seqs(self) -> list[int]:
+        """The seq of the latest request posted to each worker (0: none)."""
+    def wait_all(self, *, timeout_s: float | None) -> bool:
+        """Wait (GIL released, sliced, Ctrl-C raises) until every latest request is answered.
+
+        Returns ``False`` when ``timeout_s`` passed first or the segment shut down.
+        """
+    def unusual(self) -> list[tuple[int, int, int, bytes]]:
+        """``(worker, generation, status, payload)`` of each answer that is not "OK, no payload", in worker order."""
 
 def wait_answers(
     channels: Sequence[StepChannel], seqs: Sequence[int], *, timeout_s: float | None, any: bool = False
@@ -706,3 +743,110 @@ class EnvStepper:
             ConfigError: ``t`` is outside the rollout, ``actions`` has fewer items than envs,
                 or ``skip`` has not one entry per env.
         """
+
+class GroupStepper:
+    """A vector env's ``K`` envs stepped with gymnasium's autoreset semantics, the common case natively.
+
+    The native side of :class:`pycollect._steps.group.EnvGroup`: per env it does what
+    ``SyncVectorEnv`` does in the autoreset mode (``NEXT_STEP`` resets an env that ended at its
+    last step instead of stepping it; ``SAME_STEP`` resets an env whose episode ends, or reaches
+    ``max_episode_steps``, in the same step, its last observation in the final rows and its info
+    in the final info fields), writing each result that is the common case (observation leaves
+    the native store takes, a ``float`` reward, ``bool`` flags, an info whose kept entries all
+    fit the info fields) into the rows, and handing every other env back with its raw result.
+    ``ended`` and ``lengths`` are shared with the Python side.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[Callable[[object], object]],
+        resets: Sequence[Callable[[], object]],
+        leaves: Sequence[tuple[Sequence[object], Sequence[int], object, int]],
+        rows: Sequence[object],
+        finals: Sequence[object] | None,
+        ndarray: type,
+        rewards: object,
+        terminated: object,
+        truncated: object,
+        ended: object,
+        lengths: object,
+        *,
+        mode: int,
+        max_episode_steps: int | None,
+        info_keys: Sequence[str] | None,
+        info_fields: Sequence[tuple[object, ...]],
+    ) -> None:
+        """Bind the envs' ``step`` and ``reset`` methods to the arrays a vector env reads.
+
+        ``leaves``: ``(path, shape, dtype, itemsize)`` per observation leaf; ``rows`` (and
+        ``finals``, exactly in ``SAME_STEP`` mode) one writable C-contiguous ``[K, *shape]`` array
+        per leaf; ``rewards`` float64, ``terminated``, ``truncated``, ``ended`` bool and
+        ``lengths`` int64, each ``[K]``. ``mode``: 0 ``NEXT_STEP``, 1 ``SAME_STEP``, 2
+        ``DISABLED``. ``info_keys``: the entries kept (``None``: all). ``info_fields``: ``(key,
+        kind, type or dtype, shape, itemsize, values, mask, final values, final mask)`` per field
+        (:meth:`pycollect._steps.info_fields.InfoArrays.native_args`).
+
+        Raises:
+            ConfigError: An array that does not fit its role, an unknown mode or kind.
+        """
+    def step(
+        self, actions: Iterable[object], start: int = 0, stop: int | None = None
+    ) -> list[tuple[int, int, object]] | None:
+        """Step envs ``start..stop`` (default: all) with ``actions``, one per env of the range.
+
+        Returns ``None`` when every env was stored, else ``(env, kind, raw result)`` for each env
+        Python finishes (kinds: :data:`pycollect._steps.group.LEFT_STEPPED`, ``LEFT_RESET``,
+        ``LEFT_ENDED_RESET``), in env order.
+
+        Raises:
+            ConfigError: A bad range, or fewer actions than envs in it.
+        """
+    def serve(
+        self,
+        channel: StepChannel,
+        control: WorkerControl,
+        generation: int,
+        actions: Callable[[int, int], Iterable[object]],
+    ) -> tuple[int, tuple[int, int, int, bytes, list[tuple[int, int, object]] | None] | None]:
+        """A step worker's request loop: serve STEP requests natively until one needs Python.
+
+        Waits for requests (GIL released, sliced: between slices it beats ``control``'s
+        heartbeat and runs signal handlers), answers one for another generation than
+        ``generation`` with NOT_MINE, and steps the envs of a STEP request (``actions(start,
+        stop)`` gives their actions; an 8-byte payload names the range, none means all): when
+        every env was stored it answers OK with no payload itself. Returns ``(served, handed)``:
+        the steps it answered, and the request left to Python as ``(seq, command, arg,
+        payload, left)`` (``left`` as :meth:`step` returns it; ``None`` when nothing was
+        stepped), or ``None`` once the segment shuts down.
+        """
+
+class ActionWriter:
+    """A batch of one action leaf checked against its bounds and written, cast, in one pass.
+
+    The common case only: exactly a C-contiguous ``numpy.ndarray`` of the batch's shape whose
+    dtype is one of the dtype objects given, of a kind the leaf takes, every value inside the
+    bounds (compared as float64; NaN is outside), floats staying finite when narrowed.
+    Anything else is refused without a message, for the Python checks to take.
+    """
+
+    def __init__(
+        self,
+        out: object,
+        shape: Sequence[int],
+        low: Sequence[float],
+        high: Sequence[float],
+        target: int,
+        dtypes: Sequence[tuple[object, int]],
+        ndarray: type,
+    ) -> None:
+        """Bind ``out``, a writable C-contiguous ``[N, *shape]`` array of element type ``target``, to the bounds.
+
+        ``low`` and ``high``: one float64 per element of one env's action, flattened;
+        ``dtypes``: ``(numpy dtype object, element code)`` per input dtype read natively (codes:
+        :data:`pycollect._steps.spaces.ELEMENT_CODES`).
+
+        Raises:
+            ConfigError: An array that does not fit, bounds of the wrong size, an unknown code.
+        """
+    def write(self, actions: object) -> bool:
+        """Check ``actions`` and write them into the array; ``False`` (nothing promised of the array) if not."""

@@ -8,7 +8,8 @@ shared memory. Per env it does exactly what ``gymnasium.vector.SyncVectorEnv`` d
 * ``NEXT_STEP``: an env whose episode ended at the last step is reset instead of stepped (its
   action ignored, reward 0, flags False, its info the reset's info).
 * ``SAME_STEP``: an env whose episode ends is reset in the same step; its final observation
-  goes into the final-observation arrays and its final info into the returned material.
+  goes into the final-observation arrays and its final info into the final info fields (what
+  fits none, into the returned material).
 * ``DISABLED``: never reset here; stepping an env that ended and was not reset (``reset`` with
   a mask) is an :class:`~pycollect.ActionError`.
 
@@ -17,17 +18,20 @@ rewards as float64, flags as bools. A value that is not exactly what its array h
 through pycollect's output checks, which convert what fits and raise
 :class:`~pycollect.EnvOutputError` (naming the env and the step) for what does not.
 
-What gymnasium's vector infos need is returned, not built here (the trainer builds them, see
-:mod:`pycollect._steps.infos`): ``None`` when no env returned a non-empty info and none ended in
-``SAME_STEP`` mode (the common case; it costs one truth test per env), else one
-:data:`InfoEntry` per env that has something, in env order. It is plain data (dicts, lists,
-numpy values as the envs returned them), to be pickled across a process boundary; the final
-observations are not in it (they are in the arrays).
+What gymnasium's vector infos need is written, not built here (the trainer builds them, see
+:mod:`pycollect._steps.infos`): info entries of a fixed kind into the info fields
+(:mod:`pycollect._steps.info_fields`), the rest returned as material: ``None`` when there is
+none (the common case), else one :data:`InfoEntry` per env that has something, in env order.
+It is plain data (dicts, lists, numpy values as the envs returned them), to be pickled across a
+process boundary; the final observations are not in it (they are in the arrays).
+
+The common case of every env's step and reset is done natively (``_core.GroupStepper``, the
+same per-env logic in Rust); the envs it hands back are finished here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -35,18 +39,30 @@ from gymnasium.vector import AutoresetMode
 
 from pycollect import _core
 from pycollect._rollout.checks import OutputChecks
+from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.exceptions import ActionError, ConfigError, EnvOutputError
 
-__all__ = ["AUTORESET_MODES", "EnvGroup", "InfoEntry", "Material", "autoreset_mode", "disabled_message"]
+__all__ = [
+    "AUTORESET_MODES",
+    "LEFT_ENDED_RESET",
+    "LEFT_RESET",
+    "LEFT_STEPPED",
+    "EnvGroup",
+    "InfoEntry",
+    "Material",
+    "autoreset_mode",
+    "disabled_message",
+]
 
 InfoEntry: TypeAlias = tuple[int, dict[str, Any], dict[str, Any] | None]
-"""One env's info material: ``(env index in its group, info, final info)``.
+"""One env's info material: ``(env index in its group, info, final info)``, the entries that fit no info field.
 
-``info`` is the env's step or reset info. ``final info`` is ``None`` unless the env's episode
-ended at this step in ``SAME_STEP`` mode; then it is the info of the ending step (possibly
-empty) and ``info`` the info of the reset that followed.
+``info`` is what of the env's step or reset info fits no field. ``final info`` is ``None`` unless
+the env's episode ended at this step in ``SAME_STEP`` mode with final info entries that fit no
+field; then ``info`` is what of the info of the reset that followed fits none. (Which episodes
+ended the flags say: an ended episode whose final info fit the fields has no entry here.)
 """
 
 Material: TypeAlias = list[InfoEntry]
@@ -54,6 +70,17 @@ Material: TypeAlias = list[InfoEntry]
 
 # How one observation leaf is stored: (path in the raw observation, field index, dtype, shape, array).
 _Out: TypeAlias = list[tuple[Any, int, np.dtype[Any], tuple[int, ...], np.ndarray]]
+
+LEFT_STEPPED, LEFT_RESET, LEFT_ENDED_RESET = 0, 1, 2
+"""How an env handed back by the native stepper stands (``_core.GroupStepper``'s numbers).
+
+``LEFT_STEPPED``: stepped, nothing stored (its raw ``step`` result); ``LEFT_RESET``: reset
+instead of stepped (``NEXT_STEP``), reward and flags written, its raw ``reset`` result;
+``LEFT_ENDED_RESET``: its episode ended (``SAME_STEP``), that step stored, then reset: its raw
+``reset`` result.
+"""
+
+_MODE_CODES = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.DISABLED: 2}
 
 AUTORESET_MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -110,6 +137,12 @@ class _GroupChecks(OutputChecks):
 class EnvGroup:
     """``K`` environments stepped one after another, results written into arrays given.
 
+    The common case is stepped natively (``_core.GroupStepper``): an env whose step or reset
+    returns exactly what the arrays hold (each observation leaf exactly a numpy array of its
+    field's dtype and shape, a ``float`` reward, ``bool`` flags) and an info whose kept entries
+    all fit the info fields is written there without Python. Every other env is handed back
+    with what it returned and finished here, in Python, with the same result.
+
     Args:
         envs: The environments, built (the group closes them in :meth:`close`).
         mode: The autoreset mode (see :func:`autoreset_mode`).
@@ -125,13 +158,13 @@ class EnvGroup:
         env_offset: The index of the group's first env in the vector env, for messages.
         worker: The worker the group steps in (``None``: the trainer), for messages.
         info_keys: The entries of the envs' infos to return (``None``: all of them). The
-            others are dropped here, before anything is pickled; with ``()`` a step whose
-            observation, reward and flags are exactly what the arrays hold is stored natively
-            whatever its info.
+            others are dropped here, before anything is pickled; with ``()`` every info is.
         max_episode_steps: ``SAME_STEP`` mode only: an env whose episode has taken this many
             steps since its last reset is truncated (``truncated`` True, also where it
             terminated at that step) and reset in the same step, as a collector's
             ``max_frames_per_traj`` truncates (``None``: never; gymnasium's semantics as they are).
+        info: The info fields' arrays (see :mod:`pycollect._steps.info_fields`): entries that
+            fit are written there, not into the returned material. ``None``: no fields.
 
     Raises:
         ConfigError: An env's spaces differ from the layouts', or an array does not fit, or
@@ -155,6 +188,7 @@ class EnvGroup:
         worker: int | None = None,
         info_keys: tuple[str, ...] | None = None,
         max_episode_steps: int | None = None,
+        info: InfoArrays | None = None,
     ) -> None:
         self.envs = list(envs)
         self.info_keys = info_keys
@@ -201,42 +235,43 @@ class EnvGroup:
                 f"max_episode_steps={max_episode_steps!r}: a positive limit, in autoreset_mode SAME_STEP only"
             )
         self.max_episode_steps = max_episode_steps
-        # Steps each env's episode has taken since its last reset (counted only with a limit).
+        self.info = info if info is not None else InfoArrays((), (), (), info_keys=info_keys)
+        # Shared with the native stepper: steps each env's episode has taken since its last
+        # reset (counted only with a limit), and whether it ended at its last step
+        # (NEXT_STEP resets it at the next step, DISABLED refuses to step it).
         self._lengths = np.zeros(count, np.int64)
+        self._ended = np.zeros(count, np.bool_)
         self._steps_taken = 0
-        # An env's episode ended at its last step (terminated or truncated): NEXT_STEP resets it at
-        # the next step, DISABLED refuses to step it.
-        self._ended = [False] * count
         self._native = self._native_stepper()
         self._closed = False
 
-    def _native_stepper(self) -> Callable[..., tuple[list[int], list[tuple[int, Any]]]] | None:
-        """The native stepper's ``step`` over the group's arrays, every observation leaf included.
-
-        It stores what it can of a step exactly as :meth:`_finish` would (each observation leaf
-        exactly an array of its dtype and shape, found where :meth:`_store` looks for it, a
-        ``float`` reward, ``bool`` flags, an empty info or, with ``info_keys=()``, any info) and
-        hands back the rest.
-        """
-        count = len(self.envs)
-        flags = (self.rewards, self.terminated, self.truncated)
-        if not all(a.flags.c_contiguous and a.flags.writeable for a in (*(out[4] for out in self._out), *flags)):
+    def _native_stepper(self) -> Any:
+        """The native stepper over the group's arrays (``None`` where they do not allow one)."""
+        arrays = (*(out[4] for out in self._out), *(out[4] for out in self._final_out or ()))
+        arrays += (self.rewards, self.terminated, self.truncated, *self.info.values, *self.info.masks)
+        arrays += (*(self.info.final_values or ()), *(self.info.final_masks or ()))
+        if not all(a.flags.c_contiguous and a.flags.writeable for a in arrays):
             return None
         try:
-            stepper = _core.EnvStepper(
+            return _core.GroupStepper(
                 [env.step for env in self.envs],
-                [  # each leaf's array as one step of K envs (a view)
-                    (list(path), array.reshape(count, 1, *shape), list(shape), dtype, dtype.itemsize)
-                    for path, _, dtype, shape, array in self._out
-                ],
-                1,
+                [env.reset for env in self.envs],
+                [(list(path), list(shape), dtype, dtype.itemsize) for path, _, dtype, shape, _ in self._out],
+                [out[4] for out in self._out],
+                None if self._final_out is None else [out[4] for out in self._final_out],
                 np.ndarray,
-                *(a.reshape(1, count) for a in flags),
-                empty_infos_only=self.info_keys != (),  # with info_keys=() no info is returned
+                self.rewards,
+                self.terminated,
+                self.truncated,
+                self._ended,
+                self._lengths,
+                mode=_MODE_CODES[self.mode],
+                max_episode_steps=self.max_episode_steps,
+                info_keys=None if self.info_keys is None else list(self.info_keys),
+                info_fields=self.info.native_args(),
             )
         except ConfigError:
             return None
-        return stepper.step
 
     @property
     def num_envs(self) -> int:
@@ -250,7 +285,7 @@ class EnvGroup:
         generation truncated, so in ``NEXT_STEP`` mode the next step resets them (action
         ignored, reward 0), and in ``DISABLED`` mode they must be reset before they are stepped.
         """
-        self._ended[:] = [True] * len(self.envs)
+        self._ended[:] = True
 
     def reset(
         self,
@@ -266,7 +301,7 @@ class EnvGroup:
             mask: Which envs to reset (``None``: all); the others keep their observation.
 
         Returns:
-            The info material of the reset envs (``None`` if every info was empty).
+            The info material of the reset envs (``None`` if every info fit the info fields).
         """
         count = len(self.envs)
         if seeds is None:
@@ -275,6 +310,7 @@ class EnvGroup:
             raise ConfigError(f"reset of a group of {count} envs got {len(seeds)} seeds and a mask of {mask!r}")
         material: Material | None = None
         for i, env in enumerate(self.envs):
+            self.info.clear(i)  # an env not reset returns no info
             if mask is not None and not mask[i]:
                 continue
             self.terminated[i] = self.truncated[i] = False
@@ -282,135 +318,121 @@ class EnvGroup:
             self._lengths[i] = 0
             raw, info = env.reset(seed=seeds[i], options=options)
             self._store(self._out, i, raw, 0)
-            if info:
-                material = self._add(material, i, info, None, 0)
+            material = self._add(material, i, info, None, 0)
         return material
 
-    def step(self, actions: Sequence[np.ndarray]) -> Material | None:
-        """Step every env once with its action, in env order, autoresetting as the mode says.
+    def step(self, actions: Sequence[np.ndarray], start: int = 0, stop: int | None = None) -> Material | None:
+        """Step envs ``start..stop`` (default: all) once, each with its action, autoresetting as the mode says.
 
         Args:
-            actions: One ``[K, *shape]`` array per action leaf (checked: see
+            actions: One ``[stop - start, *shape]`` array per action leaf (checked: see
                 :class:`~pycollect._steps.spaces.ActionChecker`).
+            start: The first env to step.
+            stop: One past the last env to step (``None``: the group's last).
 
         Returns:
-            The info material (``None``: nothing to add to gymnasium's infos).
+            The info material of the entries that fit no info field (``None``: none).
 
         Raises:
             ActionError: ``DISABLED`` mode and an env ended without being reset since.
             EnvOutputError: An env returned what its spaces do not allow.
         """
-        mode, ended = self.mode, self._ended
-        if mode is AutoresetMode.DISABLED and True in ended:
-            raise ActionError(disabled_message([i for i, done in enumerate(ended) if done], self._checks.offset))
+        stop = len(self.envs) if stop is None else stop
+        ended = self._ended[start:stop]
+        if self.mode is AutoresetMode.DISABLED and ended.any():
+            raise ActionError(disabled_message((np.flatnonzero(ended) + start).tolist(), self._checks.offset))
         self._steps_taken += 1
         per_env = self.action.per_env(actions)
-        due = self._due()
         if self._native is None:
-            return self._finish(range(len(self.envs)), per_env, {}, (), due)
-        # The common case natively: every env not due for a reset is stepped, and a result that
-        # is exactly what the arrays hold (and an empty info) is stored there; the rest is
-        # finished below, in env order, as the loop above would.
-        resets = [i for i, done in enumerate(ended) if done] if mode is AutoresetMode.NEXT_STEP else []
-        stored_ended, left = self._native(0, per_env, ended if resets else None)
-        if due:  # the limit truncates the envs stored natively too (the others are truncated in _finish)
-            unstored = {i for i, _ in left}
-            for i in due:
-                if i not in unstored:
-                    self.truncated[i] = True
-            stored_ended = sorted({*stored_ended, *(i for i in due if i not in unstored)})
-        for i in stored_ended:
-            # The others stored natively were not due for a reset, so their flag is False already
-            # (NEXT_STEP, DISABLED); SAME_STEP mode never reads it.
-            ended[i] = True
-        if mode is not AutoresetMode.SAME_STEP:
-            stored_ended = []
-        if not (resets or left or stored_ended):
-            return None
-        results = dict(left)
-        return self._finish(sorted({*resets, *results, *stored_ended}), per_env, results, stored_ended, due)
+            left = self._step_envs(per_env, start, stop)
+        else:
+            left = self._native.step(per_env, start, stop)
+        return self.finish(left) if left else None
 
-    def _due(self) -> list[int]:
-        """The envs whose episode reaches ``max_episode_steps`` at this step (none without a limit)."""
-        if self.max_episode_steps is None:
-            return []
-        self._lengths += 1
-        return np.flatnonzero(self._lengths >= self.max_episode_steps).tolist()
+    def count_native_steps(self, steps: int) -> None:
+        """Count ``steps`` steps served natively (``_core.GroupStepper.serve``) as taken, for messages."""
+        self._steps_taken += steps
 
-    def _finish(
-        self,
-        envs: Iterable[int],
-        actions: Sequence[Any],
-        results: Mapping[int, Any],
-        stored: Iterable[int],
-        due: Sequence[int] = (),
-    ) -> Material | None:
-        """Step (or reset) each of ``envs`` in order and store what it returns, as ``SyncVectorEnv`` would.
+    def _step_envs(self, actions: Sequence[Any], start: int, stop: int) -> list[tuple[int, int, Any]]:
+        """What the native stepper does for every env, with nothing stored: each env's raw result."""
+        left: list[tuple[int, int, Any]] = []
+        next_step, limit = self.mode is AutoresetMode.NEXT_STEP, self.max_episode_steps
+        for i, action in zip(range(start, stop), actions, strict=True):
+            self.info.clear(i)
+            env = self.envs[i]
+            if next_step and self._ended[i]:
+                self.rewards[i], self.terminated[i], self.truncated[i] = 0.0, False, False
+                self._ended[i], self._lengths[i] = False, 0
+                left.append((i, LEFT_RESET, env.reset()))
+                continue
+            if limit is not None:
+                self._lengths[i] += 1
+            left.append((i, LEFT_STEPPED, env.step(action)))
+        return left
+
+    def finish(self, left: Sequence[tuple[int, int, Any]]) -> Material | None:
+        """Check and store what the envs of ``left`` returned, as ``SyncVectorEnv`` would.
 
         Args:
-            envs: The envs to finish, in env order.
-            actions: Every env's action.
-            results: Envs already stepped (by the native stepper), with their unchecked results.
-            stored: Envs whose step the native stepper stored and whose episode it ended
-                (``SAME_STEP`` mode: the final observation is in the observation arrays, the
-                info was empty; the env is reset here).
-            due: Envs whose episode ``max_episode_steps`` truncates at this step.
+            left: ``(env, kind, raw result)`` in env order, as ``_core.GroupStepper.step``
+                hands them back: :data:`LEFT_STEPPED` (stepped, nothing stored),
+                :data:`LEFT_RESET` (``NEXT_STEP``: reset instead of stepped, reward and flags
+                written) or :data:`LEFT_ENDED_RESET` (``SAME_STEP``: the step that ended the
+                episode stored, then reset).
+
+        Returns:
+            The info material of their entries that fit no info field (``None``: none).
         """
-        step, checks = self._steps_taken, self._checks
-        rewards, terminated, truncated, ended = self.rewards, self.terminated, self.truncated, self._ended
-        next_step, same_step = self.mode is AutoresetMode.NEXT_STEP, self.mode is AutoresetMode.SAME_STEP
-        stored, truncating = set(stored), set(due)
-        lengths = self._lengths
+        step = self._steps_taken
         material: Material | None = None
-        for i in envs:
-            env, final = self.envs[i], None
-            if i in stored:  # stepped and stored natively, its episode ended: reset it (SAME_STEP)
-                lengths[i] = 0
-                assert self._final_out is not None
-                for final_out, out in zip(self._final_out, self._out, strict=True):
-                    final_out[4][i] = out[4][i]  # the final observation, stored where the next one goes
-                raw, info = env.reset()
-                self._store(self._out, i, raw, -step)
-                material = self._add(material, i, info, {}, -step)  # its info was empty: final_info {}
-                continue
-            if next_step and ended[i]:
-                raw, info = env.reset()
-                reward, term, trunc, when = 0.0, False, False, -step
-            else:
-                raw, reward, term, trunc, info = results[i] if i in results else env.step(actions[i])
-                when = step
-                if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
-                    reward, term, trunc = checks.step(reward, term, trunc, i, step)
-                if i in truncating:
-                    trunc = True
-                if same_step and (term or trunc):
-                    lengths[i] = 0
-                    self._store(self._final_out, i, raw, step)  # type: ignore[arg-type]
-                    final = info if isinstance(info, dict) else self._info(info, i, step)
-                    raw, info = env.reset()
-                    when = -step
-            rewards[i], terminated[i], truncated[i] = reward, term, trunc
-            ended[i] = term or trunc
-            self._store(self._out, i, raw, when)
-            if info or final is not None:
-                material = self._add(material, i, info, final, when)
+        for i, kind, raw in left:
+            if kind == LEFT_STEPPED:
+                material = self._finish_step(i, raw, step, material)
+            else:  # reset at this step: the reset's observation and info are the env's
+                observation, info = raw
+                self._store(self._out, i, observation, -step)
+                material = self._add(material, i, info, None, -step)
         return material
+
+    def _finish_step(self, i: int, result: Any, step: int, material: Material | None) -> Material | None:
+        """Store env ``i``'s step ``result`` (checked and converted), resetting it in ``SAME_STEP`` mode if it ended."""
+        raw, reward, term, trunc, info = result
+        if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
+            reward, term, trunc = self._checks.step(reward, term, trunc, i, step)
+        if self.max_episode_steps is not None and self._lengths[i] >= self.max_episode_steps:
+            trunc = True
+        self.rewards[i], self.terminated[i], self.truncated[i] = reward, term, trunc
+        if self.mode is AutoresetMode.SAME_STEP and (term or trunc):
+            self._lengths[i] = 0
+            self._store(self._final_out, i, raw, step)  # type: ignore[arg-type]
+            final = self._kept(info, i, step)
+            raw, info = self.envs[i].reset()
+            self._store(self._out, i, raw, -step)
+            return self._add(material, i, info, self.info.split(final, i, final=True), -step)
+        self._ended[i] = term or trunc
+        self._store(self._out, i, raw, step)
+        return self._add(material, i, info, None, step)
+
+    def _kept(self, info: Any, i: int, when: int) -> dict[str, Any]:
+        """``info`` as a dict, kept to ``info_keys``."""
+        entries: dict[str, Any] = info if isinstance(info, dict) else self._info(info, i, when)
+        if (keys := self.info_keys) is not None:
+            entries = {key: entries[key] for key in keys if key in entries}
+        return entries
 
     def _add(
         self, material: Material | None, i: int, info: Any, final: dict[str, Any] | None, when: int
     ) -> Material | None:
-        """``material`` with env ``i``'s entry added: its info and final info, kept to ``info_keys``.
+        """``material`` with env ``i``'s entry added: what of its info (kept to ``info_keys``) fits no field.
 
-        An entry left with nothing (an empty info and no final info) is not added.
+        ``final``: the rest of its final info (``SAME_STEP`` mode, an episode that ended), or
+        ``None``. An entry left with nothing is not added: the trainer knows from the flags
+        which episodes ended, and the fields hold the rest.
         """
-        info = info if isinstance(info, dict) else self._info(info, i, when)
-        if (keys := self.info_keys) is not None:
-            info = {key: info[key] for key in keys if key in info}
-            if final is not None:
-                final = {key: final[key] for key in keys if key in final}
-            if not info and final is None:
-                return material
-        entry = (i, info, final)
+        info = self.info.split(self._kept(info, i, when), i)
+        if not info and not final:
+            return material
+        entry = (i, info, final or None)
         if material is None:
             return [entry]
         material.append(entry)

@@ -12,8 +12,9 @@ module holds what turns those arrays into what gymnasium's vector envs hand out 
   leaf arrays, as copies or as views, and one env's value in the single space's structure.
 * :class:`ActionChecker`: a batch of actions against the batched action space, before
   anything is sent: structure, shape, dtype kind and bounds. What fits comes back as one array
-  per leaf of the space's dtype; what does not raises :class:`~pycollect.ActionError` naming
-  the value and the env.
+  per leaf of the space's dtype (or is written into the arrays given, :meth:`ActionChecker.writer`:
+  the common case of a one-leaf space checked and written natively, in one pass); what does
+  not raises :class:`~pycollect.ActionError` naming the value and the env.
 * :func:`split_rows`: per-leaf arrays cut into the ``[K, ...]`` blocks of consecutive envs.
 
 numpy and gymnasium only: worker processes import it.
@@ -21,7 +22,7 @@ numpy and gymnasium only: worker processes import it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
@@ -29,10 +30,19 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
+from pycollect import _core
 from pycollect.envs.specs import FieldSpec, _leaf
 from pycollect.exceptions import ActionError, ConfigError, UnsupportedSpaceError
 
-__all__ = ["ActionChecker", "Leaf", "Path", "SpaceLayout", "split_rows"]
+__all__ = ["ELEMENT_CODES", "ActionChecker", "Leaf", "Path", "SpaceLayout", "split_rows"]
+
+ELEMENT_CODES: dict[np.dtype[Any], int] = {
+    np.dtype(name): code
+    for code, name in enumerate(
+        ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
+    )
+}
+"""The element types ``_core.ActionWriter`` reads and writes, by numpy's own dtype objects."""
 
 Path: TypeAlias = tuple[Any, ...]
 """Where a leaf sits in one env's value: Dict keys and Tuple indices, outermost first."""
@@ -205,6 +215,44 @@ class ActionChecker:
             _LeafCheck(leaf, num_envs, _describe(leaf.space), _describe(batch_space(leaf.space, num_envs)))
             for leaf in layout.leaves
         ]
+
+    def writer(self, out: Sequence[np.ndarray]) -> Callable[[Any], None]:
+        """A function that checks a batch of actions and writes it into ``out``, one array per leaf.
+
+        ``out`` holds one ``[num_envs, *shape]`` array of each leaf's dtype (the arrays workers
+        read their actions from). For a space of one leaf the common case (an exact numpy array
+        of the batch's shape, of a numpy bool, integer or float dtype) is checked and written
+        natively, in one pass (``_core.ActionWriter``); anything else, or a batch it refuses,
+        goes through :meth:`check`, which casts what fits and raises for what does not.
+
+        Raises:
+            ActionError: (from the function) the actions do not fit; nothing of them counts.
+        """
+        self.layout.check_arrays(out, self.num_envs, "action arrays")
+        native = None
+        if isinstance(self.layout.tree, int) and (target := ELEMENT_CODES.get(out[0].dtype)) is not None:
+            field = self.layout.leaves[0].field
+            try:
+                native = _core.ActionWriter(
+                    out[0],
+                    [self.num_envs, *field.shape],
+                    [float(bound) for bound in np.ravel(field.low)],
+                    [float(bound) for bound in np.ravel(field.high)],
+                    target,
+                    list(ELEMENT_CODES.items()),
+                    np.ndarray,
+                )
+            except ConfigError:  # an array the native writer cannot take: the checks below do it all
+                native = None
+        check = self.check
+
+        def write(actions: Any) -> None:
+            if native is not None and native.write(actions):
+                return
+            for array, checked in zip(out, check(actions), strict=True):
+                array[...] = checked
+
+        return write
 
     def check(self, actions: Any) -> list[np.ndarray]:
         """The actions as one ``[num_envs, *shape]`` array per leaf, of the leaf's dtype.

@@ -55,6 +55,11 @@ pub struct WorkerControl {
 }
 
 impl WorkerControl {
+    /// The core's control block.
+    pub(crate) fn inner(&self) -> &WorkerCtl {
+        &self.inner
+    }
+
     pub(crate) fn new(segment: &Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
         Ok(Self {
             inner: segment.worker(worker).map_err(py_err)?,

@@ -56,14 +56,34 @@ impl StepChannel {
         })
     }
 
+    /// Whether the segment is shutting down (every wait gives up then).
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.segment.is_shutdown()
+    }
+
+    /// The shared parts of the channel.
+    pub(crate) fn mem(&self) -> &StepChannelMem<ShmMailbox> {
+        &self.mem
+    }
+
+    /// The worker generation in the control block now (what a request is stamped for).
+    pub(crate) fn control_generation(&self) -> u64 {
+        self.control.generation()
+    }
+
+    /// The segment handle the channel belongs to.
+    pub(crate) fn segment(&self) -> &Arc<CoreSegment> {
+        &self.segment
+    }
+
     /// Runs `f` on the trainer's end, opening it on first use.
-    fn with_trainer<T>(&self, f: impl FnOnce(&mut StepTrainer<ShmMailbox>) -> T) -> T {
+    pub(crate) fn with_trainer<T>(&self, f: impl FnOnce(&mut StepTrainer<ShmMailbox>) -> T) -> T {
         let mut end = lock(&self.trainer);
         f(end.get_or_insert_with(|| StepTrainer::new(self.mem.clone())))
     }
 
     /// Runs `f` on the worker's end, opening it on first use.
-    fn with_worker<T>(&self, f: impl FnOnce(&mut StepWorker<ShmMailbox>) -> T) -> T {
+    pub(crate) fn with_worker<T>(&self, f: impl FnOnce(&mut StepWorker<ShmMailbox>) -> T) -> T {
         let mut end = lock(&self.worker);
         f(end.get_or_insert_with(|| StepWorker::new(self.mem.clone(), self.control.generation())))
     }

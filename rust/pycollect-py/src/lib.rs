@@ -10,6 +10,7 @@ mod control;
 mod errors;
 mod events;
 mod exchange;
+mod requests;
 mod ring;
 mod segment;
 mod stepping;
@@ -35,6 +36,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;
     m.add_class::<stepping::EnvStepper>()?;
+    m.add_class::<stepping::GroupStepper>()?;
+    m.add_class::<stepping::ActionWriter>()?;
+    m.add_class::<requests::StepRequests>()?;
     m.add_class::<events::WorkerEvent>()?;
     m.add_class::<events::WorkerExit>()?;
     m.add_class::<events::WorkerStats>()?;

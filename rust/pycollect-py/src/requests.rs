@@ -1,0 +1,161 @@
+//! `StepRequests`: the trainer's step of every worker of a vector env, in few calls.
+//!
+//! A synchronous step posts one request to each worker and waits for every answer; most
+//! answers are "done, nothing to add" (status OK, no payload: the results are in the
+//! segment's fields). Doing that through each worker's `StepChannel` costs a Python call per
+//! worker and per answer; here it is one call to post, one to wait, and one that returns only
+//! the answers that say more. The channels' trainer ends are the `StepChannel` objects' own,
+//! so requests posted here and through a channel are one sequence.
+
+use std::sync::Arc;
+
+use pycollect_core::exchange::ShmMailbox;
+use pycollect_core::exchange::STATUS_OK;
+use pycollect_core::{wait_answers, Segment as CoreSegment, StepChannelMem, WaitPolicy, Waited};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::blocking::{deadline, wait_sliced, Slice};
+use crate::errors::{config_error, py_err};
+use crate::exchange::StepChannel;
+
+/// An answer that says more than "done": `(worker, generation, status, payload)`.
+type Unusual<'py> = (usize, u64, u32, Bound<'py, PyBytes>);
+
+/// Every worker's step channel of one segment handle, driven together (see the module docs).
+#[derive(Debug)]
+#[pyclass(frozen, module = "pycollect._core")]
+pub struct StepRequests {
+    channels: Vec<Py<StepChannel>>,
+    mems: Vec<StepChannelMem<ShmMailbox>>,
+    segment: Arc<CoreSegment>,
+}
+
+impl StepRequests {
+    fn channel(&self, worker: usize) -> &StepChannel {
+        self.channels[worker].get()
+    }
+}
+
+#[pymethods]
+impl StepRequests {
+    /// Drives `channels`, the step channels of workers `0..N` of one segment handle, in order.
+    #[new]
+    fn new(channels: Vec<Py<StepChannel>>) -> PyResult<Self> {
+        let Some(first) = channels.first() else {
+            return Err(config_error("StepRequests needs at least one channel"));
+        };
+        let segment = Arc::clone(first.get().segment());
+        for (w, channel) in channels.iter().enumerate() {
+            let channel = channel.get();
+            if !Arc::ptr_eq(channel.segment(), &segment) || channel.mem().worker() != w {
+                return Err(config_error(format!(
+                    "channel {w} is not worker {w}'s of the first channel's segment handle"
+                )));
+            }
+        }
+        let mems = channels.iter().map(|c| c.get().mem().clone()).collect();
+        Ok(Self {
+            channels,
+            mems,
+            segment,
+        })
+    }
+
+    /// Whether any worker has a request that is not answered yet.
+    fn any_pending(&self) -> bool {
+        (0..self.channels.len()).any(|w| self.channel(w).with_trainer(|t| t.pending().is_some()))
+    }
+
+    /// Posts `command` with `payload` (bytes, the same for every worker; none by default) to
+    /// every worker, worker `w`'s for its generation `generations[w]` (the request's
+    /// argument), and rings each one's bell.
+    ///
+    /// Refused (a `TransportError` naming the worker) while any worker's previous request is
+    /// unanswered; nothing is posted then.
+    #[pyo3(signature = (command, generations, payload = None))]
+    fn post_all(
+        &self,
+        command: u32,
+        generations: Vec<u64>,
+        payload: Option<Vec<u8>>,
+    ) -> PyResult<()> {
+        let payload = payload.unwrap_or_default();
+        if generations.len() != self.channels.len() {
+            return Err(config_error(format!(
+                "{} generations for {} workers",
+                generations.len(),
+                self.channels.len()
+            )));
+        }
+        for w in 0..self.channels.len() {
+            if let Some(seq) = self.channel(w).with_trainer(|t| t.pending()) {
+                return Err(py_err(pycollect_core::ExchangeError::Pending {
+                    worker: w,
+                    seq,
+                }));
+            }
+        }
+        for (w, &arg) in generations.iter().enumerate() {
+            let channel = self.channel(w);
+            let generation = channel.control_generation();
+            channel
+                .with_trainer(|t| t.post(generation, command, arg, &payload))
+                .map_err(py_err)?;
+        }
+        Ok(())
+    }
+
+    /// The seq of the latest request posted to each worker (0: none).
+    fn seqs(&self) -> Vec<u64> {
+        (0..self.channels.len())
+            .map(|w| self.channel(w).with_trainer(|t| t.posted()))
+            .collect()
+    }
+
+    /// Waits (GIL released, sliced, Ctrl-C raises KeyboardInterrupt) until every worker has
+    /// answered its latest request; `False` if `timeout_s` passed first or the segment shut
+    /// down.
+    #[pyo3(signature = (*, timeout_s))]
+    fn wait_all(&self, py: Python<'_>, timeout_s: Option<f64>) -> PyResult<bool> {
+        let deadline = deadline(timeout_s)?;
+        let seqs = self.seqs();
+        let waits: Vec<(&StepChannelMem<ShmMailbox>, u64)> = self.mems.iter().zip(seqs).collect();
+        let policy = WaitPolicy::STEPPING;
+        let segment = &self.segment;
+        let got = wait_sliced(py, deadline, |slice_end| {
+            match wait_answers(&waits, false, &policy, Some(slice_end), || {
+                segment.is_shutdown()
+            }) {
+                Ok(Waited::Ready(_)) => Slice::Done(Ok(true)),
+                Ok(Waited::Aborted) => Slice::Done(Ok(false)),
+                Ok(Waited::TimedOut) => Slice::Continue,
+                Err(e) => Slice::Done(Err(e)),
+            }
+        })?;
+        got.map_or(Ok(false), |done| done.map_err(py_err))
+    }
+
+    /// The answers to the latest requests that are not "OK, no payload", as
+    /// `(worker, generation, status, payload)` in worker order; every latest request must be
+    /// answered.
+    fn unusual<'py>(&self, py: Python<'py>) -> PyResult<Vec<Unusual<'py>>> {
+        let mut out = Vec::new();
+        for w in 0..self.channels.len() {
+            let got = self
+                .channel(w)
+                .with_trainer(|t| -> PyResult<Option<Unusual<'py>>> {
+                    let response = t.response().map_err(py_err)?;
+                    if response.status == STATUS_OK && response.len == 0 {
+                        return Ok(None);
+                    }
+                    let payload = PyBytes::new_with(py, response.len, |dst| {
+                        t.read_response(&response, dst).map_err(py_err)
+                    })?;
+                    Ok(Some((w, response.generation, response.status, payload)))
+                })?;
+            out.extend(got);
+        }
+        Ok(out)
+    }
+}
