@@ -36,10 +36,11 @@ from gymnasium.vector import AutoresetMode
 from pycollect import _core
 from pycollect._rollout.checks import OutputChecks
 from pycollect._steps.spaces import SpaceLayout
+from pycollect.config import parse_autoreset_mode as autoreset_mode  # its old home's name, still importable here
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.exceptions import ActionError, ConfigError, EnvOutputError
 
-__all__ = ["AUTORESET_MODES", "EnvGroup", "InfoEntry", "Material", "autoreset_mode", "disabled_message"]
+__all__ = ["EnvGroup", "InfoEntry", "Material", "autoreset_mode", "disabled_message"]
 
 InfoEntry: TypeAlias = tuple[int, dict[str, Any], dict[str, Any] | None]
 """One env's info material: ``(env index in its group, info, final info)``.
@@ -54,35 +55,6 @@ Material: TypeAlias = list[InfoEntry]
 
 # How one observation leaf is stored: (path in the raw observation, field index, dtype, shape, array).
 _Out: TypeAlias = list[tuple[Any, int, np.dtype[Any], tuple[int, ...], np.ndarray]]
-
-AUTORESET_MODES = {
-    "next_step": AutoresetMode.NEXT_STEP,
-    "same_step": AutoresetMode.SAME_STEP,
-    "disabled": AutoresetMode.DISABLED,
-}
-"""The names ``autoreset_mode`` accepts (besides gymnasium's enum and its values)."""
-
-
-def autoreset_mode(value: Any) -> AutoresetMode:
-    """Gymnasium's :class:`~gymnasium.vector.AutoresetMode` for a name, a value or the enum itself.
-
-    ``"next_step"``, ``"NEXT_STEP"``, gymnasium's value ``"NextStep"`` and
-    ``AutoresetMode.NEXT_STEP`` are the same mode (likewise for the two others).
-
-    Raises:
-        ConfigError: No mode has that name; the message lists the valid ones.
-    """
-    if isinstance(value, AutoresetMode):
-        return value
-    if isinstance(value, str):
-        for mode in AutoresetMode:
-            if value == mode.value or value.lower() == mode.name.lower():
-                return mode
-    names = ", ".join(repr(name) for name in AUTORESET_MODES)
-    raise ConfigError(
-        f"unknown autoreset_mode {value!r}: use one of {names} or a gymnasium.vector.AutoresetMode "
-        f"({', '.join(f'AutoresetMode.{mode.name}' for mode in AutoresetMode)})"
-    )
 
 
 class _GroupChecks(OutputChecks):
@@ -112,7 +84,7 @@ class EnvGroup:
 
     Args:
         envs: The environments, built (the group closes them in :meth:`close`).
-        mode: The autoreset mode (see :func:`autoreset_mode`).
+        mode: The autoreset mode (see :func:`pycollect.config.parse_autoreset_mode`).
         observation: The observation space's leaves; every env's space must equal its space.
         action: The action space's leaves; every env's space must equal its space.
         observations: One ``[K, *shape]`` array per observation leaf, of its dtype.
