@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from pycollect._engines.workers._prestart import prestart
     from pycollect._rollout.seeding import env_seeds
     from pycollect.collector import Collector, CollectorStats
-    from pycollect.config import CollectorConfig, SupervisionConfig
+    from pycollect.config import CollectorConfig, SupervisionConfig, VectorConfig
     from pycollect.default_plugins import (
         CpuPolicy,
         ExplicitPolicy,
@@ -97,6 +97,7 @@ _LAZY = {
     "CollectorStats": "pycollect.collector",
     "CollectorConfig": "pycollect.config",
     "SupervisionConfig": "pycollect.config",
+    "VectorConfig": "pycollect.config",
     "DevicePolicy": "pycollect.devices",
     "Placement": "pycollect.devices",
     "EnvBackend": "pycollect.envs",
@@ -163,6 +164,7 @@ __all__ = [
     "UnknownInferenceRunnerError",
     "UnknownSchemeError",
     "UnsupportedSpaceError",
+    "VectorConfig",
     "VectorEnvClosedError",
     "WeightSyncScheme",
     "WorkerCrashedError",

@@ -28,11 +28,14 @@ import weakref
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["track", "untrack"]
+__all__ = ["Closable", "track", "untrack"]
 
 
-class _Closable(Protocol):
-    def shutdown(self) -> None: ...
+class Closable(Protocol):
+    """What ends with the process: shut down at exit and on SIGTERM, forgotten by a fork child."""
+
+    def shutdown(self) -> None:
+        """Stop its workers; a second call does nothing."""
 
     def _forget(self) -> None: ...
 
@@ -42,13 +45,13 @@ _previous_sigterm: Any = None
 _installed_in: int | None = None  # the pid whose SIGTERM handler is ours
 
 
-def track(collector: _Closable) -> None:
+def track(collector: Closable) -> None:
     """Make ``collector`` end with the process; install the SIGTERM handling on first use."""
     _LIVE.add(collector)
     _install_sigterm_handler()
 
 
-def untrack(collector: _Closable) -> None:
+def untrack(collector: Closable) -> None:
     """Forget ``collector`` (it shut down)."""
     _LIVE.discard(collector)
 

@@ -1,20 +1,22 @@
-"""The collector's settings: the one place where they are defined, defaulted, documented and checked.
+"""pycollect's settings: the one place where they are defined, defaulted, documented and checked.
 
-:class:`CollectorConfig` (with its :class:`SupervisionConfig`) is frozen and checks every
-value when it is made, raising :class:`~pycollect.ConfigError` that names the bad value
-before any environment or worker exists. The config object is what travels (to the engines,
-the worker processes, the native supervisor, a distributed engine's collectors); the Rust side
-keeps no defaults of its own. This module is a leaf: it imports nothing of pycollect but the
-exceptions, and loads no plugin.
+:class:`CollectorConfig` (a collector's) and :class:`VectorConfig` (a vector env's), each with
+its :class:`SupervisionConfig`, are frozen and check every value when they are made, raising
+:class:`~pycollect.ConfigError` that names the bad value before any environment or worker
+exists. The config object is what travels (to the engines and step backends, the worker
+processes, the native supervisor, a distributed engine's collectors); the Rust side keeps no
+defaults of its own. This module is a leaf: it imports nothing of pycollect but the
+exceptions, and loads no plugin (nor gymnasium, until a vector env's settings are made).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +24,7 @@ from pycollect.exceptions import ConfigError
 
 if TYPE_CHECKING:
     import torch
+    from gymnasium.vector import AutoresetMode
 
     from pycollect.devices import DevicePolicy
     from pycollect.engines import EngineFactory
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPLY_WEIGHTS",
+    "AUTORESET_MODES",
     "DEFAULT_WEIGHT_SYNC",
     "EXPLORATION_TYPES",
     "MAX_ENVS_PER_WORKER",
@@ -40,6 +44,9 @@ __all__ = [
     "WORKERS_PER_CPU",
     "CollectorConfig",
     "SupervisionConfig",
+    "VectorConfig",
+    "default_num_workers",
+    "parse_autoreset_mode",
     "resolve_device",
 ]
 
@@ -545,3 +552,207 @@ def _unpickle_config(cls: type[CollectorConfig], state: dict[str, Any]) -> Colle
             value = torch.device(value)
         object.__setattr__(config, name, value)
     return config
+
+
+# -- a vector env's settings ---------------------------------------------------------------
+
+AUTORESET_MODES = ("next_step", "same_step", "disabled")
+"""The names ``autoreset_mode`` accepts (besides gymnasium's ``AutoresetMode`` and its values)."""
+
+
+def parse_autoreset_mode(value: Any) -> AutoresetMode:
+    """Gymnasium's :class:`~gymnasium.vector.AutoresetMode` for a name, a value or the enum itself.
+
+    ``"next_step"``, ``"NEXT_STEP"``, gymnasium's value ``"NextStep"`` and
+    ``AutoresetMode.NEXT_STEP`` are the same mode (likewise for the two others).
+
+    Raises:
+        ConfigError: No mode has that name; the message lists the valid ones.
+    """
+    from gymnasium.vector import AutoresetMode  # here: importing the settings imports no env library
+
+    if isinstance(value, AutoresetMode):
+        return value
+    if isinstance(value, str):
+        for mode in AutoresetMode:
+            if value == mode.value or value.lower() == mode.name.lower():
+                return mode
+    names = ", ".join(repr(name) for name in AUTORESET_MODES)
+    raise ConfigError(
+        f"unknown autoreset_mode {value!r}: use one of {names} or a gymnasium.vector.AutoresetMode "
+        f"({', '.join(f'AutoresetMode.{mode.name}' for mode in AutoresetMode)})"
+    )
+
+
+def default_num_workers(num_envs: int) -> int:
+    """The workers a vector env starts when not told: the most, up to the CPUs, that split ``num_envs`` evenly."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(w for w in range(1, max(1, min(cpus, num_envs)) + 1) if num_envs % w == 0)
+
+
+def _info_keys(value: Any) -> tuple[str, ...] | None:
+    """``info_keys`` as a tuple of names, each once (``None`` stays ``None``: every entry).
+
+    Raises:
+        ConfigError: Not ``None`` nor a sequence of non-empty strings (a lone string too: it
+            would be read letter by letter).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+        raise ConfigError(
+            f"info_keys must be None (every entry) or a sequence of info entry names, such as ('lives',), got {value!r}"
+        )
+    bad = [key for key in value if not isinstance(key, str) or not key]
+    if bad:
+        raise ConfigError(f"info_keys: {bad[0]!r} is not an info entry name (a non-empty string), in {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
+@dataclass(frozen=True, init=False)
+class VectorConfig:
+    """Every setting of a vector env: the one place each is defined, defaulted, documented and checked.
+
+    :func:`~pycollect.make_vec`, :class:`~pycollect.vector.SB3VecEnv` and
+    ``pycollect.torchrl.ParallelEnv`` make one from their arguments, and the ``central`` engine
+    one for each group of its workers; the step backend, every worker process (it travels in
+    their spec) and the vector env get it whole. It is frozen and checks every value when it is
+    made, raising :class:`~pycollect.ConfigError` that names the bad value before any env is
+    built or any worker started. What a user may leave open is settled then, once: the fields
+    hold the resolved values (``num_workers=None`` is a number of workers, the autoreset mode
+    an ``AutoresetMode``, ``batch_size=None`` is ``num_envs``, ``info_keys`` a tuple).
+
+    Attributes:
+        num_envs: How many envs (1 or more).
+        num_workers: Worker processes to step them in, ``num_envs / num_workers`` each (it must
+            divide ``num_envs``); ``0``: in this process. Given as ``None`` (the default): the
+            most, up to the CPUs this process may run on, that divide ``num_envs``
+            (:func:`default_num_workers`).
+        autoreset_mode: Gymnasium's ``AutoresetMode``. Given as ``"next_step"`` (the default),
+            ``"same_step"`` or ``"disabled"`` (any case), gymnasium's value (``"NextStep"``...)
+            or the enum itself.
+        batch_size: Envs a pool serves at a time: fewer than ``num_envs`` (a multiple of
+            ``num_envs / num_workers``; never in ``DISABLED`` mode, which needs reset masks, nor
+            without workers) makes a pool that serves the first envs ready (``async_reset``,
+            ``recv``, ``send``). Given as ``None`` (the default): ``num_envs``.
+        info_keys: The entries of the envs' infos that reach the caller (each name once);
+            ``None`` (the default): all of them. The rest is dropped where the env steps.
+        copy: ``True`` (the default): observations are fresh arrays. ``False``: views of the
+            arrays the results are written into, valid until the next ``step`` or ``reset``.
+        supervision: How the worker processes are watched, restarted and stopped (given as
+            ``None``: :class:`SupervisionConfig`'s defaults).
+        max_episode_steps: ``SAME_STEP`` mode only: truncate an episode after this many steps
+            and reset it in the same step (the ``central`` engine's ``max_frames_per_traj``);
+            ``None`` (the default, and what ``make_vec`` uses): never.
+    """
+
+    num_envs: int
+    num_workers: int
+    autoreset_mode: AutoresetMode
+    batch_size: int
+    info_keys: tuple[str, ...] | None
+    copy: bool
+    supervision: SupervisionConfig
+    max_episode_steps: int | None
+
+    # Written out rather than generated: it takes what a caller writes (a mode's name, None for
+    # a default) while the fields are typed as what __post_init__ resolves them to.
+    def __init__(
+        self,
+        num_envs: int,
+        num_workers: int | None = None,
+        autoreset_mode: AutoresetMode | str = "next_step",
+        batch_size: int | None = None,
+        info_keys: Sequence[str] | None = None,
+        copy: bool = True,
+        supervision: SupervisionConfig | None = None,
+        max_episode_steps: int | None = None,
+    ) -> None:
+        given = {
+            "num_envs": num_envs,
+            "num_workers": num_workers,
+            "autoreset_mode": autoreset_mode,
+            "batch_size": batch_size,
+            "info_keys": info_keys,
+            "copy": copy,
+            "supervision": SupervisionConfig() if supervision is None else supervision,
+            "max_episode_steps": max_episode_steps,
+        }
+        for name, value in given.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
+        from gymnasium.vector import AutoresetMode
+
+        resolve = functools.partial(object.__setattr__, self)
+        mode = parse_autoreset_mode(self.autoreset_mode)
+        resolve("autoreset_mode", mode)
+        if not isinstance(self.copy, bool):
+            raise ConfigError(f"copy must be a bool, got {self.copy!r}")
+        num_envs = self.num_envs
+        if not _is_int(num_envs) or num_envs < 1:
+            raise ConfigError(f"num_envs must be an int of 1 or more, got {num_envs!r}")
+        if self.num_workers is None:
+            resolve("num_workers", default_num_workers(num_envs))
+        num_workers = self.num_workers
+        if not _is_int(num_workers) or num_workers < 0:
+            raise ConfigError(
+                f"num_workers must be an int of 0 or more (0: step the envs in this process), got {num_workers!r}"
+            )
+        if num_workers > num_envs:
+            raise ConfigError(
+                f"num_workers={num_workers} is more than num_envs={num_envs}: a worker steps at least one env"
+            )
+        self._check_batch_size(mode)
+        resolve("info_keys", _info_keys(self.info_keys))
+        if num_workers and num_envs % num_workers:
+            below, above = num_envs - num_envs % num_workers, num_envs - num_envs % num_workers + num_workers
+            choices = f"{below} or {above}" if below else f"{above}"
+            raise ConfigError(
+                f"num_envs={num_envs} does not split over num_workers={num_workers}: every worker steps the "
+                f"same number of envs, so num_envs must be a multiple of num_workers ({choices})"
+            )
+        if self.max_episode_steps is not None:
+            _positive_int("max_episode_steps", self.max_episode_steps)
+            if mode is not AutoresetMode.SAME_STEP:
+                raise ConfigError(f"max_episode_steps={self.max_episode_steps}: in autoreset_mode SAME_STEP only")
+        if not isinstance(self.supervision, SupervisionConfig):
+            raise ConfigError(f"supervision must be a SupervisionConfig, got {self.supervision!r}")
+
+    def _check_batch_size(self, mode: AutoresetMode) -> None:
+        """Check ``batch_size`` (a pool's) against the envs and workers; ``None`` becomes ``num_envs``."""
+        from gymnasium.vector import AutoresetMode
+
+        batch_size, num_envs, num_workers = self.batch_size, self.num_envs, self.num_workers
+        if batch_size is None:
+            object.__setattr__(self, "batch_size", num_envs)
+            return
+        if not _is_int(batch_size) or not 1 <= batch_size <= num_envs:
+            raise ConfigError(f"batch_size must be an int from 1 to num_envs={num_envs}, got {batch_size!r}")
+        if batch_size == num_envs:
+            return
+        if num_workers == 0:
+            raise ConfigError(
+                f"batch_size={batch_size} < num_envs={num_envs} makes a pool of workers: num_workers=0 has none"
+            )
+        k = num_envs // num_workers if num_envs % num_workers == 0 else 0
+        if k and batch_size % k:
+            raise ConfigError(
+                f"batch_size={batch_size} is not a multiple of the {k} envs each of the {num_workers} workers "
+                "steps: the pool serves whole workers"
+            )
+        if mode is AutoresetMode.DISABLED:
+            raise ConfigError("autoreset_mode DISABLED needs reset masks, which a pool (batch_size < num_envs) has not")
+
+    @property
+    def envs_per_worker(self) -> int:
+        """Envs each worker process steps: ``num_envs / num_workers`` (``num_envs`` in this process)."""
+        return self.num_envs // max(1, self.num_workers)
+
+    @property
+    def final_observations(self) -> bool:
+        """Whether a step returns the final observations of the episodes it ends (``SAME_STEP`` mode)."""
+        from gymnasium.vector import AutoresetMode
+
+        return self.autoreset_mode is AutoresetMode.SAME_STEP

@@ -53,7 +53,7 @@ from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import parameters_device
 from pycollect._rollout.runner import EnvRunner
 from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
-from pycollect.config import CollectorConfig
+from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError, ConfigError
@@ -485,16 +485,7 @@ class CentralEngine(Engine):
         try:
             runners = []
             for g, (group, plan) in enumerate(zip(split, plans, strict=True)):
-                backend = WorkerStepBackend.start(
-                    env_source,
-                    len(group) * k,
-                    len(group),
-                    AutoresetMode.SAME_STEP,
-                    config.supervision,
-                    info_keys=config.info_keys,
-                    max_episode_steps=config.max_frames_per_traj,
-                    probe=probe,
-                )
+                backend = WorkerStepBackend.start(env_source, _group_config(config, len(group)), probe=probe)
                 backends.append(backend)
                 backend.restart_seeds = functools.partial(_restart_seeds, seed, k, group)
                 actions = CentralActions(
@@ -658,6 +649,18 @@ class _Renumbered:
 
     def __repr__(self) -> str:
         return repr(self._inner).replace(f"worker={self._inner.worker}", f"worker={self.worker}", 1)
+
+
+def _group_config(config: CollectorConfig, workers: int) -> VectorConfig:
+    """The vector env settings of a group of ``workers`` workers: ``SAME_STEP``, the collector's infos and limits."""
+    return VectorConfig(
+        workers * config.envs_per_worker,
+        num_workers=workers,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        info_keys=config.info_keys,
+        supervision=config.supervision,
+        max_episode_steps=config.max_frames_per_traj,
+    )
 
 
 def _groups(num_workers: int, groups: int) -> list[range]:

@@ -41,11 +41,11 @@ from pycollect import _core
 from pycollect._rollout.checks import OutputChecks
 from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
+from pycollect.config import parse_autoreset_mode as autoreset_mode  # its old home's name, still importable here
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.exceptions import ActionError, ConfigError, EnvOutputError
 
 __all__ = [
-    "AUTORESET_MODES",
     "LEFT_ENDED_RESET",
     "LEFT_RESET",
     "LEFT_STEPPED",
@@ -82,35 +82,6 @@ instead of stepped (``NEXT_STEP``), reward and flags written, its raw ``reset`` 
 
 _MODE_CODES = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.DISABLED: 2}
 
-AUTORESET_MODES = {
-    "next_step": AutoresetMode.NEXT_STEP,
-    "same_step": AutoresetMode.SAME_STEP,
-    "disabled": AutoresetMode.DISABLED,
-}
-"""The names ``autoreset_mode`` accepts (besides gymnasium's enum and its values)."""
-
-
-def autoreset_mode(value: Any) -> AutoresetMode:
-    """Gymnasium's :class:`~gymnasium.vector.AutoresetMode` for a name, a value or the enum itself.
-
-    ``"next_step"``, ``"NEXT_STEP"``, gymnasium's value ``"NextStep"`` and
-    ``AutoresetMode.NEXT_STEP`` are the same mode (likewise for the two others).
-
-    Raises:
-        ConfigError: No mode has that name; the message lists the valid ones.
-    """
-    if isinstance(value, AutoresetMode):
-        return value
-    if isinstance(value, str):
-        for mode in AutoresetMode:
-            if value == mode.value or value.lower() == mode.name.lower():
-                return mode
-    names = ", ".join(repr(name) for name in AUTORESET_MODES)
-    raise ConfigError(
-        f"unknown autoreset_mode {value!r}: use one of {names} or a gymnasium.vector.AutoresetMode "
-        f"({', '.join(f'AutoresetMode.{mode.name}' for mode in AutoresetMode)})"
-    )
-
 
 class _GroupChecks(OutputChecks):
     """The output checks, with messages in a vector env's terms.
@@ -145,7 +116,7 @@ class EnvGroup:
 
     Args:
         envs: The environments, built (the group closes them in :meth:`close`).
-        mode: The autoreset mode (see :func:`autoreset_mode`).
+        mode: The autoreset mode (see :func:`pycollect.config.parse_autoreset_mode`).
         observation: The observation space's leaves; every env's space must equal its space.
         action: The action space's leaves; every env's space must equal its space.
         observations: One ``[K, *shape]`` array per observation leaf, of its dtype.

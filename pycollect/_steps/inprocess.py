@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from pycollect._steps.backend import InfoParts, check_indices
 from pycollect._steps.group import EnvGroup
 from pycollect._steps.spaces import SpaceLayout
+from pycollect.config import VectorConfig
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError
@@ -26,23 +26,17 @@ class InProcessBackend:
     numpy arrays it owns.
 
     Args:
-        envs: The environments, built; the backend closes them.
-        mode: The autoreset mode.
+        envs: The environments, built (``config.num_envs`` of them); the backend closes them.
+        config: The vector env's settings (the autoreset mode, ``info_keys``, ``max_episode_steps``
+            are the group's; see :class:`~pycollect._steps.group.EnvGroup`).
         env_name: The env's name, for messages.
-        info_keys: The info entries to return (``None``: all); see :class:`~pycollect._steps.group.EnvGroup`.
 
     Raises:
         ConfigError: The envs' spaces differ from each other.
         UnsupportedSpaceError: A space has a leaf pycollect cannot lay out.
     """
 
-    def __init__(
-        self,
-        envs: Sequence[GymLikeEnv],
-        mode: AutoresetMode,
-        env_name: str = "env",
-        info_keys: tuple[str, ...] | None = None,
-    ) -> None:
+    def __init__(self, envs: Sequence[GymLikeEnv], config: VectorConfig, env_name: str = "env") -> None:
         first = envs[0]
         self.num_envs = len(envs)
         self.observation = SpaceLayout(first.observation_space, "observation")
@@ -50,15 +44,14 @@ class InProcessBackend:
         self.metadata: Mapping[str, Any] = dict(getattr(first, "metadata", {}))
         self.render_mode: str | None = getattr(first, "render_mode", None)
         self.observations = self.observation.empty(self.num_envs)
-        same_step = mode is AutoresetMode.SAME_STEP
-        self.final_observations = self.observation.empty(self.num_envs) if same_step else None
+        self.final_observations = self.observation.empty(self.num_envs) if config.final_observations else None
         self._actions: Sequence[np.ndarray] | None = None  # kept by step_async for step_wait
         self.rewards = np.zeros(self.num_envs, np.float64)
         self.terminated = np.zeros(self.num_envs, np.bool_)
         self.truncated = np.zeros(self.num_envs, np.bool_)
         self.group = EnvGroup(
             envs,
-            mode,
+            config.autoreset_mode,
             self.observation,
             self.action,
             self.observations,
@@ -67,14 +60,13 @@ class InProcessBackend:
             self.truncated,
             self.final_observations,
             env_name=env_name,
-            info_keys=info_keys,
+            info_keys=config.info_keys,
+            max_episode_steps=config.max_episode_steps,
         )
 
     @classmethod
-    def start(
-        cls, source: EnvSource, num_envs: int, mode: AutoresetMode, info_keys: tuple[str, ...] | None = None
-    ) -> InProcessBackend:
-        """Build ``num_envs`` envs from ``source`` and a backend over them (closing them if that fails).
+    def start(cls, source: EnvSource, config: VectorConfig) -> InProcessBackend:
+        """Build ``config.num_envs`` envs from ``source`` and a backend over them (closing them if that fails).
 
         Raises:
             EnvCreationError: An env's constructor raised.
@@ -83,9 +75,9 @@ class InProcessBackend:
         """
         envs: list[GymLikeEnv] = []
         try:
-            for _ in range(num_envs):
+            for _ in range(config.num_envs):
                 envs.append(source.make())
-            return cls(envs, mode, source.describe(), info_keys)
+            return cls(envs, config, source.describe())
         except BaseException:
             for env in envs:
                 with contextlib.suppress(Exception):  # the error that stopped the start is the one to report

@@ -3,7 +3,8 @@
 :func:`make_vec` builds a :class:`VectorEnv`, a ``gymnasium.vector.VectorEnv`` that returns,
 step for step, what ``gymnasium.vector.SyncVectorEnv`` returns over the same env functions,
 seeds and actions, in each of gymnasium's three autoreset modes, with the envs in supervised
-worker processes (or in this process: ``num_workers=0``); see ``docs/vector.md``.
+worker processes (or in this process: ``num_workers=0``); see ``docs/vector.md``. Its settings
+are one :class:`VectorConfig` (:mod:`pycollect.config`).
 
 :class:`SB3VecEnv` is Stable-Baselines3's ``VecEnv`` over the same machinery, behaving as SB3's
 ``DummyVecEnv``. It is imported on first use (``pycollect.vector.SB3VecEnv``), so that importing
@@ -18,11 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pycollect._lazy import lazy_exports
-from pycollect.vector.env import VectorEnv, default_num_workers, make_vec
+from pycollect.config import VectorConfig, default_num_workers
+from pycollect.vector.env import VectorEnv, make_vec
 
 if TYPE_CHECKING:
     from pycollect.vector.sb3 import SB3VecEnv
 
 __getattr__, __dir__ = lazy_exports(__name__, {"SB3VecEnv": "pycollect.vector.sb3"}, globals())
 
-__all__ = ["SB3VecEnv", "VectorEnv", "default_num_workers", "make_vec"]
+__all__ = ["SB3VecEnv", "VectorConfig", "VectorEnv", "default_num_workers", "make_vec"]

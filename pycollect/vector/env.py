@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -14,17 +13,16 @@ from gymnasium.vector.utils import batch_space
 
 from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._steps.backend import StepBackend
-from pycollect._steps.group import autoreset_mode as parse_autoreset_mode
 from pycollect._steps.group import disabled_message
 from pycollect._steps.infos import InfoMerger
 from pycollect._steps.inprocess import InProcessBackend
 from pycollect._steps.spaces import ActionChecker
-from pycollect.config import SupervisionConfig
+from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ActionError, ConfigError, VectorEnvClosedError
 from pycollect.plugins import resolve_env
 
-__all__ = ["VectorEnv", "default_num_workers", "make_vec", "start_backend"]
+__all__ = ["VectorEnv", "make_vec", "start_backend"]
 
 
 class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
@@ -36,7 +34,13 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
     arrays: observations in the batched observation space's structure, float64 rewards, bool
     flags, and infos merged with gymnasium's own ``_add_info``.
 
+    Args:
+        backend: What steps the envs.
+        config: The vector env's settings (``backend`` was started with the same).
+        name: The env's name, for messages.
+
     Attributes:
+        config: The vector env's settings.
         num_envs: How many envs it steps.
         single_observation_space: One env's observation space.
         single_action_space: One env's action space.
@@ -46,21 +50,15 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         autoreset_mode: The autoreset mode.
         copy: Whether observations are fresh arrays (``True``) or views of the result arrays,
             valid until the next ``step`` or ``reset`` (``False``).
+        batch_size: How many envs :meth:`recv` returns (fewer than ``num_envs``: a pool).
     """
 
-    def __init__(
-        self,
-        backend: StepBackend,
-        *,
-        autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        name: str = "env",
-        batch_size: int | None = None,
-    ) -> None:
+    def __init__(self, backend: StepBackend, config: VectorConfig, *, name: str = "env") -> None:
         self._backend = backend
         self._name = name
-        self.autoreset_mode = autoreset_mode
-        self.copy = copy
+        self.config = config
+        self.autoreset_mode = config.autoreset_mode
+        self.copy = config.copy
         self.num_envs = backend.num_envs
         self.single_observation_space = backend.observation.space
         self.single_action_space = backend.action.space
@@ -68,16 +66,16 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._actions = ActionChecker(backend.action, self.num_envs)
         self.action_space = self._actions.space
         self.metadata = dict(backend.metadata)
-        self.metadata["autoreset_mode"] = autoreset_mode
+        self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = backend.render_mode
         self._infos = InfoMerger(self.num_envs)
         self._ended = np.zeros(self.num_envs, np.bool_)  # DISABLED mode: envs that ended and were not reset
         self._was_reset = False  # gymnasium's order: reset() before the first step()
         self._stepping = False  # step_async() sent a step that step_wait() has not collected
-        self.batch_size = batch_size or self.num_envs
+        self.batch_size = config.batch_size
         self._pool = self.batch_size < self.num_envs  # recv() serves the first workers ready
         self._batch_actions = ActionChecker(backend.action, self.batch_size) if self._pool else self._actions
-        self._envs_per_worker = self.num_envs // max(1, getattr(backend, "num_workers", 1))
+        self._envs_per_worker = config.envs_per_worker
         self._rows: dict[tuple[int, ...], np.ndarray] = {}  # the env ids of a set of workers, for recv()
         self._received_workers: list[int] = []  # the workers the last recv() returned, in order
         self._received: np.ndarray | None = None  # the env ids the last recv() returned
@@ -389,12 +387,6 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         return mask
 
 
-def default_num_workers(num_envs: int) -> int:
-    """The workers ``make_vec`` starts when not told: the most, up to the CPUs, that split ``num_envs`` evenly."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(w for w in range(1, max(1, min(cpus, num_envs)) + 1) if num_envs % w == 0)
-
-
 def make_vec(
     env: str | Callable[..., Any] | EnvSource,
     num_envs: int,
@@ -409,6 +401,9 @@ def make_vec(
     **supervision_overrides: Any,
 ) -> VectorEnv:
     """A gymnasium vector env of ``num_envs`` envs, stepped by pycollect.
+
+    Its settings become one :class:`~pycollect.VectorConfig`, which checks them (see there for
+    each one's default and checks) before any env is built.
 
     Step for step it returns what ``gymnasium.vector.SyncVectorEnv`` over the same env
     functions returns, for the same seeds and actions: observations, rewards, flags, infos
@@ -427,7 +422,7 @@ def make_vec(
         num_envs: How many envs (1 or more).
         num_workers: Worker processes to step them in; ``0``: in this process. ``None`` (the
             default): as many as there are CPUs, or fewer, so that they split ``num_envs``
-            evenly (:func:`default_num_workers`).
+            evenly (:func:`~pycollect.config.default_num_workers`).
         autoreset_mode: ``"next_step"`` (the default), ``"same_step"``, ``"disabled"``, or a
             ``gymnasium.vector.AutoresetMode``.
         copy: ``True``: observations are fresh arrays. ``False``: views of the arrays the
@@ -455,12 +450,18 @@ def make_vec(
         EnvCreationError: An env's constructor raised.
         UnsupportedSpaceError: A space pycollect cannot lay out (Text, Graph, Sequence...).
     """
-    mode = parse_autoreset_mode(autoreset_mode)
     settings = SupervisionConfig.from_settings(supervision, also=_MAKE_VEC_ARGUMENTS, **supervision_overrides)
-    if not isinstance(copy, bool):
-        raise ConfigError(f"copy must be a bool, got {copy!r}")
-    backend, name = start_backend(env, num_envs, num_workers, mode, env_kwargs, settings, batch_size, info_keys)
-    return VectorEnv(backend, autoreset_mode=mode, copy=copy, name=name, batch_size=batch_size)
+    config = VectorConfig(
+        num_envs,
+        num_workers=num_workers,
+        autoreset_mode=autoreset_mode,
+        batch_size=batch_size,
+        info_keys=info_keys,
+        copy=copy,
+        supervision=settings,
+    )
+    backend, name = start_backend(env, config, env_kwargs)
+    return VectorEnv(backend, config, name=name)
 
 
 _MAKE_VEC_ARGUMENTS = (
@@ -475,78 +476,21 @@ _MAKE_VEC_ARGUMENTS = (
 
 
 def start_backend(
-    env: str | Callable[..., Any] | EnvSource,
-    num_envs: int,
-    num_workers: int | None,
-    mode: AutoresetMode,
-    env_kwargs: Mapping[str, Any] | None,
-    supervision: SupervisionConfig,
-    batch_size: int | None = None,
-    info_keys: Sequence[str] | None = None,
+    env: str | Callable[..., Any] | EnvSource, config: VectorConfig, env_kwargs: Mapping[str, Any] | None = None
 ) -> tuple[StepBackend, str]:
     """The step backend of a vector env (in this process, or over worker processes) and the env's name.
 
-    What :func:`make_vec` and :class:`pycollect.vector.SB3VecEnv` stand on; the arguments are
-    :func:`make_vec`'s (``num_workers=None``: :func:`default_num_workers`).
+    What :func:`make_vec`, :class:`pycollect.vector.SB3VecEnv` and ``pycollect.torchrl.ParallelEnv``
+    stand on; ``env`` and ``env_kwargs`` are :func:`make_vec`'s.
 
     Raises:
-        ConfigError: A bad ``num_envs`` or ``num_workers`` (before any env is built), or what
-            the backend's ``start`` raises.
+        UnknownEnvError: The backend does not know the env.
+        ConfigError: ``env`` is not something to build envs from, or what the backend's ``start`` raises.
     """
-    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
-        raise ConfigError(f"num_envs must be an int of 1 or more, got {num_envs!r}")
-    if num_workers is None:
-        num_workers = default_num_workers(num_envs)
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
-        raise ConfigError(
-            f"num_workers must be an int of 0 or more (0: step the envs in this process), got {num_workers!r}"
-        )
-    if num_workers > num_envs:
-        raise ConfigError(
-            f"num_workers={num_workers} is more than num_envs={num_envs}: a worker steps at least one env"
-        )
-    if batch_size is not None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= num_envs:
-            raise ConfigError(f"batch_size must be an int from 1 to num_envs={num_envs}, got {batch_size!r}")
-        if batch_size < num_envs:
-            if num_workers == 0:
-                raise ConfigError(
-                    f"batch_size={batch_size} < num_envs={num_envs} makes a pool of workers: num_workers=0 has none"
-                )
-            k = num_envs // num_workers if num_envs % num_workers == 0 else 0
-            if k and batch_size % k:
-                raise ConfigError(
-                    f"batch_size={batch_size} is not a multiple of the {k} envs each of the {num_workers} workers "
-                    "steps: the pool serves whole workers"
-                )
-            if mode is AutoresetMode.DISABLED:
-                raise ConfigError(
-                    "autoreset_mode DISABLED needs reset masks, which a pool (batch_size < num_envs) has not"
-                )
-    keys = _info_keys(info_keys)
     source = resolve_env(env, env_kwargs)
     backend: StepBackend
-    if num_workers == 0:
-        backend = InProcessBackend.start(source, num_envs, mode, keys)
+    if config.num_workers == 0:
+        backend = InProcessBackend.start(source, config)
     else:
-        backend = WorkerStepBackend.start(source, num_envs, num_workers, mode, supervision, keys)
+        backend = WorkerStepBackend.start(source, config)
     return backend, source.describe()
-
-
-def _info_keys(value: Sequence[str] | None) -> tuple[str, ...] | None:
-    """``info_keys`` as a tuple of names (``None`` stays ``None``: every entry).
-
-    Raises:
-        ConfigError: Not ``None`` nor a sequence of non-empty strings (a lone string too: it
-            would be read letter by letter).
-    """
-    if value is None:
-        return None
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
-        raise ConfigError(
-            f"info_keys must be None (every entry) or a sequence of info entry names, such as ('lives',), got {value!r}"
-        )
-    bad = [key for key in value if not isinstance(key, str) or not key]
-    if bad:
-        raise ConfigError(f"info_keys: {bad[0]!r} is not an info entry name (a non-empty string), in {value!r}")
-    return tuple(dict.fromkeys(value))

@@ -27,7 +27,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from pycollect._steps.spaces import ActionChecker
-from pycollect.config import SupervisionConfig
+from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, UnsupportedSpaceError, VectorEnvClosedError
 from pycollect.vector._env_calls import GetAttr, IsWrapped, Render, SetAttr
@@ -106,9 +106,14 @@ class SB3VecEnv(VecEnv):
         **supervision_overrides: Any,
     ) -> None:
         settings = SupervisionConfig.from_settings(supervision, also=_ARGUMENTS, **supervision_overrides)
-        backend, name = start_backend(
-            env, num_envs, num_workers, AutoresetMode.SAME_STEP, env_kwargs, settings, info_keys=info_keys
+        config = VectorConfig(
+            num_envs,
+            num_workers=num_workers,
+            autoreset_mode=AutoresetMode.SAME_STEP,  # SB3's: an ended episode is reset within the step
+            info_keys=info_keys,
+            supervision=settings,
         )
+        backend, name = start_backend(env, config, env_kwargs)
         self._backend = backend
         self._name = name
         self.closed = False
@@ -119,8 +124,7 @@ class SB3VecEnv(VecEnv):
             self._was_reset = False
             # get_images asks one env per worker at a time (an image fills much of a mailbox):
             # env j of every worker, then env j + 1 (all at once in-process).
-            workers = len(backend.workers())
-            k = num_envs // workers if workers else num_envs
+            workers, k = config.num_workers, config.envs_per_worker
             self._render_rounds = (
                 [[w * k + j for w in range(workers)] for j in range(k)] if workers else [list(range(num_envs))]
             )

@@ -3,8 +3,8 @@
 The supervisor (Rust) starts every worker as ``python -m pycollect.worker`` with the segment
 at :data:`SEGMENT_FD` and its lifeline at :data:`LIFELINE_FD`, and names them, the worker's
 index and its generation in environment variables; those numbers and names are the native
-module's constants. The pool adds the pickled :class:`~.spec.WorkerSpec` at :data:`SPEC_FD`
-and the variables below. Both sides read them from here, so they cannot drift apart.
+module's constants. :class:`~.processes.WorkerProcesses` adds the pickled spec at
+:data:`SPEC_FD` and the variables below. Both sides read them from here, so they cannot drift apart.
 
 Environment of a worker:
 

@@ -1,9 +1,9 @@
-"""The trainer's side of worker processes: segment, supervisor, weights, and batches out of the rings.
+"""The trainer's side of a collector's worker processes: weights, and batches out of the rings.
 
-A :class:`WorkerPool` owns one shared-memory segment, one supervisor and the trainer's half of
-the weight-sync scheme. Each of its ``num_workers`` worker processes (``python -m
-pycollect.worker``) fills rollout slots in its own ring; the pool turns committed slots into
-``TensorDict`` batches:
+A :class:`WorkerPool` composes one :class:`~.processes.WorkerProcesses` (the segment, the spec,
+the supervisor) and owns the trainer's half of the weight-sync scheme. Each of its
+``num_workers`` worker processes (``python -m pycollect.worker``) fills rollout slots in its
+own ring; the pool turns committed slots into ``TensorDict`` batches:
 
 * sync: one rollout of every worker per batch, ordered by worker, ``[W*K, T]``. Every worker
   commits exactly one slot per batch, so batch ``b`` sits in slot ``b % slots`` of every
@@ -20,7 +20,6 @@ owned batch is assembled in pinned host memory and copied to the device without 
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,8 +34,9 @@ from pycollect import _core
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
-from pycollect._engines.workers import contract, forkserver
-from pycollect._engines.workers.spec import WorkerSpec, field_name, write_spec
+from pycollect._engines.workers import forkserver
+from pycollect._engines.workers.processes import WorkerProcesses
+from pycollect._engines.workers.spec import WorkerSpec, field_name
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._keys import NEXT_DONE, NEXT_TRUNCATED, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
@@ -111,18 +111,10 @@ class WorkerPool(Engine):
         self._layout = weights.layout if weights is not None else None
         self._scheme_name = weights.scheme.name if weights is not None else ""
         self._sender: WeightSender | None = None
-        self.supervisor: _core.Supervisor | None = None
-        self._log: SupervisionLog | None = None
-        self._spec_fd = -1
-        self._final: Supervision | None = None  # what supervision() reports once closed
         self.consumers: list[Any] = []
 
-        _core.sweep_stale_segments()  # named fallbacks left by crashed trainers (memfd leaves none)
-        self.segment = _core.Segment.create(**segment_layout, backing="auto")
-        if self.segment.name is not None:
-            # A named fallback segment: workers get its descriptor, never its name, so the
-            # name can go at once and nothing is left in /dev/shm even if we crash.
-            self.segment.unlink_name()
+        self._processes = WorkerProcesses(segment_layout, config.supervision)
+        self.segment = self._processes.segment
         try:
             receiver = None
             if weights is not None:
@@ -130,35 +122,23 @@ class WorkerPool(Engine):
                 self._sender = weights.scheme.sender(context)
                 receiver = self._sender.receiver()
                 _picklable(receiver, f"the worker half of weight-sync scheme {weights.scheme.name!r}")
-            spec = replace(spec, weights=receiver, layout_hash=self.segment.layout_hash)
-            self._spec_fd = write_spec(spec)
             self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
-            supervision = config.supervision
-            # Starts the fork server if none runs and waits for it (interruptibly); None: fork+exec
-            # (why is logged), e.g. the server is turned off, or did not answer and was replaced.
-            fork_server = forkserver.connect()
-            try:
-                self.supervisor = self._supervisor(config, placements, fork_server)
-            finally:
-                if fork_server is not None:
-                    os.close(fork_server)  # the supervisor holds its own duplicate
-            self._log = SupervisionLog(self.supervisor, self.num_workers, supervision.restart)
+            self._processes.start(
+                replace(spec, weights=receiver), hide_cuda=not any(placement.cuda for placement in placements)
+            )
         except BaseException:
             self.close()
             raise
 
-    def _supervisor(
-        self, config: CollectorConfig, placements: Sequence[Placement], fork_server: int | None
-    ) -> _core.Supervisor:
-        """Start the workers: forked by the fork server behind ``fork_server`` if given, else exec'd."""
-        return _core.Supervisor(
-            self.segment,
-            contract.worker_argv(),
-            env=contract.worker_env(hide_cuda=not any(p.cuda for p in placements)),
-            pass_fds=[(self._spec_fd, contract.SPEC_FD)],
-            supervision=config.supervision,
-            fork_server=fork_server,
-        )
+    @property
+    def supervisor(self) -> _core.Supervisor | None:
+        """The workers' native supervisor (``None`` once closed)."""
+        return self._processes.supervisor
+
+    @property
+    def _spec_fd(self) -> int:
+        """The descriptor of the workers' spec (what the tests read it back from)."""
+        return self._processes.spec_fd
 
     @classmethod
     def start(
@@ -262,7 +242,7 @@ class WorkerPool(Engine):
         return consumers, segment
 
     def _poll(self) -> SupervisionLog:
-        log = self._log
+        log = self._processes.log
         if log is None:
             raise CollectorClosedError("the collector is shut down")
         log.poll()
@@ -353,7 +333,7 @@ class WorkerPool(Engine):
 
     def _generation_ended(self, lease: Any, consumers: list[Any]) -> bool:
         """Whether ``lease`` is the last rollout its (dead) worker generation committed."""
-        log = self._log
+        log = self._processes.log
         if log is None:
             raise CollectorClosedError("the collector is shut down")
         if not log.ended(lease.worker, lease.generation):
@@ -369,14 +349,8 @@ class WorkerPool(Engine):
     # -- supervision and weights -------------------------------------------------------------
 
     def supervision(self) -> Supervision:
-        """Each worker's :class:`~pycollect._core.WorkerStats` and the recent events."""
-        if self._final is not None:
-            return self._final
-        if self.supervisor is None or self._log is None:
-            return Supervision()
-        if not self._closed:
-            self._log.take_events()
-        return Supervision(tuple(self.supervisor.stats()), self._log.events)
+        """Each worker's :class:`~pycollect._core.WorkerStats` and the recent events (as they ended, once closed)."""
+        return Supervision(self._processes.stats(), self._processes.events())
 
     def publish_weights(self, weights: torch.nn.Module | None, version: int) -> None:
         """Send the weights module's state dict through the scheme; workers load it between rollouts.
@@ -409,15 +383,9 @@ class WorkerPool(Engine):
         self._closed = True
         self._held = []
         self._copier.settle()
-        if self.supervisor is not None:
-            self.supervisor.shutdown(grace_s=self.config.supervision.shutdown_grace_s)
-        else:
-            self.segment.shutdown()
+        self._processes.close()
         if self._sender is not None:
             self._sender.close()
-        if self._spec_fd >= 0:
-            os.close(self._spec_fd)
-            self._spec_fd = -1
         self._release()
 
     def _release(self) -> None:
@@ -428,13 +396,10 @@ class WorkerPool(Engine):
         :meth:`supervision` reports is kept; a zero-copy batch the caller still holds keeps
         the mapping it views alive by itself.
         """
-        self._final = self.supervision()
         if hasattr(self, "segment"):
             del self.segment  # first: _live() reads the consumers, then the segment
         self.consumers = []
         self._sender = None  # the weights store's writer maps the segment
-        self._log = None
-        self.supervisor = None  # holds the segment for the workers it started
         self._memory = staging_memory(torch.device("cpu"))  # the recycled batch buffers go
 
 

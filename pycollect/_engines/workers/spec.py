@@ -19,7 +19,7 @@ import cloudpickle
 
 from pycollect._keys import Key
 from pycollect._steps.spaces import SpaceLayout
-from pycollect.config import CollectorConfig
+from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.devices.placement import Placement
 from pycollect.engines.policy_blob import unpack_policy
 from pycollect.envs.source import EnvSource
@@ -84,29 +84,18 @@ class StepWorkerSpec:
 
     Attributes:
         env_source: Which backend builds the environments, from what.
-        envs_per_worker: How many envs each worker steps (``K``).
-        autoreset_mode: gymnasium's ``AutoresetMode`` value (``"NextStep"``, ...).
+        config: The vector env's settings, whole: the worker reads its share there
+            (``envs_per_worker``, ``autoreset_mode``, ``info_keys``, ``max_episode_steps``).
         observation: One env's observation space, as leaves.
         action: One env's action space, as leaves.
         layout_hash: The segment layout the worker must find.
-        info_keys: The info entries the worker returns (``None``: all of them).
-        max_episode_steps: ``SAME_STEP`` mode: truncate an episode after this many steps
-            (``None``: never; see :class:`~pycollect._steps.group.EnvGroup`).
     """
 
     env_source: EnvSource
-    envs_per_worker: int
-    autoreset_mode: str
+    config: VectorConfig
     observation: SpaceLayout
     action: SpaceLayout
     layout_hash: int
-    info_keys: tuple[str, ...] | None = None
-    max_episode_steps: int | None = None
-
-    @property
-    def final_observations(self) -> bool:
-        """Whether the results hold final observations (``SAME_STEP`` mode)."""
-        return self.autoreset_mode == "SameStep"
 
 
 def step_fields(spec: StepWorkerSpec) -> dict[str, list[tuple[str, str, tuple[int, ...]]]]:
@@ -120,7 +109,7 @@ def step_fields(spec: StepWorkerSpec) -> dict[str, list[tuple[str, str, tuple[in
     return {
         "observation": observation,
         "final": [(f"{_FINAL}/{name}", dtype, shape) for name, dtype, shape in observation]
-        if spec.final_observations
+        if spec.config.final_observations
         else [],
         "action": [(field_name(f.key), f.dtype.name, f.shape) for f in spec.action.fields],
         "flags": [(REWARD_FIELD, "float64", ()), (TERMINATED_FIELD, "bool", ()), (TRUNCATED_FIELD, "bool", ())],

@@ -2,9 +2,10 @@
 
 :class:`WorkerStepBackend` implements :class:`~pycollect._steps.backend.StepBackend` with
 ``N`` supervised worker processes of ``K = num_envs / N`` envs each (the loop in
-:mod:`.steps`). One shared-memory segment holds everything a step moves, one step deep:
-per field, the rows of every worker side by side, so the trainer's ``[num_envs, ...]``
-result arrays are single views of it and the actions go in with one copy per action leaf.
+:mod:`.steps`), started and stopped by a :class:`~.processes.WorkerProcesses`, whose
+shared-memory segment holds everything a step moves, one step deep: per field, the rows of
+every worker side by side, so the trainer's ``[num_envs, ...]`` result arrays are single views
+of it and the actions go in with one copy per action leaf.
 Each worker has a step channel (:mod:`.step_protocol`); a step posts one request to every
 worker, then waits for all the answers on the segment's doorbell (spinning briefly, then
 sleeping), looking at the supervisor's events between waits.
@@ -25,25 +26,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from pycollect import _core, _lifetime
-from pycollect._engines.workers import contract, forkserver
+from pycollect import _core
+from pycollect._engines.workers import forkserver
 from pycollect._engines.workers import step_protocol as protocol
-from pycollect._engines.workers.spec import StepWorkerSpec, step_fields, write_spec
-from pycollect._engines.workers.supervision import SupervisionLog
+from pycollect._engines.workers.processes import WorkerProcesses
+from pycollect._engines.workers.spec import StepWorkerSpec, step_fields
 from pycollect._steps.backend import InfoParts, check_indices
 from pycollect._steps.group import InfoEntry, Material
 from pycollect._steps.spaces import SpaceLayout
-from pycollect.config import SupervisionConfig
+from pycollect.config import WEIGHT_BUFFERS, VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, TransportError, VectorEnvClosedError
 
@@ -54,7 +52,6 @@ MAILBOX_BYTES = 1 << 20
 RESTARTED_KEY = "worker_restarted"
 """The info entry (True) of the envs whose episode a worker restart cut."""
 _POLL_S = 0.1  # how often a waiting trainer looks at the supervisor's events
-_STARTUP_POLL_S = 0.01  # how often make_vec looks whether the workers have built their envs
 
 logger = logging.getLogger("pycollect.vector")
 
@@ -65,25 +62,18 @@ class WorkerStepBackend:
     Build it with :meth:`start`. The attributes are :class:`~pycollect._steps.backend.StepBackend`'s.
     """
 
-    def __init__(
-        self,
-        spec: StepWorkerSpec,
-        num_workers: int,
-        supervision: SupervisionConfig,
-        metadata: Mapping[str, Any],
-        render_mode: str | None,
-    ) -> None:
-        k = spec.envs_per_worker
-        self.num_envs = num_workers * k
-        self.num_workers = num_workers
+    def __init__(self, spec: StepWorkerSpec, metadata: Mapping[str, Any], render_mode: str | None) -> None:
+        config = spec.config
+        k = config.envs_per_worker
+        self.num_envs = config.num_envs
+        self.num_workers = config.num_workers
         self.observation = spec.observation
         self.action = spec.action
         self.metadata = dict(metadata)
         self.render_mode = render_mode
-        self._mode = AutoresetMode(spec.autoreset_mode)
+        self._mode = config.autoreset_mode
         self._k = k
-        self._grace_s = supervision.shutdown_grace_s
-        self._generations = [1] * num_workers  # the generation of each worker requests are meant for
+        self._generations = [1] * self.num_workers  # the generation of each worker requests are meant for
         self._seqs: list[int] = []  # the step posted by step_async, per worker
         # The pool (recv/send): requests in flight by worker, the resets among them (their
         # seeds, to post again to a restarted worker), and when each was posted (the longest
@@ -93,29 +83,24 @@ class WorkerStepBackend:
         self._posted_at: dict[int, int] = {}  # the pool's posting clock when each request in flight was posted
         self._clock = 0
         self._closed = False
-        self._final_workers: tuple[Any, ...] = ()  # what workers() reports once closed
         # The seeds of a restarted worker's envs, by (worker, generation) (None: fresh entropy);
         # the central engine derives them from the collector's seed, as the workers engine does.
         self.restart_seeds: Callable[[int, int], Sequence[int | None]] | None = None
         self.last_restarted: list[int] = []  # the workers step_wait found restarted (their envs cut)
-        self._spec_fd = -1
-        self.supervisor: Any = None
-        self._log: SupervisionLog | None = None
+        self._channels: list[Any] = []
         fields = step_fields(spec)
-        _core.sweep_stale_segments()
-        self.segment = _core.Segment.create(
-            [field for role in fields.values() for field in role],
-            n_workers=num_workers,
-            envs_per_worker=k,
-            steps=1,
-            slots_per_worker=1,
-            weights_capacity=0,
-            weights_buffers=3,
-            backing="auto",
-            mailbox_bytes=MAILBOX_BYTES,
-        )
-        if self.segment.name is not None:
-            self.segment.unlink_name()  # workers get the descriptor, never the name
+        segment_layout = {
+            "fields": [field for role in fields.values() for field in role],
+            "n_workers": self.num_workers,
+            "envs_per_worker": k,
+            "steps": 1,
+            "slots_per_worker": 1,
+            "weights_capacity": 0,
+            "weights_buffers": WEIGHT_BUFFERS,
+            "mailbox_bytes": MAILBOX_BYTES,
+        }
+        self._processes = WorkerProcesses(segment_layout, config.supervision)
+        self.segment = self._processes.segment
         try:
 
             def block(role: str) -> list[np.ndarray]:
@@ -124,81 +109,31 @@ class WorkerStepBackend:
                 return [np.asarray(view)[:, 0] for view in views]
 
             self.observations = block("observation")
-            self.final_observations = block("final") if spec.final_observations else None
+            self.final_observations = block("final") if config.final_observations else None
             self._actions = block("action")
             self.rewards, self.terminated, self.truncated = block("flags")
-            self._channels = [self.segment.step_channel(w) for w in range(num_workers)]
-            spec = replace(spec, layout_hash=self.segment.layout_hash)
-            self._spec_fd = write_spec(spec)
-            fork_server = forkserver.connect()
-            try:
-                self.supervisor = _core.Supervisor(
-                    self.segment,
-                    contract.worker_argv(),
-                    env=contract.worker_env(hide_cuda=True),
-                    pass_fds=[(self._spec_fd, contract.SPEC_FD)],
-                    supervision=supervision,
-                    fork_server=fork_server,
-                )
-            finally:
-                if fork_server is not None:
-                    os.close(fork_server)  # the supervisor holds its own duplicate
-            _lifetime.track(self)  # closed at interpreter exit and on SIGTERM, as a Collector is
-            self._log = SupervisionLog(self.supervisor, num_workers, supervision.restart)
-            self._await_running()
+            self._channels = [self.segment.step_channel(w) for w in range(self.num_workers)]
+            # owner: closed at interpreter exit and on SIGTERM, and forgotten by a fork child, as a Collector is
+            self._processes.start(spec, hide_cuda=True, owner=self)
+            self._processes.await_running()  # an env that fails to build fails here
         except BaseException:
             self.close()
             raise
 
-    def _await_running(self) -> None:
-        """Wait until every worker has built its envs, so that an env that fails to build fails here.
-
-        Raises:
-            WorkerCrashedError: A worker failed to start (its envs' constructor raised, their
-                spaces differ from the probe env's) and its restart policy gave up.
-        """
-        controls = [self.segment.worker_control(w) for w in range(self.num_workers)]
-        while True:
-            assert self._log is not None
-            self._log.poll()
-            if all(control.state == "running" for control in controls):
-                return
-            time.sleep(_STARTUP_POLL_S)
-
     @classmethod
-    def start(
-        cls,
-        source: EnvSource,
-        num_envs: int,
-        num_workers: int,
-        mode: AutoresetMode,
-        supervision: SupervisionConfig,
-        info_keys: tuple[str, ...] | None = None,
-        max_episode_steps: int | None = None,
-        probe: Any = None,
-    ) -> WorkerStepBackend:
-        """Check everything (the split, one probe env's spaces, pickling), then start the workers.
+    def start(cls, source: EnvSource, config: VectorConfig, probe: Any = None) -> WorkerStepBackend:
+        """Check the env (one probe env's spaces, pickling), then start the workers.
 
-        ``probe``: an env of ``source`` the caller has built already (and closes), read instead
-        of building one here.
+        ``config`` was checked when it was made (the split of ``num_envs`` over the workers,
+        ``max_episode_steps`` in ``SAME_STEP`` mode only...). ``probe``: an env of ``source``
+        the caller has built already (and closes), read instead of building one here.
 
         Raises:
-            ConfigError: ``num_envs`` does not split evenly over ``num_workers``, or the env
-                source cannot be pickled for the workers, or ``max_episode_steps`` (an episode
-                limit the workers apply, ``SAME_STEP`` mode only) is given in another mode;
-                before any worker starts.
+            ConfigError: The env source cannot be pickled for the workers; before any worker starts.
             UnsupportedSpaceError: A space pycollect cannot lay out.
             EnvCreationError: The probe env's constructor raised.
+            WorkerCrashedError: A worker failed to start and its restart policy gave up.
         """
-        if num_envs % num_workers:
-            below, above = num_envs - num_envs % num_workers, num_envs - num_envs % num_workers + num_workers
-            choices = f"{below} or {above}" if below else f"{above}"
-            raise ConfigError(
-                f"num_envs={num_envs} does not split over num_workers={num_workers}: every worker steps the "
-                f"same number of envs, so num_envs must be a multiple of num_workers ({choices})"
-            )
-        if max_episode_steps is not None and mode is not AutoresetMode.SAME_STEP:
-            raise ConfigError(f"max_episode_steps={max_episode_steps}: in autoreset_mode SAME_STEP only")
         forkserver.start()  # its imports overlap with the probe env
         own_probe = probe is None
         if own_probe:
@@ -218,17 +153,8 @@ class WorkerStepBackend:
             raise ConfigError(
                 f"env {source.describe()!r} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
             ) from exc
-        spec = StepWorkerSpec(
-            source,
-            num_envs // num_workers,
-            mode.value,
-            observation,
-            action,
-            layout_hash=0,
-            info_keys=info_keys,
-            max_episode_steps=max_episode_steps,
-        )
-        return cls(spec, num_workers, supervision, metadata, render_mode)
+        spec = StepWorkerSpec(source, config, observation, action, layout_hash=0)  # filled in once the segment exists
+        return cls(spec, metadata, render_mode)
 
     # -- the StepBackend interface --------------------------------------------------------
 
@@ -399,37 +325,22 @@ class WorkerStepBackend:
 
     def workers(self) -> tuple[Any, ...]:
         """Each worker's :class:`~pycollect._core.WorkerStats` (pid, generation, restarts, last exit...)."""
-        if self.supervisor is None:
-            return self._final_workers
-        return tuple(self.supervisor.stats())
+        return self._processes.stats()
 
     def generation(self, worker: int) -> int:
         """The generation of ``worker`` that requests are meant for (1, then +1 at each restart seen)."""
         return self._generations[worker]
 
     def events(self) -> tuple[Any, ...]:
-        """The supervisor's recent events (at most 100), oldest first; none once closed."""
-        if self._log is None:
-            return ()
-        self._log.take_events()
-        return self._log.events
+        """The supervisor's recent events (at most 100), oldest first; once closed, those taken before."""
+        return self._processes.events()
 
     def close(self) -> None:
         """Stop the workers (they close their envs) and release the segment; a second call does nothing."""
         if self._closed:
             return
         self._closed = True
-        _lifetime.untrack(self)
-        if self.supervisor is not None:
-            self.supervisor.shutdown(grace_s=self._grace_s)
-            self._final_workers = tuple(self.supervisor.stats())
-        elif hasattr(self, "segment"):
-            self.segment.shutdown()
-        if self._spec_fd >= 0:
-            os.close(self._spec_fd)
-            self._spec_fd = -1
-        self._log = None
-        self.supervisor = None
+        self._processes.close()
         self._channels = []
 
     def shutdown(self) -> None:
@@ -440,6 +351,7 @@ class WorkerStepBackend:
         """In a forked child: this copy owns none of the workers; never act on them."""
         self._closed = True
         self._channels = []
+        self._processes.forget()
 
     # -- requests --------------------------------------------------------------------------
 
@@ -542,7 +454,7 @@ class WorkerStepBackend:
             WorkerStoppedError: One of ``workers`` ended cleanly and its restart policy leaves it down.
             VectorEnvClosedError: The vector env was closed (or is shutting down).
         """
-        log = self._log
+        log = self._processes.log
         if log is None:
             raise VectorEnvClosedError("the vector env was closed while it waited for its workers")
         log.poll()  # raises WorkerCrashedError once a worker is given up on

@@ -22,7 +22,6 @@ import traceback
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.spec import StepWorkerSpec, step_fields
@@ -38,7 +37,8 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
     """Build this worker's envs and answer the trainer's requests until shutdown or CLOSE."""
     channel = segment.step_channel(worker)
     channel.skip_pending()  # a request left for a dead predecessor is never served
-    k = spec.envs_per_worker
+    config = spec.config
+    k = config.envs_per_worker
     fields = step_fields(spec)
 
     def rows(role: str, writable: bool) -> list[np.ndarray]:
@@ -53,19 +53,19 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
             envs.append(spec.env_source.make())
         group = EnvGroup(
             envs,
-            AutoresetMode(spec.autoreset_mode),
+            config.autoreset_mode,
             spec.observation,
             spec.action,
             rows("observation", writable=True),
             reward,
             terminated,
             truncated,
-            rows("final", writable=True) if spec.final_observations else None,
+            rows("final", writable=True) if config.final_observations else None,
             env_name=spec.env_source.describe(),
             env_offset=worker * k,
             worker=worker,
-            info_keys=spec.info_keys,
-            max_episode_steps=spec.max_episode_steps,
+            info_keys=config.info_keys,
+            max_episode_steps=config.max_episode_steps,
         )
     except BaseException:
         for env in envs:

@@ -1,10 +1,11 @@
 """What the trainer makes of the supervisor's events: restarts, cut rollouts and the final error.
 
 The supervisor (a Rust thread) reports every start, exit, failed spawn, scheduled restart and
-give-up as a typed :class:`~pycollect._core.WorkerEvent`. The pool takes them in between its
-waits for rollouts; :class:`SupervisionLog` keeps what it needs from them and logs each one to
-the ``pycollect.workers`` logger (:data:`logger`), with the event as the record's
-``worker_event`` attribute:
+give-up as a typed :class:`~pycollect._core.WorkerEvent`. The owner of the workers (a
+collector's pool, a vector env's step backend) takes them in between its waits;
+:class:`SupervisionLog` keeps what it needs from them and logs each one to the
+``pycollect.workers`` logger (:data:`logger`), with the event as the record's ``worker_event``
+attribute:
 
 ========================================  ========
 event                                     level
@@ -39,7 +40,7 @@ class SupervisionLog:
     """The supervisor's events, taken in order, and what follows from them.
 
     Args:
-        supervisor: The pool's supervisor.
+        supervisor: The workers' supervisor.
         num_workers: How many workers it supervises.
         restart: The restart policy's name, for messages.
     """

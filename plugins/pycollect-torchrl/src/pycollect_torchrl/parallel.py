@@ -5,11 +5,11 @@ A TorchRL ``EnvBase`` of ``batch_size=[num_workers]`` with the signature and bat
 ``step_and_maybe_reset``, ``rollout``, the batched specs, ``set_seed`` chained through the
 workers), so it drops into TorchRL's ``Collector``, ``MultiSyncCollector`` and ``env.rollout()``.
 Underneath it is the step-level exchange of ``pycollect.make_vec``
-(:func:`pycollect.vector.start_backend` in ``DISABLED`` autoreset mode): one supervised,
-non-daemonic worker process per env, actions and results through shared memory with
-futex-backed handshakes, and the supervision of every pycollect worker (a crash raises
-:class:`pycollect.WorkerCrashedError` carrying the env's traceback, or restarts the worker as
-configured; shutdown is bounded; nothing is left behind).
+(:func:`pycollect.vector.env.start_backend`, with a :class:`pycollect.VectorConfig` in
+``DISABLED`` autoreset mode): one supervised, non-daemonic worker process per env, actions and
+results through shared memory with futex-backed handshakes, and the supervision of every
+pycollect worker (a crash raises :class:`pycollect.WorkerCrashedError` carrying the env's
+traceback, or restarts the worker as configured; shutdown is bounded; nothing is left behind).
 
 What differs from TorchRL's, by design: only the action travels to the workers (each worker
 carries its env's own TensorDict from step to step, as TorchRL's ``rollout`` does, so
@@ -30,7 +30,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import _aggregate_end_of_traj
 
-from pycollect import ConfigError, SupervisionConfig
+from pycollect import ConfigError, SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect_torchrl.backend import TorchRLBackend, is_torchrl_env
 from pycollect_torchrl.layout import Layout, layout
@@ -124,9 +124,18 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         base = supervision if supervision is not None else SupervisionConfig(restart="never")
         settings.setdefault("shutdown_grace_s", float(shutdown_timeout))
         try:
-            self._supervision = _replace(base, settings)
+            supervised = _replace(base, settings)
         except TypeError as exc:
             raise TypeError(f"ParallelEnv got an unexpected argument: {exc}") from None
+        # One env per worker; no autoreset (TorchRL resets done envs itself, through "_reset"),
+        # and no infos: a TorchRL env returns everything in its TensorDict.
+        self._vector_config = VectorConfig(
+            num_workers,
+            num_workers=num_workers,
+            autoreset_mode=AutoresetMode.DISABLED,
+            info_keys=(),
+            supervision=supervised,
+        )
         self._arguments = {
             "num_workers": num_workers,
             "create_env_fn": create_env_fn,
@@ -185,15 +194,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         from pycollect.vector.env import start_backend
 
         source = EnvSource(TorchRLBackend(), self._factory, self._env_kwargs)
-        backend, _ = start_backend(
-            source,
-            self.num_workers,
-            self.num_workers,
-            AutoresetMode.DISABLED,
-            None,
-            self._supervision,
-            info_keys=(),
-        )
+        backend, _ = start_backend(source, self._vector_config)
         self._backend = backend
         self._closed = False
         self._ended = np.zeros(self.num_workers, bool)
