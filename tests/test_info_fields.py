@@ -10,6 +10,7 @@ must be equal, also where an entry's value is of another kind than its field's o
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pycollect import PyCollectWarning
 from pycollect._steps.info_fields import InfoArrays, InfoField, InfoKind, info_field, probe_info_fields
 from pycollect._steps.infos import InfoMerger
 
@@ -156,10 +158,10 @@ class _InfoEnv(gym.Env[np.ndarray, int]):
 
 
 def test_probing_finds_the_entries_of_one_kind_and_keeps_to_info_keys() -> None:
-    fields = probe_info_fields(_InfoEnv(), None)
+    fields = probe_info_fields(_InfoEnv(), None, timeout_s=60)
     assert [(f.key, f.kind) for f in fields] == [("lives", InfoKind.INT)]
-    assert probe_info_fields(_InfoEnv(), ("changes", "nested")) == ()
-    assert probe_info_fields(_InfoEnv(), ()) == ()
+    assert probe_info_fields(_InfoEnv(), ("changes", "nested"), timeout_s=60) == ()
+    assert probe_info_fields(_InfoEnv(), (), timeout_s=60) == ()
 
 
 def test_a_probe_that_raises_gives_no_fields() -> None:
@@ -167,7 +169,7 @@ def test_a_probe_that_raises_gives_no_fields() -> None:
         def step(self, action: int) -> Any:
             raise RuntimeError("no")
 
-    assert probe_info_fields(Broken(), None) == ()
+    assert probe_info_fields(Broken(), None, timeout_s=60) == ()
 
 
 def test_fields_pickle_with_numpys_own_dtype_objects() -> None:
@@ -176,3 +178,18 @@ def test_fields_pickle_with_numpys_own_dtype_objects() -> None:
     field = InfoField("x", InfoKind.ARRAY, np.dtype(np.float32), (2,))
     again = pickle.loads(pickle.dumps(field))
     assert again == field and again.dtype is np.dtype(np.float32)
+
+
+def test_a_probe_that_does_not_end_in_time_gives_no_fields_and_says_so() -> None:
+    release = threading.Event()
+
+    class Stuck(_InfoEnv):
+        def step(self, action: int) -> Any:
+            release.wait(60)  # a stuck simulator (released at the end, so that no thread is left behind)
+            return super().step(action)
+
+    try:
+        with pytest.warns(PyCollectWarning, match=r"did not end within 0.2 s: every info entry travels pickled"):
+            assert probe_info_fields(Stuck(), None, timeout_s=0.2) == ()
+    finally:
+        release.set()

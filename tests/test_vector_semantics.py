@@ -228,7 +228,9 @@ def test_a_group_returns_no_material_when_every_info_is_empty() -> None:
     same = _group([CountingEnv(length=2) for _ in range(2)], AutoresetMode.SAME_STEP)
     same.reset()
     assert same.step([np.zeros(2, np.int64)]) is None
-    assert same.step([np.zeros(2, np.int64)]) == [(0, {}, {}), (1, {}, {})]  # both ended: final infos
+    # Both end here, their final infos empty: the flags say they ended, no material is needed.
+    assert same.step([np.zeros(2, np.int64)]) is None
+    assert (same.terminated | same.truncated).all()
     group.close()
     same.close()
 
@@ -674,37 +676,78 @@ def test_info_keys_return_what_sync_vector_env_returns_over_envs_that_keep_only_
         assert seen["infos"] == 0, seen
 
 
+class _LivesInfo(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole, whose steps are the native stepper's common case, with an info entry of a fixed kind."""
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        return obs, reward, terminated, truncated, {"lives": 3}
+
+
+def _lives_env() -> gym.Env[Any, Any]:
+    return _LivesInfo(gym.make("CartPole-v1"))
+
+
+class _Counting:
+    """The native stepper, counting the envs it hands back to Python."""
+
+    def __init__(self, native: Any) -> None:
+        self.native, self.left = native, 0
+
+    def step(self, *args: Any) -> Any:
+        left = self.native.step(*args)
+        self.left += len(left or ())
+        return left
+
+
 @pytest.mark.parametrize(("keys", "natively"), [((), True), (None, False)], ids=["none", "all"])
 def test_info_keys_of_none_lets_every_step_take_the_native_path(keys: tuple[str, ...] | None, natively: bool) -> None:
-    """With ``info_keys=()`` no step with an info is left to Python; with every entry kept, all are.
-
-    CartPole's steps are the native stepper's common case but for the info added here.
-    """
-
-    class WithInfo(gym.Wrapper[Any, Any, Any, Any]):
-        def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-            obs, reward, terminated, truncated, _ = self.env.step(action)
-            return obs, reward, terminated, truncated, {"lives": 3}
-
-    env = make_vec(lambda: WithInfo(gym.make("CartPole-v1")), 2, num_workers=0, info_keys=keys)
+    """In this process (no info fields), ``info_keys=()`` leaves no step with an info to Python; keeping it, all."""
+    env = make_vec(_lives_env, 2, num_workers=0, info_keys=keys)
     group = env._backend.group  # type: ignore[attr-defined]
-    native, left_to_python = group._native, []
-
-    def counting(*args: Any) -> Any:
-        stored_ended, left = native(*args)
-        left_to_python.extend(left)
-        return stored_ended, left
-
-    group._native = counting
+    assert group._native is not None
+    counting = group._native = _Counting(group._native)
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
         for _ in range(30):
-            env.step(env.action_space.sample())
+            infos = env.step(env.action_space.sample())[4]
+            assert ("lives" in infos) is (keys is None)
     finally:
         env.close()
-    assert native is not None
-    assert (not left_to_python) is natively, len(left_to_python)
+    assert (counting.left == 0) is natively, counting.left
+
+
+class _Requests:
+    """A step backend's requests, recording the answers that said more than "done"."""
+
+    def __init__(self, requests: Any) -> None:
+        self.requests, self.unusual_answers = requests, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.requests, name)
+
+    def unusual(self) -> Any:
+        answers = self.requests.unusual()
+        self.unusual_answers += len(answers)
+        return answers
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+def test_an_info_entry_of_a_fixed_kind_travels_as_a_field(mode: AutoresetMode) -> None:
+    """With workers, ``{"lives": 3}`` on every step is an info field: no answer carries material, and
+    the infos are still gymnasium's (with ``final_info`` in ``SAME_STEP`` mode)."""
+    ours = make_vec(_lives_env, 4, num_workers=2, autoreset_mode=mode)
+    theirs = SyncVectorEnv([_lives_env] * 4, autoreset_mode=mode)
+    assert [field.key for field in ours._backend.info.fields] == ["lives"]  # type: ignore[attr-defined]
+    requests = ours._backend._requests = _Requests(ours._backend._requests)  # type: ignore[attr-defined]
+    try:
+        seen = _run(ours, theirs, steps=80, seed=5)
+    finally:
+        ours.close()
+        theirs.close()
+    assert seen["ended"] >= 5 and seen["infos"] >= 70, seen
+    assert requests.unusual_answers == 0
 
 
 @pytest.mark.parametrize(

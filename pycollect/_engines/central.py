@@ -319,20 +319,30 @@ class CentralRunner(EnvRunner):
         run.terminated[t] = backend.terminated
         run.truncated[t] = backend.truncated
         if run.info_out:
-            self._store_infos(run, t, parts)
+            self._store_infos(run, t, parts, backend.terminated | backend.truncated)
         return ended.tolist()
 
-    def _store_infos(self, run: _Rollout, t: int, parts: Sequence[tuple[int, Any]]) -> None:
-        """The kept info entries of step ``t``: the step's info (the final one where an episode ended), else zeros."""
+    def _store_infos(self, run: _Rollout, t: int, parts: Sequence[tuple[int, Any]], ended: np.ndarray) -> None:
+        """The kept info entries of step ``t``: the step's info (the final one where an episode ended), else zeros.
+
+        Each env's entries are what its info fields hold and what of its info fit none (the material).
+        """
         for _, array, _, default in run.info_out:
             array[:, t] = default
+        fields = self.backend.info
+        entries: dict[int, dict[str, Any]] = {}
+        if fields.fields:
+            for i in range(self._count):
+                if entry := fields.env_info(i, final=bool(ended[i])):
+                    entries[i] = entry
         for offset, material in parts:
             for j, info, final_info in material:
-                entry = final_info if final_info is not None else info
                 i = offset + j
-                for n, array, name, _ in run.info_out:
-                    if name in entry:
-                        array[i, t] = run.checks.info(n, entry[name], i, t + 1)
+                entries.setdefault(i, {}).update((final_info or {}) if ended[i] else info)
+        for i, entry in entries.items():
+            for n, array, name, _ in run.info_out:
+                if name in entry:
+                    array[i, t] = run.checks.info(n, entry[name], i, t + 1)
 
     def _start_trajectory(self, i: int) -> None:
         j = i // self._k  # the group's worker

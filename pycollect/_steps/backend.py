@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 
 from pycollect._steps.group import Material
+from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.exceptions import ConfigError
 
@@ -69,6 +70,14 @@ class StepBackend(Protocol):
         """
 
     @property
+    def actions(self) -> Sequence[np.ndarray]:
+        """``[num_envs, *shape]`` per action leaf, of its dtype: a step's actions, written before :meth:`step_async`."""
+
+    @property
+    def info(self) -> InfoArrays:
+        """The info fields: entries of a fixed kind, written where the envs step (none in-process)."""
+
+    @property
     def rewards(self) -> np.ndarray:
         """``[num_envs]`` float64: the last step's rewards."""
 
@@ -83,11 +92,17 @@ class StepBackend(Protocol):
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: np.ndarray | None) -> InfoParts:
         """Reset every env (``mask`` ``None``) or the envs of ``mask``; env ``n`` gets ``seeds[n]`` and ``options``."""
 
-    def step_async(self, actions: Sequence[np.ndarray]) -> None:
-        """Start a step of every env; ``actions`` is one checked ``[num_envs, *shape]`` array per action leaf."""
+    def step_async(self, actions: Sequence[np.ndarray] | None = None) -> None:
+        """Start a step of every env with the actions in :attr:`actions` (copied there from ``actions`` if given).
+
+        ``actions``: one checked ``[num_envs, *shape]`` array per action leaf.
+        """
 
     def step_wait(self) -> InfoParts:
-        """Finish the step :meth:`step_async` started: the results are in the arrays."""
+        """Finish the step :meth:`step_async` started: the results are in the arrays and info fields.
+
+        Returns the info material: the entries that fit no info field.
+        """
 
     def call(
         self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None

@@ -223,26 +223,23 @@ class EnvGroup:
         arrays += (*(self.info.final_values or ()), *(self.info.final_masks or ()))
         if not all(a.flags.c_contiguous and a.flags.writeable for a in arrays):
             return None
-        try:
-            return _core.GroupStepper(
-                [env.step for env in self.envs],
-                [env.reset for env in self.envs],
-                [(list(path), list(shape), dtype, dtype.itemsize) for path, _, dtype, shape, _ in self._out],
-                [out[4] for out in self._out],
-                None if self._final_out is None else [out[4] for out in self._final_out],
-                np.ndarray,
-                self.rewards,
-                self.terminated,
-                self.truncated,
-                self._ended,
-                self._lengths,
-                mode=_MODE_CODES[self.mode],
-                max_episode_steps=self.max_episode_steps,
-                info_keys=None if self.info_keys is None else list(self.info_keys),
-                info_fields=self.info.native_args(),
-            )
-        except ConfigError:
-            return None
+        return _core.GroupStepper(
+            [env.step for env in self.envs],
+            [env.reset for env in self.envs],
+            [(list(path), list(shape), dtype, dtype.itemsize) for path, _, dtype, shape, _ in self._out],
+            [out[4] for out in self._out],
+            None if self._final_out is None else [out[4] for out in self._final_out],
+            np.ndarray,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self._ended,
+            self._lengths,
+            mode=_MODE_CODES[self.mode],
+            max_episode_steps=self.max_episode_steps,
+            info_keys=None if self.info_keys is None else list(self.info_keys),
+            info_fields=self.info.native_args(),
+        )
 
     @property
     def num_envs(self) -> int:
@@ -320,9 +317,19 @@ class EnvGroup:
             left = self._native.step(per_env, start, stop)
         return self.finish(left) if left else None
 
+    @property
+    def native(self) -> Any:
+        """The native stepper (``_core.GroupStepper``), or ``None`` where the arrays allow none."""
+        return self._native
+
     def count_native_steps(self, steps: int) -> None:
         """Count ``steps`` steps served natively (``_core.GroupStepper.serve``) as taken, for messages."""
         self._steps_taken += steps
+
+    def finish_step(self, left: Sequence[tuple[int, int, Any]]) -> Material | None:
+        """A step the native request loop took and handed over: count it, and :meth:`finish` ``left``."""
+        self._steps_taken += 1
+        return self.finish(left)
 
     def _step_envs(self, actions: Sequence[Any], start: int, stop: int) -> list[tuple[int, int, Any]]:
         """What the native stepper does for every env, with nothing stored: each env's raw result."""

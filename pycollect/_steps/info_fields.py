@@ -6,9 +6,9 @@ every step (ALE's ``lives`` is always a Python ``int``, a user env's ``"x_positi
 ``float``), the vector env gives it a field: per env a value and a mask bit ("returned at this
 step"), written where the env steps (natively by ``_core.GroupStepper``, or by
 :meth:`InfoArrays.split` in Python) and read back as gymnasium's arrays by
-:meth:`InfoArrays.infos`. Only what does not fit (a variable entry such as ``episode`` or
-``final_info``'s dicts, a value of another kind on some step) goes through the info material,
-and only on the steps that have it.
+:meth:`InfoArrays.infos`. An env's info whose every entry fits is written there; one with an
+entry that fits no field (a variable entry such as ``episode``'s dict, a value of another kind
+on some step) goes whole through the info material, and only on the steps that have it.
 
 A kind fixes the dtype of gymnasium's array: a Python ``int`` (int64), ``float`` (float64) or
 ``bool``, exactly one numpy scalar type (its dtype), or numpy arrays of one dtype and shape
@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from pycollect.exceptions import PyCollectWarning
 
 __all__ = [
     "MAX_FIELD_BYTES",
@@ -167,31 +171,52 @@ def info_field(key: str, value: Any) -> InfoField | None:
     return None
 
 
-def probe_info_fields(env: Any, info_keys: tuple[str, ...] | None, steps: int = PROBE_STEPS) -> tuple[InfoField, ...]:
+def probe_info_fields(
+    env: Any, info_keys: tuple[str, ...] | None, *, timeout_s: float, steps: int = PROBE_STEPS
+) -> tuple[InfoField, ...]:
     """The info entries of ``env`` that get a field: those of one kind wherever they appear.
 
     Reads the info of a reset (without a seed) and of ``steps`` steps with actions sampled from
     the env's action space (resetting where an episode ends), keeping only ``info_keys``
     (``None``: every entry; ``()``: none, so nothing is probed). An entry whose value is of one
-    kind in every info that has it becomes a field; an env whose probe raises gets none (its
-    infos all travel as material, which is always right, only slower).
+    kind in every info that has it becomes a field. An env whose probe raises gets none, and so
+    does one whose probe takes longer than ``timeout_s`` (a stuck simulator must not make the
+    vector env's start hang: the probe runs in a daemon thread, which is left to finish, with a
+    :class:`~pycollect.PyCollectWarning`). Either way its infos all travel as material, which is
+    always right, only slower.
 
     ``env`` is a probe env, built for this (it is stepped, then its owner closes it).
     """
     if info_keys == ():
         return ()
-    seen: dict[str, InfoField | None] = {}
-    try:
-        infos = [env.reset()[1]]
-        action_space = env.action_space
-        for _ in range(steps):
-            *_, terminated, truncated, info = env.step(action_space.sample())
-            infos.append(info)
-            if terminated or truncated:
-                infos.append(env.reset()[1])
-    except Exception as exc:  # the workers will meet it again and report it; no fields here
-        logger.debug("probing the infos of %r raised %s: every info entry travels pickled", env, exc)
+    infos: list[Any] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        try:
+            infos.append(env.reset()[1])
+            action_space = env.action_space
+            for _ in range(steps):
+                *_, terminated, truncated, info = env.step(action_space.sample())
+                infos.append(info)
+                if terminated or truncated:
+                    infos.append(env.reset()[1])
+        except Exception as exc:  # the workers will meet it again and report it; no fields here
+            logger.debug("probing the infos of %r raised %s: every info entry travels pickled", env, exc)
+            infos.clear()
+        finally:
+            done.set()
+
+    threading.Thread(target=probe, name="pycollect-probe-infos", daemon=True).start()
+    if not done.wait(timeout_s):
+        warnings.warn(
+            f"probing the infos of {env!r} (a reset and {steps} steps) did not end within {timeout_s:g} s: every "
+            "info entry travels pickled (a daemon thread keeps waiting for the probe env)",
+            PyCollectWarning,
+            stacklevel=3,
+        )
         return ()
+    seen: dict[str, InfoField | None] = {}
     for info in infos:
         if not isinstance(info, Mapping):
             continue
@@ -274,29 +299,37 @@ class InfoArrays:
 
     def clear(self, env: int) -> None:
         """Zero env ``env``'s values and masks (an env that returned nothing holds zeros)."""
+        if self.fields:
+            self.clear_rows(slice(env, env + 1))
+
+    def clear_rows(self, rows: slice) -> None:
+        """Zero the values and masks of the envs of ``rows`` (both infos): none returned anything."""
         for arrays in (self.values, self.masks, self.final_values or (), self.final_masks or ()):
             for array in arrays:
-                array[env] = 0
+                array[rows] = 0
 
     def split(self, info: dict[str, Any], env: int, final: bool = False) -> dict[str, Any]:
-        """Write the entries of ``info`` that fit a field as env ``env``'s; return the rest.
+        """Write ``info`` into the fields as env ``env``'s if every entry fits one; return what did not go there.
 
-        ``info`` is already kept to ``info_keys``. ``final``: it is the final info of an
-        episode that ended in ``SAME_STEP`` mode.
+        All or nothing, as the native store does: an info with an entry that fits no field is
+        returned whole (so an env's info keeps its own order of entries, which a per-env info
+        such as SB3's shows), and nothing of it is written. ``info`` is already kept to
+        ``info_keys``; ``final``: it is the final info of an episode that ended in
+        ``SAME_STEP`` mode.
         """
-        if not self.fields:
+        if not info:
+            return info
+        fields = [self._by_key.get(key) for key in info]
+        entries = zip(fields, info.values(), strict=True)
+        if not self.fields or any(n is None or not self.fields[n].fits(value) for n, value in entries):
             return info
         values, masks = (self.final_values, self.final_masks) if final else (self.values, self.masks)
         assert values is not None and masks is not None, "a final info outside SAME_STEP mode"
-        left: dict[str, Any] = {}
-        for key, value in info.items():
-            n = self._by_key.get(key)
-            if n is not None and self.fields[n].fits(value):
-                values[n][env] = value
-                masks[n][env] = True
-            else:
-                left[key] = value
-        return left
+        for n, value in zip(fields, info.values(), strict=True):
+            assert n is not None
+            values[n][env] = value
+            masks[n][env] = True
+        return {}
 
     def infos(self, final: bool = False, rows: np.ndarray | slice | None = None) -> dict[str, Any]:
         """Gymnasium's arrays (and ``_key`` masks) of the fields some env returned.
@@ -316,16 +349,18 @@ class InfoArrays:
                 out[f"_{field.key}"] = mask.copy()
         return out
 
+    def env_info(self, env: int, final: bool = False) -> dict[str, Any]:
+        """The entries env ``env`` returned that its fields hold, as the env returned them (its ``final`` info)."""
+        values, masks = (self.final_values, self.final_masks) if final else (self.values, self.masks)
+        if values is None or masks is None:
+            return {}
+        return {
+            field.key: field.python_value(array[env])
+            for field, array, mask in zip(self.fields, values, masks, strict=True)
+            if mask[env]
+        }
+
     def field(self, key: str) -> InfoField | None:
         """The field of entry ``key``, if it has one."""
         n = self._by_key.get(key)
         return None if n is None else self.fields[n]
-
-    def stored(self, key: str, env: int, final: bool = False) -> Any:
-        """The value of ``key`` env ``env`` returned, if its field holds one (else ``None``)."""
-        n = self._by_key[key]
-        values, masks = (self.final_values, self.final_masks) if final else (self.values, self.masks)
-        assert values is not None and masks is not None
-        if not masks[n][env]:
-            return None
-        return self.fields[n].python_value(values[n][env])

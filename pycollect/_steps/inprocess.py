@@ -23,7 +23,8 @@ class InProcessBackend:
     """Steps every env of a vector env in this process, as one :class:`~pycollect._steps.group.EnvGroup`.
 
     Implements :class:`~pycollect._steps.backend.StepBackend`; its result arrays are plain
-    numpy arrays it owns.
+    numpy arrays it owns. Infos travel as material only (no info fields: nothing crosses a
+    process boundary here).
 
     Args:
         envs: The environments, built (``config.num_envs`` of them); the backend closes them.
@@ -45,7 +46,8 @@ class InProcessBackend:
         self.render_mode: str | None = getattr(first, "render_mode", None)
         self.observations = self.observation.empty(self.num_envs)
         self.final_observations = self.observation.empty(self.num_envs) if config.final_observations else None
-        self._actions: Sequence[np.ndarray] | None = None  # kept by step_async for step_wait
+        self.actions = self.action.empty(self.num_envs)  # where a step's actions are written
+        self._stepping = False  # step_async() was called and step_wait() not yet
         self.rewards = np.zeros(self.num_envs, np.float64)
         self.terminated = np.zeros(self.num_envs, np.bool_)
         self.truncated = np.zeros(self.num_envs, np.bool_)
@@ -63,6 +65,7 @@ class InProcessBackend:
             info_keys=config.info_keys,
             max_episode_steps=config.max_episode_steps,
         )
+        self.info = self.group.info
 
     @classmethod
     def start(cls, source: EnvSource, config: VectorConfig) -> InProcessBackend:
@@ -89,16 +92,20 @@ class InProcessBackend:
         material = self.group.reset(seeds, options, mask)
         return [] if material is None else [(0, material)]
 
-    def step_async(self, actions: Sequence[np.ndarray]) -> None:
-        """Keep the actions: in this process the envs step in :meth:`step_wait`."""
-        self._actions = actions
+    def step_async(self, actions: Sequence[np.ndarray] | None = None) -> None:
+        """Keep the actions (in :attr:`actions`, copied there from ``actions`` if given) for :meth:`step_wait`."""
+        if actions is not None:
+            for block, leaf in zip(self.actions, actions, strict=True):
+                block[...] = leaf
+        self._stepping = True
 
     def step_wait(self) -> InfoParts:
         """Step every env with the actions :meth:`step_async` kept."""
-        actions, self._actions = self._actions, None
-        if actions is None:
+        if not self._stepping:
             raise ConfigError("step_wait() without step_async() before it")
-        material = self.group.step(actions)
+        self._stepping = False
+        # Copies: an env may keep its action, and the next step rewrites these arrays.
+        material = self.group.step([block.copy() for block in self.actions])
         return [] if material is None else [(0, material)]
 
     def call(

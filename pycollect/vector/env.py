@@ -64,6 +64,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self.single_action_space = backend.action.space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self._actions = ActionChecker(backend.action, self.num_envs)
+        self._write_actions = self._actions.writer(backend.actions)  # checks, then writes where the envs read
         self.action_space = self._actions.space
         self.metadata = dict(backend.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
@@ -81,6 +82,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._received: np.ndarray | None = None  # the env ids the last recv() returned
         self._reset_result: tuple[Any, dict[str, Any]] | None = None  # async_reset's, for recv (no pool)
         self._final_obs: Callable[[int], Any] | None = None
+        self._same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         if backend.final_observations is not None:
             final, layout = backend.final_observations, backend.observation
             self._final_obs = lambda env: layout.single(final, env)
@@ -120,7 +122,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             self._ended[:] = False
         else:
             self._ended[mask] = False
-        infos = self._infos.merge(parts) if parts else {}
+        infos = self._infos.merge(parts, fields=self._backend.info)
         return self._observations(), infos
 
     def step(
@@ -209,12 +211,14 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         obs = layout.batched([array[rows] for array in backend.observations], copy=False)  # fancy indexing: copies
         terminated, truncated = backend.terminated[rows], backend.truncated[rows]
         parts = [(position * k, materials[w]) for position, w in enumerate(workers) if materials[w]]
-        infos: dict[str, Any] = {}
-        if parts:
-            final = backend.final_observations
-            infos = InfoMerger(self.batch_size).merge(
-                parts, None if final is None else (lambda row: layout.single(final, int(rows[row])))
-            )
+        final = backend.final_observations
+        infos = InfoMerger(self.batch_size).merge(
+            parts,
+            None if final is None else (lambda row: layout.single(final, int(rows[row]))),
+            backend.info,
+            terminated | truncated if self._same_step else None,
+            rows,
+        )
         self._received = rows
         return obs, backend.rewards[rows], terminated, truncated, infos, rows.copy()
 
@@ -259,10 +263,10 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             raise ConfigError(f"step() before reset() on {self._name}: call reset() first, as with any gymnasium env")
         if self._stepping:
             raise ConfigError(f"step_async() on {self._name} while a step waits for its step_wait(): call step_wait()")
-        checked = self._actions.check(actions)
+        self._write_actions(actions)  # checked (ActionError: nothing is sent), then written where the envs read
         if self.autoreset_mode is AutoresetMode.DISABLED and self._ended.any():
             raise ActionError(disabled_message(np.flatnonzero(self._ended).tolist()))
-        self._backend.step_async(checked)
+        self._backend.step_async()
         self._stepping = True
 
     def step_wait(
@@ -281,8 +285,8 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         parts = self._backend.step_wait()
         backend = self._backend
         terminated, truncated = backend.terminated.copy(), backend.truncated.copy()
-        np.logical_or(terminated, truncated, out=self._ended)
-        infos = self._infos.merge(parts, self._final_obs) if parts else {}
+        ended = np.logical_or(terminated, truncated, out=self._ended)
+        infos = self._infos.merge(parts, self._final_obs, backend.info, ended if self._same_step else None)
         return self._observations(), backend.rewards.copy(), terminated, truncated, infos
 
     def render(self) -> tuple[Any, ...]:

@@ -120,6 +120,7 @@ class SB3VecEnv(VecEnv):
         try:
             _refuse_nested(backend.observation.space)
             self._checker = ActionChecker(backend.action, num_envs)
+            self._write_actions = self._checker.writer(backend.actions)  # checks, then writes where the envs read
             self._pending = False  # step_async sent a step that step_wait has not collected
             self._was_reset = False
             # get_images asks one env per worker at a time (an image fills much of a mailbox):
@@ -154,9 +155,12 @@ class SB3VecEnv(VecEnv):
             self._backend.step_wait()
         self.reset_infos = [{} for _ in range(self.num_envs)]
         for options, mask in groups:
-            for offset, material in self._backend.reset(seeds, options or None, mask):
+            parts = self._backend.reset(seeds, options or None, mask)
+            for n in range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist():
+                self.reset_infos[n] = self._backend.info.env_info(n)
+            for offset, material in parts:
                 for index, info, _ in material:
-                    self.reset_infos[offset + index] = info
+                    self.reset_infos[offset + index].update(info)
         self._was_reset = True
         # Seeds and options are used once (DummyVecEnv's rule).
         self._reset_seeds()
@@ -176,7 +180,8 @@ class SB3VecEnv(VecEnv):
             raise ConfigError(f"step before reset() on {self._name}: call reset() first")
         if self._pending:
             raise ConfigError(f"step_async() on {self._name} while a step waits for its step_wait(): call step_wait()")
-        self._backend.step_async(self._checker.check(actions))
+        self._write_actions(actions)
+        self._backend.step_async()
         self._pending = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -201,15 +206,21 @@ class SB3VecEnv(VecEnv):
         parts = backend.step_wait()
         terminated, truncated = backend.terminated, backend.truncated
         dones = terminated | truncated
-        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        # An env whose episode ended: its info is the ending step's (the final info), and the
+        # info of the reset that followed goes to reset_infos. Each is what the info fields hold
+        # and what of it fit none (the material).
+        fields = backend.info
+        infos: list[dict[str, Any]] = [fields.env_info(n, final=bool(dones[n])) for n in range(self.num_envs)]
+        for n in np.flatnonzero(dones).tolist():
+            self.reset_infos[n] = fields.env_info(n)
         for offset, material in parts:
             for index, info, final in material:
                 n = offset + index
-                if final is None:
-                    infos[n] = deepcopy(info)
-                else:  # the episode ended: final is the ending step's info, info the reset's
-                    infos[n] = deepcopy(final)
-                    self.reset_infos[n] = info
+                if dones[n]:
+                    infos[n].update(deepcopy(final or {}))
+                    self.reset_infos[n].update(info)
+                else:
+                    infos[n].update(deepcopy(info))
         time_limit = truncated & ~terminated
         for n, info in enumerate(infos):
             info["TimeLimit.truncated"] = bool(time_limit[n])

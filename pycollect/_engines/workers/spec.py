@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
+import numpy as np
 
 from pycollect._keys import Key
+from pycollect._steps.info_fields import InfoArrays, InfoField
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.devices.placement import Placement
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     from pycollect.weights.layout import WeightsLayout
     from pycollect.weights.scheme import WeightReceiver
 
-__all__ = ["StepWorkerSpec", "WorkerSpec", "field_name", "read_spec", "step_fields", "write_spec"]
+__all__ = ["StepWorkerSpec", "WorkerSpec", "field_name", "info_arrays", "read_spec", "step_fields", "write_spec"]
 
 
 def field_name(key: Key) -> str:
@@ -89,6 +92,8 @@ class StepWorkerSpec:
         observation: One env's observation space, as leaves.
         action: One env's action space, as leaves.
         layout_hash: The segment layout the worker must find.
+        info_fields: The info entries that travel as fields (see
+            :mod:`pycollect._steps.info_fields`), found by probing an env in the trainer.
     """
 
     env_source: EnvSource
@@ -96,24 +101,48 @@ class StepWorkerSpec:
     observation: SpaceLayout
     action: SpaceLayout
     layout_hash: int
+    info_fields: tuple[InfoField, ...] = ()
 
 
 def step_fields(spec: StepWorkerSpec) -> dict[str, list[tuple[str, str, tuple[int, ...]]]]:
     """The segment fields of a vector env's steps, by role: ``(name, dtype name, shape)`` each.
 
     Roles: ``"observation"`` and ``"final"`` (one field per observation leaf; ``"final"`` only
-    in ``SAME_STEP`` mode), ``"action"`` (one per action leaf) and ``"flags"`` (the reward and
-    the two flags). A worker's rows of each are ``[K, 1, *shape]``: a segment of one step.
+    in ``SAME_STEP`` mode), ``"action"`` (one per action leaf), ``"flags"`` (the reward and
+    the two flags), and per info field its values and mask (``"info"``, ``"info_mask"``) and,
+    in ``SAME_STEP`` mode, those of the final infos (``"final_info"``, ``"final_info_mask"``).
+    A worker's rows of each are ``[K, 1, *shape]``: a segment of one step.
     """
     observation = [(field_name(f.key), f.dtype.name, f.shape) for f in spec.observation.fields]
+    finals = spec.config.final_observations
+
+    def info(prefix: str) -> dict[str, list[tuple[str, str, tuple[int, ...]]]]:
+        return {
+            prefix: [(f"{prefix}/{n}", f.dtype.name, f.shape) for n, f in enumerate(spec.info_fields)],
+            f"{prefix}_mask": [(f"{prefix}/{n}/mask", "bool", ()) for n in range(len(spec.info_fields))],
+        }
+
     return {
         "observation": observation,
-        "final": [(f"{_FINAL}/{name}", dtype, shape) for name, dtype, shape in observation]
-        if spec.config.final_observations
-        else [],
+        "final": [(f"{_FINAL}/{name}", dtype, shape) for name, dtype, shape in observation] if finals else [],
         "action": [(field_name(f.key), f.dtype.name, f.shape) for f in spec.action.fields],
         "flags": [(REWARD_FIELD, "float64", ()), (TERMINATED_FIELD, "bool", ()), (TRUNCATED_FIELD, "bool", ())],
+        **info("info"),
+        **(info("final_info") if finals else {"final_info": [], "final_info_mask": []}),
     }
+
+
+def info_arrays(spec: StepWorkerSpec, arrays: Callable[[str], list[np.ndarray]]) -> InfoArrays:
+    """The info fields over the arrays of a step segment; ``arrays(role)`` gives a role's (see :func:`step_fields`)."""
+    finals = spec.config.final_observations
+    return InfoArrays(
+        spec.info_fields,
+        arrays("info"),
+        arrays("info_mask"),
+        arrays("final_info") if finals else None,
+        arrays("final_info_mask") if finals else None,
+        info_keys=spec.config.info_keys,
+    )
 
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE

@@ -37,11 +37,13 @@ from pycollect import _core
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.processes import WorkerProcesses
-from pycollect._engines.workers.spec import StepWorkerSpec, step_fields
+from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
 from pycollect._steps.backend import InfoParts, check_indices
 from pycollect._steps.group import InfoEntry, Material
+from pycollect._steps.info_fields import probe_info_fields
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import WEIGHT_BUFFERS, VectorConfig
+from pycollect.engines import close_within
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, TransportError, VectorEnvClosedError
 
@@ -110,9 +112,11 @@ class WorkerStepBackend:
 
             self.observations = block("observation")
             self.final_observations = block("final") if config.final_observations else None
-            self._actions = block("action")
+            self.actions = block("action")
             self.rewards, self.terminated, self.truncated = block("flags")
+            self.info = info_arrays(spec, block)
             self._channels = [self.segment.step_channel(w) for w in range(self.num_workers)]
+            self._requests = _core.StepRequests(self._channels)
             # owner: closed at interpreter exit and on SIGTERM, and forgotten by a fork child, as a Collector is
             self._processes.start(spec, hide_cuda=True, owner=self)
             self._processes.await_running()  # an env that fails to build fails here
@@ -122,11 +126,13 @@ class WorkerStepBackend:
 
     @classmethod
     def start(cls, source: EnvSource, config: VectorConfig, probe: Any = None) -> WorkerStepBackend:
-        """Check the env (one probe env's spaces, pickling), then start the workers.
+        """Check the env (one probe env's spaces, pickling), find its info fields, then start the workers.
 
         ``config`` was checked when it was made (the split of ``num_envs`` over the workers,
         ``max_episode_steps`` in ``SAME_STEP`` mode only...). ``probe``: an env of ``source``
-        the caller has built already (and closes), read instead of building one here.
+        the caller has built already (and closes), read instead of building one here. The
+        probe env is reset and stepped a few times with random actions, to find the info
+        entries that travel as fields (:func:`~pycollect._steps.info_fields.probe_info_fields`).
 
         Raises:
             ConfigError: The env source cannot be pickled for the workers; before any worker starts.
@@ -143,17 +149,19 @@ class WorkerStepBackend:
             action = SpaceLayout(probe.action_space, "action")
             metadata = dict(getattr(probe, "metadata", {}))
             render_mode = getattr(probe, "render_mode", None)
+            info_fields = probe_info_fields(probe, config.info_keys, timeout_s=config.supervision.heartbeat_timeout_s)
         finally:
             if own_probe:
                 with contextlib.suppress(Exception):  # a probe that fails to close does not stop the start
-                    probe.close()
+                    close_within(probe, source, config.supervision.shutdown_grace_s, what="probe env")
         try:
             cloudpickle.dumps(source)
         except Exception as exc:
             raise ConfigError(
                 f"env {source.describe()!r} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
             ) from exc
-        spec = StepWorkerSpec(source, config, observation, action, layout_hash=0)  # filled in once the segment exists
+        # layout_hash: filled in once the segment exists
+        spec = StepWorkerSpec(source, config, observation, action, layout_hash=0, info_fields=info_fields)
         return cls(spec, metadata, render_mode)
 
     # -- the StepBackend interface --------------------------------------------------------
@@ -166,45 +174,42 @@ class WorkerStepBackend:
             rows = slice(w * k, (w + 1) * k)
             worker_mask = None if mask is None else [bool(m) for m in mask[rows]]
             if worker_mask is not None and not any(worker_mask):
-                continue  # none of its envs: it is not asked
+                self.info.clear_rows(rows)  # it is not asked, so its envs return no info
+                continue
             payloads[w] = protocol.dumps((list(seeds[rows]), options, worker_mask))
         answers = self._exchange(protocol.RESET, payloads, retry=True)
         return [(w * k, material) for w, material in sorted(answers.items()) if material]
 
-    def step_async(self, actions: Sequence[np.ndarray]) -> None:
-        """Write the actions into the workers' rows and post a step to every worker."""
-        for block, leaf in zip(self._actions, actions, strict=True):
-            block[...] = leaf
+    def step_async(self, actions: Sequence[np.ndarray] | None = None) -> None:
+        """Post a step to every worker, its actions in :attr:`actions` (written there, or copied from ``actions``)."""
+        if actions is not None:
+            for block, leaf in zip(self.actions, actions, strict=True):
+                block[...] = leaf
         channels = self._live()
-        if any(channel.pending is not None for channel in channels):
+        if self._requests.any_pending():
             self._drain(channels)
-        self._seqs = [
-            channel.post(protocol.STEP, generation, b"")
-            for channel, generation in zip(channels, self._generations, strict=True)
-        ]
+        self._requests.post_all(protocol.STEP, self._generations)
 
     def step_wait(self) -> InfoParts:
         """Wait for every worker's answer to the step :meth:`step_async` posted.
 
         The common step takes the short way: one wait, every answer OK with an empty payload
-        (no info). Anything else goes through the handling of :meth:`_answer`.
+        (the results, info fields included, are in the segment). Anything else goes through
+        the handling of :meth:`_answer`.
         """
-        channels, seqs = self._live(), self._seqs
-        if len(_core.wait_answers(channels, seqs, timeout_s=_POLL_S)) < len(channels):
-            self._wait(channels, dict(enumerate(seqs)))
+        channels = self._live()
+        if not self._requests.wait_all(timeout_s=_POLL_S):
+            self._wait(channels, dict(enumerate(self._requests.seqs())))
         parts: InfoParts = []
         self.last_restarted = []
-        for w, channel in enumerate(channels):
-            _, status, payload = channel.response()
+        for w, _generation, status, payload in self._requests.unusual():
             if status != protocol.OK:
                 material = self._answer(w, status, payload, retry=False)
                 if material is _RESTARTED:
                     material = self._cut(w)
                     self.last_restarted.append(w)
-            elif payload:
-                material = protocol.loads(payload)
             else:
-                continue
+                material = protocol.loads(payload)
             if material:
                 parts.append((w * self._k, material))
         return parts
@@ -282,7 +287,7 @@ class WorkerStepBackend:
     def pool_send(self, workers: Sequence[int], actions: Sequence[np.ndarray]) -> None:
         """Post the next step of ``workers``; ``actions``: one ``[len(workers) * K, ...]`` array per leaf."""
         channels, k = self._live(), self._k
-        for leaf, block in zip(actions, self._actions, strict=True):
+        for leaf, block in zip(actions, self.actions, strict=True):
             for position, w in enumerate(workers):
                 block[w * k : (w + 1) * k] = leaf[position * k : (position + 1) * k]
         for w in workers:
@@ -499,6 +504,7 @@ class WorkerStepBackend:
         k = self._k
         rows = slice(worker * k, (worker + 1) * k)
         restarted = {RESTARTED_KEY: True}
+        self.info.clear_rows(rows)  # what the dead generation left there is no info of this step
         if self._mode is AutoresetMode.SAME_STEP:
             assert self.final_observations is not None
             for final, last in zip(self.final_observations, self.observations, strict=True):

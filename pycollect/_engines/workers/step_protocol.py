@@ -21,6 +21,7 @@ one, which never serves it either).
 from __future__ import annotations
 
 import pickle
+import struct
 from typing import Any
 
 import cloudpickle
@@ -41,11 +42,16 @@ __all__ = [
     "STEP",
     "dumps",
     "loads",
+    "read_step_range",
+    "step_range",
 ]
 
 # Commands (the trainer's): the native module's, and two more.
 STEP = _core.STEP_CMD_STEP
-"""Step every env with the actions in the worker's action rows; answer: the info material."""
+"""Step every env with the actions in the worker's action rows; answer: the info material.
+
+A payload of :func:`step_range` steps only the envs it names (the central engine's groups).
+"""
 RESET = _core.STEP_CMD_RESET
 """Reset the envs: payload ``(seeds, options, mask)``; answer: the info material."""
 CALL = _core.STEP_CMD_CALL
@@ -72,6 +78,20 @@ RESTARTED = _core.STEP_STATUS_RESTARTED
 """Not served: the request was left for a generation that died (answered by its successor)."""
 NOT_MINE = 3
 """Not served: the request is for an earlier generation of this worker (it was restarted)."""
+
+
+def step_range(start: int, stop: int) -> bytes:
+    """The payload of a :data:`STEP` of the worker's envs ``start..stop`` only: two little-endian u32s.
+
+    The native request loop reads it too (``_core.GroupStepper.serve``).
+    """
+    return struct.pack("<II", start, stop)
+
+
+def read_step_range(payload: bytes) -> tuple[int, int]:
+    """``(start, stop)`` of a :func:`step_range` payload."""
+    start, stop = struct.unpack("<II", payload)
+    return int(start), int(stop)
 
 
 def dumps(value: Any) -> bytes:

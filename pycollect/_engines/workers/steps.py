@@ -4,9 +4,14 @@ The second kind of worker loop (the first, in :mod:`.main`, fills rollout slots 
 inside the worker). Here the trainer drives: it writes actions into this worker's rows of the
 action fields and posts a request (see :mod:`.step_protocol`); the worker steps its
 :class:`~pycollect._steps.group.EnvGroup` (gymnasium's autoreset semantics), whose results go
-straight into its rows of the result fields in the segment, and answers with the info
-material (an empty payload in the common step). It beats its heartbeat while it waits and
-before each request, so the supervisor tells a hung env from an idle trainer.
+straight into its rows of the result fields in the segment (info entries of a fixed kind into
+the info fields), and answers with the info material that fits no field (an empty payload in
+the common step). It beats its heartbeat while it waits and before each request, so the
+supervisor tells a hung env from an idle trainer.
+
+The common step never reaches Python: the group's native stepper waits for requests, steps the
+envs, stores their results and answers (``_core.GroupStepper.serve``), and hands a request
+over only when it needs Python (another command, an env whose result is not the common case).
 
 An exception from an env ends the process as in the rollout loop (its traceback in the control
 block, exit status 1): the supervisor restarts the worker or gives up, and the trainer reports
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pycollect._engines.workers import step_protocol as protocol
-from pycollect._engines.workers.spec import StepWorkerSpec, step_fields
+from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
 from pycollect._steps.group import EnvGroup
 from pycollect.exceptions import PyCollectError, TransportError
 
@@ -66,6 +71,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
             worker=worker,
             info_keys=config.info_keys,
             max_episode_steps=config.max_episode_steps,
+            info=info_arrays(spec, lambda role: rows(role, writable=True)),
         )
     except BaseException:
         for env in envs:
@@ -83,21 +89,40 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
 def _serve(
     channel: Any, control: Any, generation: int, group: EnvGroup, actions: list[np.ndarray], segment: Any
 ) -> None:
+    """Answer requests until shutdown or CLOSE: the common step natively, the rest here."""
+    per_env = group.action.per_env
+
+    def step_actions(start: int, stop: int) -> list[Any]:
+        # Copies: an env may keep its action, and the trainer rewrites the rows next step.
+        return per_env([rows[start:stop].copy() for rows in actions])
+
+    native = group.native
     while True:
-        control.beat()  # waiting for the trainer is not a hang
-        request = channel.wait_request(timeout_s=_WAIT_SLICE_S)
-        if request is None:
-            if segment.is_shutdown:
-                return
-            continue
-        _seq, command, addressed, payload = request
-        if addressed != generation:
-            channel.respond(protocol.NOT_MINE)
-            continue
+        if native is not None:
+            served, handed = native.serve(channel, control, generation, step_actions)
+            group.count_native_steps(served)
+            if handed is None:
+                return  # the segment shuts down
+            _seq, command, addressed, payload, left = handed
+        else:
+            control.beat()  # waiting for the trainer is not a hang
+            request = channel.wait_request(timeout_s=_WAIT_SLICE_S)
+            if request is None:
+                if segment.is_shutdown:
+                    return
+                continue
+            _seq, command, addressed, payload = request
+            left = None
+            if addressed != generation:
+                channel.respond(protocol.NOT_MINE)
+                continue
         control.beat()
         if command == protocol.STEP:
-            # Copies: an env may keep its action, and the trainer rewrites the rows next step.
-            material = group.step([np.array(rows) for rows in actions])
+            if left is not None:  # stepped natively: finish the envs it handed back
+                material = group.finish_step(left)
+            else:
+                start, stop = _step_range(payload, group.num_envs)
+                material = group.step([rows[start:stop].copy() for rows in actions], start, stop)
             _answer(channel, material, "the infos of a step")
         elif command == protocol.RESET:
             seeds, options, mask = protocol.loads(payload)
@@ -107,6 +132,13 @@ def _serve(
             return
         else:
             _answer_call(channel, group, command, payload)
+
+
+def _step_range(payload: bytes, count: int) -> tuple[int, int]:
+    """The envs a STEP request names: all (no payload) or ``start..stop`` (:func:`~.step_protocol.step_range`)."""
+    if not payload:
+        return 0, count
+    return protocol.read_step_range(payload)
 
 
 def _answer(channel: Any, value: Any, what: str) -> None:

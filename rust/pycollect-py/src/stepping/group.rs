@@ -394,15 +394,16 @@ impl GroupStepper {
             (_, None) => None,
             (_, Some(_)) => return Err(config_error("final rows are for SAME_STEP mode only")),
         };
-        let flags = |name: &str, array: &Bound<'_, PyAny>, format: &std::ffi::CStr, size: usize| {
-            Export::writable(
-                name,
-                array,
-                Some(format),
-                size * count,
-                &format!("{count} x {size} bytes"),
-            )
-        };
+        let flags =
+            |name: &str, array: &Bound<'_, PyAny>, format: Option<&std::ffi::CStr>, size: usize| {
+                Export::writable(
+                    name,
+                    array,
+                    format,
+                    size * count,
+                    &format!("{count} x {size} bytes"),
+                )
+            };
         let infos = InfoFields::new(
             info_keys,
             info_fields,
@@ -416,11 +417,12 @@ impl GroupStepper {
             observations,
             rows,
             finals,
-            rewards: flags("rewards", rewards, c"d", 8)?,
-            terminated: flags("terminated", terminated, c"?", 1)?,
-            truncated: flags("truncated", truncated, c"?", 1)?,
-            ended: flags("ended", ended, c"?", 1)?,
-            lengths: flags("lengths", lengths, c"q", 8)?,
+            rewards: flags("rewards", rewards, Some(c"d"), 8)?,
+            terminated: flags("terminated", terminated, Some(c"?"), 1)?,
+            truncated: flags("truncated", truncated, Some(c"?"), 1)?,
+            ended: flags("ended", ended, Some(c"?"), 1)?,
+            // int64 is "l" or "q" as the platform names it: its size is what matters.
+            lengths: flags("lengths", lengths, None, 8)?,
             mode,
             max_episode_steps,
             infos,
