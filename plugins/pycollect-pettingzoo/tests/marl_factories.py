@@ -60,3 +60,18 @@ def continuous_policy(group: str) -> TensorDictModule:
 
 def hetero_policy() -> TensorDictSequential:
     return TensorDictSequential(categorical_policy("scout", 3), continuous_policy("tank"))
+
+
+def not_pettingzoo(**kwargs: Any) -> Any:
+    import gymnasium as gym
+
+    return gym.make("CartPole-v1")
+
+
+def turn_based(**kwargs: Any) -> Any:
+    """An AEC env whose metadata does not say it can be parallelised (agents take turns)."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    aec = parallel_to_aec(DyingAgentsEnv())
+    aec.metadata = {"name": "turns_v0", "is_parallelizable": False}
+    return aec
