@@ -121,7 +121,7 @@ _ADOPTABLE_CLASSES = {("torchrl", "EnvBase"), ("pettingzoo", "ParallelEnv"), ("p
 
 
 def _adoptable_class(obj: Any) -> bool:
-    """Whether ``obj`` is a TorchRL ``EnvBase`` or PettingZoo env subclass: a factory (``env=GymEnv, env_kwargs={...}``)."""
+    """Whether ``obj`` is a TorchRL ``EnvBase`` or PettingZoo env subclass: a factory (``env=GymEnv``)."""
     return isinstance(obj, type) and bool(_ADOPTABLE_CLASSES & _lineage(obj))
 
 

@@ -61,7 +61,8 @@ def _compare(batch: TensorDictBase, factory: Any, options: dict[str, Any], seed:
                 theirs, ours = reference[key], row[key]
                 assert ours.dtype == theirs.dtype, key
                 assert ours.shape == theirs.shape, key
-                torch.testing.assert_close(ours, theirs, msg=lambda m, key=key: f"{key} (worker {w}, env {i}): {m}")
+                where = f"{key} (worker {w}, env {i})"
+                torch.testing.assert_close(ours, theirs, msg=lambda m, where=where: f"{where}: {m}")
             # the team reward: the sum of the live agents' rewards
             groups = {key[1] for key in _keys(reference) if key[0] == "next" and key[-1] == "reward"}
             team = sum(reference["next", g, "reward"].sum((-2, -1)) for g in groups)

@@ -1,4 +1,4 @@
-"""The ``pettingzoo`` env backend: PettingZoo envs stepped in pycollect's workers, TorchRL's multi-agent keys in batches.
+"""The ``pettingzoo`` env backend: PettingZoo envs in pycollect's workers, TorchRL's multi-agent keys in batches.
 
 Three ways in, all ending in a :class:`~pycollect_pettingzoo.env.MultiAgentEnv`:
 
@@ -79,7 +79,7 @@ class PettingZoo:
 
 
 class PettingZooBackend(EnvBackend):
-    """Steps PettingZoo envs: ``env=make_env`` (adopted), ``env=PettingZoo(make_env, ...)`` or ``env="pettingzoo:module:factory"``.
+    """Steps PettingZoo envs: ``env=make_env`` (adopted), ``PettingZoo(make_env)``, ``"pettingzoo:module:factory"``.
 
     The backend holds no state, so it pickles to worker processes as a bare class reference.
     """

@@ -89,9 +89,9 @@ def to_parallel(env: Any, name: str) -> Any:
         metadata = getattr(env, "metadata", None) or {}
         if not metadata.get("is_parallelizable", False):
             raise ConfigError(
-                f"PettingZoo env {name!r} ({type(env).__name__}, {metadata.get('name', 'unnamed')}) is an AEC env whose "
-                "metadata does not say is_parallelizable, so PettingZoo's aec_to_parallel cannot convert it (its agents "
-                "take turns: each step's result depends on the actions before it in the cycle); pycollect steps "
+                f"PettingZoo env {name!r} ({type(env).__name__}, {metadata.get('name', 'unnamed')}) is an AEC env "
+                "whose metadata does not say is_parallelizable, so PettingZoo's aec_to_parallel cannot convert it (its "
+                "agents take turns: each step's result depends on the actions before it in the cycle); pycollect steps "
                 "Parallel envs, where every live agent acts at each step"
             )
         from pettingzoo.utils.conversions import aec_to_parallel
@@ -162,7 +162,7 @@ def _stacked_action(space: gym.Space[Any], n: int, agent: str) -> gym.Space[Any]
 
 def _box(spec: FieldSpec) -> gym.spaces.Box:
     if spec.dtype == np.bool_:
-        return gym.spaces.Box(0, 1, spec.shape, np.bool_)
+        return gym.spaces.Box(0, 1, spec.shape, np.bool_)  # type: ignore[arg-type]  # gymnasium's stub is too narrow
     if np.issubdtype(spec.dtype, np.integer):
         info = np.iinfo(spec.dtype)
         low = np.clip(spec.low, info.min, info.max).astype(spec.dtype)
@@ -266,16 +266,18 @@ class MultiAgentEnv:
         for path, space in leaves:
             if path == ("action_mask",) and isinstance(space, gym.spaces.Box | gym.spaces.MultiBinary):
                 shape = (n, *space.shape)
-                key = (group, "action_mask")
+                mask_key: Key = (group, "action_mask")
                 action_mask = FieldSpec(
-                    key, shape, np.dtype(np.bool_), np.zeros(shape), np.ones(shape), True, "action mask", key
+                    mask_key, shape, np.dtype(np.bool_), np.zeros(shape), np.ones(shape), True, "action mask", mask_key
                 )
                 continue
-            key = (group, "observation", *path)
+            key: Key = (group, "observation", *path)
             if isinstance(space, gym.spaces.MultiBinary):
                 shape = (n, *space.shape)
-                low, high, dtype, discrete = np.zeros(shape), np.ones(shape), np.dtype(np.int8), True
+                low, high, discrete = np.zeros(shape), np.ones(shape), True
+                dtype: np.dtype[Any] = np.dtype(np.int8)
             else:
+                assert isinstance(space, gym.spaces.Box)
                 shape = (n, *space.shape)
                 low, high = _stack_bounds([space] * n)
                 dtype = np.dtype(space.dtype)
@@ -283,7 +285,8 @@ class MultiAgentEnv:
             observation.append((path, FieldSpec(key, shape, dtype, low, high, discrete, f"{space} x {n}", key)))
         mask = _flag((group, "mask"), n, ()) if self.options.use_mask else None
         flags = [_flag((group, flag), n, (1,)) for flag in _FLAGS]
-        return _Group(group, agents, observation, action, action_mask, mask, flags, {a: i for i, a in enumerate(agents)})
+        index = {a: i for i, a in enumerate(agents)}
+        return _Group(group, agents, observation, action, action_mask, mask, flags, index)
 
     def _state_field(self) -> FieldSpec:
         space = getattr(self.env, "state_space", None)
@@ -320,7 +323,7 @@ class MultiAgentEnv:
         Returns:
             The observation (every agent alive in the mask, flags False) and an empty info dict.
         """
-        observations, infos = self.env.reset(seed=seed, options=options)
+        observations, _ = self.env.reset(seed=seed, options=options)
         alive = set(self.env.agents)
         out: dict[str, Any] = {}
         for g in self._groups:
