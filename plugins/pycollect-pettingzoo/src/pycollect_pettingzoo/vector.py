@@ -159,13 +159,14 @@ class AgentVecEnv(gym.vector.VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.action_space = batch_space(action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
         self._agent_shape = tuple(np.asarray(action_space.sample()).shape)
+        self._observation_shape: tuple[int, ...] = tuple(observation_space.shape or ())
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, Any]:
         """Reset every env (env ``e`` with ``seed + e``); one empty info dict per slot."""
         observation, _ = self.vec.reset(seed=seed, options=options)
-        flat = np.asarray(observation["observation"]).reshape(self.num_envs, *self.single_observation_space.shape)
+        flat = np.asarray(observation["observation"]).reshape(self.num_envs, *self._observation_shape)
         return flat.copy(), [{} for _ in range(self.num_envs)]
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
@@ -173,8 +174,7 @@ class AgentVecEnv(gym.vector.VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         n = self.n_agents
         stacked = np.asarray(actions).reshape(self.vec.num_envs, n, *self._agent_shape)
         observation, _, ended, _, infos = self.vec.step(stacked)
-        shape = self.single_observation_space.shape
-        observations = np.asarray(observation["observation"]).reshape(self.num_envs, *shape).copy()
+        observations = np.asarray(observation["observation"]).reshape(self.num_envs, *self._observation_shape).copy()
         rewards = np.asarray(observation["reward"], np.float32).reshape(-1).copy()
         terminated = np.asarray(observation["terminated"], np.uint8).reshape(-1).copy()
         truncated = np.asarray(observation["truncated"], np.uint8).reshape(-1).copy()
@@ -236,7 +236,8 @@ def make_agent_vec(
             raise ConfigError(f"make_agent_vec sets {option} itself (SuperSuit's semantics)")
     kwargs = dict(env_kwargs or {})
     probe = StackedAgentsEnv(env, **kwargs)  # refuses what cannot be stacked, in this process
-    n_agents, observation_space, action_space = len(probe.agents), probe.agent_observation_space, probe.agent_action_space
+    n_agents = len(probe.agents)
+    observation_space, action_space = probe.agent_observation_space, probe.agent_action_space
     probe.close()
     vec = pycollect.make_vec(
         StackedAgentsEnv,
