@@ -48,9 +48,9 @@ class Args:
     frames_per_batch: int = 6_000  # 2 workers x 4 envs x 750 steps (30 episodes of 25 steps each)
     num_workers: int = 2
     envs_per_worker: int = 4
-    epochs: int = 4
-    minibatch_size: int = 1_000
-    lr: float = 3e-4
+    epochs: int = 6
+    minibatch_size: int = 500
+    lr: float = 1e-3
     gamma: float = 0.99
     lmbda: float = 0.9
     clip_epsilon: float = 0.2
@@ -126,7 +126,7 @@ def main(args: Args) -> dict[str, object]:
         out_keys=[("agents", "state_value")],
     )
     loss = ClipPPOLoss(
-        actor, critic, clip_epsilon=args.clip_epsilon, entropy_coeff=args.entropy_coef, normalize_advantage=False
+        actor, critic, clip_epsilon=args.clip_epsilon, entropy_coeff=args.entropy_coef, normalize_advantage=True
     )
     loss.set_keys(
         reward=("agents", "reward"),
