@@ -291,7 +291,7 @@ class Collector:
         self._batches += 1
         self.episodes.update(batch)
         if config.set_truncated:
-            mark_rollout_ends(batch)
+            mark_rollout_ends(batch, self._engine.plan.specs.done_groups)
         if config.cat_results == "stack":
             batch = stack_workers(batch, config.num_workers)
         if config.split_trajs:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from tensordict import TensorDictBase
 
-from pycollect._keys import MASK, NEXT_DONE, NEXT_TERMINATED, NEXT_TRUNCATED, TRAJ_IDS
+from pycollect._keys import MASK, NEXT_OBS_PREFIX, TRAJ_IDS, Key
 
 __all__ = ["mark_rollout_ends", "split_trajectories", "stack_workers"]
 
@@ -44,12 +46,17 @@ def split_trajectories(batch: TensorDictBase) -> TensorDictBase:
     return out
 
 
-def mark_rollout_ends(batch: TensorDictBase) -> None:
-    """``set_truncated``: the last step of every row is truncated (and done) unless it terminated."""
-    last = (..., -1, slice(None))
-    terminated = batch.get(NEXT_TERMINATED)[last]
-    batch.get(NEXT_TRUNCATED)[last] |= ~terminated
-    batch.get(NEXT_DONE)[last] = True
+def mark_rollout_ends(batch: TensorDictBase, done_groups: Sequence[Key] = ()) -> None:
+    """``set_truncated``: the last step of every row is truncated (and done) unless it terminated.
+
+    ``done_groups``: where the env's own done flags sit (:attr:`~pycollect.envs.EnvSpecs.done_groups`,
+    per-agent flags), marked the same way.
+    """
+    last = (slice(None),) * (batch.batch_dims - 1) + (-1,)  # the time dimension is the batch's last
+    for group in ((), *done_groups):
+        terminated = batch.get((*NEXT_OBS_PREFIX, *group, "terminated"))[last]
+        batch.get((*NEXT_OBS_PREFIX, *group, "truncated"))[last] |= ~terminated
+        batch.get((*NEXT_OBS_PREFIX, *group, "done"))[last] = True
 
 
 def stack_workers(batch: TensorDictBase, num_workers: int) -> TensorDictBase:

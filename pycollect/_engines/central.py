@@ -48,7 +48,7 @@ from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, 
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._keys import NEXT_DONE, Key
-from pycollect._rollout.actions import ActionSource, RandomActions
+from pycollect._rollout.actions import ActionSource, RandomActions, step_of
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import parameters_device
 from pycollect._rollout.runner import EnvRunner
@@ -165,7 +165,7 @@ class CentralActions:
     def __init__(
         self,
         policy: ActionSource | None,
-        action: FieldSpec,
+        action: FieldSpec | Sequence[FieldSpec],
         envs_per_worker: int,
         workers: range,
         seed: int | None,
@@ -193,19 +193,22 @@ class CentralActions:
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, Mapping[Key, Any]]:
+    ) -> tuple[Any, Mapping[Key, Any]]:
         """The policy's actions for every env (random ones without a policy)."""
         if self.policy is None:
-            return self.random_actions(1)[0], {}
+            return step_of(self.random_actions(1), 0), {}
         if self._streams is None:
             return self.policy.act(observation, carried)
         streams, stream = self._streams
         with streams.drawing(stream):
             return self.policy.act(observation, carried)
 
-    def random_actions(self, steps: int) -> np.ndarray:
-        """``[steps, N * K, ...]``: each worker's stream of ``[steps, K, ...]``, in worker order."""
-        return np.concatenate([source.random_actions(steps) for source in self._random], axis=1)
+    def random_actions(self, steps: int) -> Any:
+        """``[steps, N * K, ...]``: each worker's stream of ``[steps, K, ...]``, in worker order (per action leaf)."""
+        drawn = [source.random_actions(steps) for source in self._random]
+        if isinstance(drawn[0], tuple):
+            return tuple(np.concatenate(leaf, axis=1) for leaf in zip(*drawn, strict=True))
+        return np.concatenate(drawn, axis=1)
 
 
 class CentralRunner(EnvRunner):
@@ -250,10 +253,11 @@ class CentralRunner(EnvRunner):
         self.actions = actions
         super().__init__([], specs, actions, None, env_name=env_name, info=info)
         self._next_ids = [traj_id_start(w, self._workers, 1) for w in self.group]
+        # A field's leaf is found by where it sits in the raw observation (a backend's keys may differ)
         leaves = {leaf.field.key: n for n, leaf in enumerate(backend.observation.leaves)}
         self._leaves: list[int] = []
-        for spec in specs.observation:
-            n = leaves.get(spec.key, -1)
+        for spec, (_, path) in zip(specs.observation, specs.observation_paths(), strict=True):
+            n = leaves.get(("observation", *path), -1)
             if n < 0 or backend.observation.leaves[n].field.shape != spec.shape:
                 raise ConfigError(
                     f"env {env_name!r}: observation field {'/'.join(spec.key)} {spec.shape} is not a leaf of the "
@@ -296,13 +300,13 @@ class CentralRunner(EnvRunner):
     def _observation(self, i: int) -> Any:
         return self.backend.observation.single(self.backend.observations, i)
 
-    def _step(self, run: _Rollout, t: int, actions: np.ndarray) -> list[int]:
+    def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
         """Post the actions to the group's workers, wait for their answers, store step ``t``.
 
         The wait releases the GIL, so the other group's thread runs its policy call meanwhile.
         """
         backend = self.backend
-        backend.step_async([actions])
+        backend.step_async(list(actions) if isinstance(actions, tuple) else [actions])
         parts = backend.step_wait()
         for j in backend.last_restarted:  # its envs' episodes were cut (truncated) at this step
             generation, w = backend.generation(j), self.group[j]
@@ -315,6 +319,9 @@ class CentralRunner(EnvRunner):
             obs_out.next_obs[:, t] = backend.observations[n]
             if len(ended):
                 obs_out.next_obs[ended, t] = final[n][ended]  # the final observation, not the reset one
+        for j in backend.last_restarted:  # the env's own (per-agent) flags are cut too
+            for flags in run.own_flags:
+                flags[j * self._k : (j + 1) * self._k, t] = True
         run.rewards[t] = backend.rewards
         run.terminated[t] = backend.terminated
         run.truncated[t] = backend.truncated
@@ -349,6 +356,12 @@ class CentralRunner(EnvRunner):
         self._traj_ids[i] = self._next_ids[j]
         self._next_ids[j] += self._workers
         self._started[i] = self._clock
+
+
+def _info_names(config: CollectorConfig, plan: RolloutPlan) -> tuple[str, ...]:
+    """The info entries the step workers send: ``info_keys`` and the env's own next fields (per-agent rewards)."""
+    own = tuple(entry.path[0] for entry in plan.specs.next_fields if entry.path)
+    return (*own, *config.info_keys)
 
 
 class CentralEngine(Engine):
@@ -495,12 +508,12 @@ class CentralEngine(Engine):
         try:
             runners = []
             for g, (group, plan) in enumerate(zip(split, plans, strict=True)):
-                backend = WorkerStepBackend.start(env_source, _group_config(config, len(group)), probe=probe)
+                backend = WorkerStepBackend.start(env_source, _group_config(config, len(group), plan), probe=probe)
                 backends.append(backend)
                 backend.restart_seeds = functools.partial(_restart_seeds, seed, k, group)
                 actions = CentralActions(
                     plan.actions if has_policy else None,
-                    plan.specs.action,
+                    plan.specs.action_fields,
                     k,
                     group,
                     seed,
@@ -661,13 +674,13 @@ class _Renumbered:
         return repr(self._inner).replace(f"worker={self._inner.worker}", f"worker={self.worker}", 1)
 
 
-def _group_config(config: CollectorConfig, workers: int) -> VectorConfig:
+def _group_config(config: CollectorConfig, workers: int, plan: RolloutPlan) -> VectorConfig:
     """The vector env settings of a group of ``workers`` workers: ``SAME_STEP``, the collector's infos and limits."""
     return VectorConfig(
         workers * config.envs_per_worker,
         num_workers=workers,
         autoreset_mode=AutoresetMode.SAME_STEP,
-        info_keys=config.info_keys,
+        info_keys=_info_names(config, plan),
         supervision=config.supervision,
         max_episode_steps=config.max_frames_per_traj,
     )

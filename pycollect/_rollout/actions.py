@@ -8,7 +8,7 @@ calls a user policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -20,7 +20,12 @@ from pycollect.exceptions import ConfigError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ActionSource", "RandomActions", "action_source"]
+__all__ = ["ActionSource", "Actions", "RandomActions", "action_source", "step_of"]
+
+
+Actions = np.ndarray | tuple[np.ndarray, ...]
+"""A batch of actions: one array for an env with one action leaf (any key), else one array per
+leaf in :attr:`~pycollect.envs.EnvSpecs.action_fields` order (a multi-agent env's groups)."""
 
 
 class ActionSource(Protocol):
@@ -35,18 +40,19 @@ class ActionSource(Protocol):
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, Mapping[Key, Any]]:
-        """Actions ``[num_envs, *action_shape]`` and extra outputs for one observation batch."""
+    ) -> tuple[Any, Mapping[Key, Any]]:
+        """Actions ``[num_envs, *action_shape]`` (one per action leaf, see :data:`Actions`) and extra outputs."""
 
-    def random_actions(self, steps: int) -> np.ndarray:
-        """Uniform random actions for ``steps`` steps: ``[steps, num_envs, *action_shape]``."""
+    def random_actions(self, steps: int) -> Any:
+        """Uniform random actions for ``steps`` steps: ``[steps, num_envs, *action_shape]`` (see :data:`Actions`)."""
 
 
 class RandomActions:
     """Uniform random actions from the action space (``policy=None``).
 
     Args:
-        action: The action field.
+        action: The action field, or every action leaf (:attr:`~pycollect.envs.EnvSpecs.action_fields`):
+            with several, actions are one array per leaf (:data:`Actions`).
         num_envs: Environments stepped together.
         rng: The random stream (see :func:`pycollect._seeding.action_rng`).
     """
@@ -56,36 +62,49 @@ class RandomActions:
 
     _CHUNK = 256  # steps sampled per call: one numpy call per step would cost more than a CartPole step
 
-    def __init__(self, action: FieldSpec, num_envs: int, rng: np.random.Generator) -> None:
-        self.action = action
+    def __init__(self, action: FieldSpec | Sequence[FieldSpec], num_envs: int, rng: np.random.Generator) -> None:
+        leaves = (action,) if isinstance(action, FieldSpec) else tuple(action)
+        self.action = leaves[0]
+        self.leaves = leaves
         self.num_envs = num_envs
         self.rng = rng
-        self._chunk: np.ndarray = np.empty((0, num_envs, *action.shape), action.dtype)
+        self._chunks: list[np.ndarray] = [np.empty((0, num_envs, *leaf.shape), leaf.dtype) for leaf in leaves]
         self._next = 0
 
-    def random_actions(self, steps: int) -> np.ndarray:
+    def random_actions(self, steps: int) -> Any:
         """Uniform random actions for ``steps`` steps of every env (a view where it can be).
 
         The stream is drawn in chunks of :attr:`_CHUNK` steps whatever ``steps`` is, so the
-        actions of a seed do not depend on how a rollout asks for them.
+        actions of a seed do not depend on how a rollout asks for them. With several action
+        leaves, one array per leaf (each leaf's chunk drawn in turn).
         """
-        parts = []
+        parts: list[list[np.ndarray]] = []
         while steps > 0:
-            if self._next == len(self._chunk):
-                flat = self.action.sample(self.rng, self._CHUNK * self.num_envs)
-                self._chunk = flat.reshape(self._CHUNK, self.num_envs, *self.action.shape)
+            if self._next == len(self._chunks[0]):
+                self._chunks = [
+                    leaf.sample(self.rng, self._CHUNK * self.num_envs).reshape(self._CHUNK, self.num_envs, *leaf.shape)
+                    for leaf in self.leaves
+                ]
                 self._next = 0
-            take = min(steps, len(self._chunk) - self._next)
-            parts.append(self._chunk[self._next : self._next + take])
+            take = min(steps, len(self._chunks[0]) - self._next)
+            parts.append([chunk[self._next : self._next + take] for chunk in self._chunks])
             self._next += take
             steps -= take
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        per_leaf = [part[0] if len(parts) == 1 else np.concatenate(part) for part in zip(*parts, strict=True)]
+        return per_leaf[0] if len(per_leaf) == 1 else tuple(per_leaf)
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, Mapping[Key, Any]]:
+    ) -> tuple[Any, Mapping[Key, Any]]:
         """Random actions: the observation is not looked at."""
-        return self.random_actions(1)[0], {}
+        return step_of(self.random_actions(1), 0), {}
+
+
+def step_of(actions: Any, t: int) -> Any:
+    """Step ``t`` of ``[steps, num_envs, ...]`` actions (one array, or one per leaf)."""
+    if isinstance(actions, tuple):
+        return tuple(leaf[t] for leaf in actions)
+    return actions[t]
 
 
 def action_source(
@@ -107,7 +126,7 @@ def action_source(
         PolicyError: The policy does not fit (see :class:`~pycollect._rollout.policy.PolicyRunner`).
     """
     if policy is None:
-        return RandomActions(specs.action, num_envs, rng)
+        return RandomActions(specs.action_fields, num_envs, rng)
     if inference == "plain":
         inference = None  # the default, from a config no collector resolved (the built-in runner is this)
     elif isinstance(inference, str):

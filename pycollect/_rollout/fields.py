@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from pycollect._keys import (
-    ACTION,
     DONE,
     IS_INIT,
     NEXT_DONE,
@@ -46,14 +45,15 @@ def batch_fields(
         carried: Inputs the loop carries between steps (``is_init``, a recurrent state): each is
             stored at its key, as the policy saw it, and ``is_init`` also as ``("next",
             "is_init")`` (always False: environments reset themselves).
-        info: Entries of the env's step ``info`` to keep, at ``("next", name)``.
+        info: Entries of the env's step ``info`` to keep, at their keys: ``info_keys`` at
+            ``("next", name)``, and the env's own :attr:`~pycollect.envs.EnvSpecs.next_fields`.
 
     Raises:
         ConfigError: An info entry's key is already a field of the batch.
     """
     fields = [Field(spec.key, spec.shape, spec.dtype) for spec in specs.observation]
     fields += [Field((*NEXT_OBS_PREFIX, *spec.key), spec.shape, spec.dtype) for spec in specs.observation]
-    fields.append(Field(ACTION, specs.action.shape, specs.action.dtype))
+    fields += [Field(spec.key, spec.shape, spec.dtype) for spec in specs.action_fields]
     fields.append(Field(REWARD, _FLAG, np.dtype(np.float32)))
     for key in (DONE, TERMINATED, TRUNCATED, NEXT_DONE, NEXT_TERMINATED, NEXT_TRUNCATED):
         fields.append(Field(key, _FLAG, np.dtype(np.bool_)))

@@ -77,11 +77,14 @@ class PolicyRunner:
         self.num_envs = num_envs
         self.device = device
         self._transfer = transfer_for(device)
-        self._random = RandomActions(specs.action, num_envs, rng)
+        self._random = RandomActions(specs.action_fields, num_envs, rng)
         self._exploration = InteractionType(exploration)
         self._obs_keys = [spec.key for spec in specs.observation]
-        self._action_shape = (num_envs, *specs.action.shape)
-        self._action_kinds = "biu" if specs.action.discrete else "f"
+        # Each action leaf: its key in the policy's output, the shape of a batch, the dtype kinds it takes.
+        self._action_leaves = [
+            (spec, (num_envs, *spec.shape), "biu" if spec.discrete else "f") for spec in specs.action_fields
+        ]
+        self._action_keys = [spec.key for spec in specs.action_fields]
         self._takes_tensordict = not (
             isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase)
         )
@@ -90,13 +93,13 @@ class PolicyRunner:
         with self._transfer.running():  # the dry run's outputs are read on the stream that made them
             self.outputs: tuple[Field, ...] = self._dry_run()
 
-    def random_actions(self, steps: int) -> np.ndarray:
-        """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``)."""
+    def random_actions(self, steps: int) -> Any:
+        """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``; one per action leaf)."""
         return self._random.random_actions(steps)
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, dict[Key, torch.Tensor]]:
+    ) -> tuple[Any, dict[Key, torch.Tensor]]:
         """Call the policy once for all envs.
 
         Args:
@@ -104,16 +107,18 @@ class PolicyRunner:
             carried: The carried inputs (:attr:`carried`: recurrent state, ``is_init``).
 
         Returns:
-            The actions as a numpy array in the action field's dtype, and the extra outputs
-            as CPU tensors with a leading ``num_envs`` dimension.
+            The actions as a numpy array in the action field's dtype (one per action leaf, in
+            order, for an env with several), and the extra outputs as CPU tensors with a leading
+            ``num_envs`` dimension.
         """
         if self._inference is not None:
             self._call_policy, self._inference = self._inference.prepare(self.policy, self.device), None
         with torch.no_grad(), self._transfer.running():
-            action, extras = self._split(self._call(observation, carried))
-            host = self._transfer.to_host({_ACTION: action, **extras})
-        action = host.pop(_ACTION)
-        return self._action_array(action), {key: self._on_cpu(key, value) for key, value in host.items()}
+            actions, extras = self._split(self._call(observation, carried))
+            host = self._transfer.to_host({**dict(zip(self._action_keys, actions, strict=True)), **extras})
+        arrays = tuple(self._action_array(host.pop(key), n) for n, key in enumerate(self._action_keys))
+        extras_out = {key: self._on_cpu(key, value) for key, value in host.items()}
+        return (arrays[0] if len(arrays) == 1 else arrays), extras_out
 
     # -- internals -------------------------------------------------------------------------
 
@@ -133,33 +138,43 @@ class PolicyRunner:
             assert policy is not None
             return policy(td)
 
-    def _split(self, raw: Any) -> tuple[Any, dict[Key, torch.Tensor]]:
+    def _split(self, raw: Any) -> tuple[list[Any], dict[Key, torch.Tensor]]:
+        """The action leaves (in order) and the other outputs of one policy call."""
         if isinstance(raw, TensorDictBase | Mapping):
             leaves = _leaves(raw)
-            if ("action",) not in leaves:
+            missing = [key for key in self._action_keys if key not in leaves]
+            if missing:
                 raise PolicyError(
-                    f"policy output has no 'action' key; its keys are {sorted('/'.join(k) for k in leaves)}"
+                    f"policy output has no {'/'.join(missing[0])!r} key; its keys are "
+                    f"{sorted('/'.join(k) for k in leaves)}"
                 )
-            action = leaves.pop(("action",))
+            actions = [leaves.pop(key) for key in self._action_keys]
             extras = {key: value for key, value in leaves.items() if key not in self._inputs}
-            return action, extras
+            return actions, extras
+        if len(self._action_keys) > 1:
+            raise PolicyError(
+                f"policy returned a {type(raw).__name__}; this env's actions are at "
+                f"{', '.join(repr('/'.join(k)) for k in self._action_keys)}: return a TensorDict (or a mapping) "
+                "with those keys (a TensorDictModule with them as out_keys)"
+            )
         if isinstance(raw, tuple):
             raise PolicyError(
                 "policy returned a tuple; return the action, or a mapping/TensorDict with an "
                 "'action' key and any extra outputs"
             )
-        return raw, {}
+        return [raw], {}
 
-    def _action_array(self, action: Any) -> np.ndarray:
-        """The actions as an array of the action field's dtype, checked on every call.
+    def _action_array(self, action: Any, leaf: int = 0) -> np.ndarray:
+        """The actions of one action leaf as an array of its dtype, checked on every call.
 
         A policy that starts returning floats for a discrete space (or another shape) mid-run
         is refused rather than cast (``0.9`` would become action 0).
         """
-        array = np.asarray(self._on_cpu(("action",), action).numpy() if isinstance(action, torch.Tensor) else action)
-        if array.shape != self._action_shape or array.dtype.kind not in self._action_kinds:
-            _check_action(action, self.specs.action, self.num_envs, self.policy)  # raises, naming both
-        return array.astype(self.specs.action.dtype, copy=False)
+        spec, shape, kinds = self._action_leaves[leaf]
+        array = np.asarray(self._on_cpu(spec.key, action).numpy() if isinstance(action, torch.Tensor) else action)
+        if array.shape != shape or array.dtype.kind not in kinds:
+            _check_action(action, spec, self.num_envs, self.policy)  # raises, naming both
+        return array.astype(spec.dtype, copy=False)
 
     def _on_cpu(self, key: Key, value: torch.Tensor) -> torch.Tensor:
         """``value`` copied to the CPU (where batches are assembled), or a :class:`PolicyError` naming its device.
@@ -210,10 +225,11 @@ class PolicyRunner:
             ) from exc
 
     def _outputs(self, raw: Any) -> tuple[Field, ...]:
-        action, extras = self._split(raw)
-        _check_action(action, self.specs.action, self.num_envs, self.policy)
-        if isinstance(action, torch.Tensor):
-            self._on_cpu(("action",), action)  # refused here, before any worker starts
+        actions, extras = self._split(raw)
+        for spec, action in zip(self.specs.action_fields, actions, strict=True):
+            _check_action(action, spec, self.num_envs, self.policy)
+            if isinstance(action, torch.Tensor):
+                self._on_cpu(spec.key, action)  # refused here, before any worker starts
         outputs = []
         for key, value in extras.items():
             if not isinstance(value, torch.Tensor | np.ndarray):
@@ -246,7 +262,8 @@ def _check_action(action: Any, spec: FieldSpec, num_envs: int, policy: Policy) -
         array = np.asarray(action)
         shape, dtype, kind = array.shape, str(array.dtype), array.dtype.kind
     expected = (num_envs, *spec.shape)
-    where = f"policy {_describe(policy)} returned actions of shape {shape} and dtype {dtype}"
+    what = "actions" if spec.key == _ACTION else f"{'/'.join(spec.key)!r}"
+    where = f"policy {_describe(policy)} returned {what} of shape {shape} and dtype {dtype}"
     if shape != expected:
         raise PolicyError(f"{where}, but the action space {spec.space} needs shape {expected} for {num_envs} envs")
     if spec.discrete and kind not in "biu":

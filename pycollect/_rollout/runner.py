@@ -31,7 +31,6 @@ import numpy as np
 
 from pycollect import _core
 from pycollect._keys import (
-    ACTION,
     IS_INIT,
     NEXT_DONE,
     NEXT_OBS_PREFIX,
@@ -42,7 +41,7 @@ from pycollect._keys import (
     TRAJ_IDS,
     Key,
 )
-from pycollect._rollout.actions import ActionSource
+from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.checks import OutputChecks
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.specs import EnvSpecs, FieldSpec
@@ -112,7 +111,16 @@ class EnvRunner:
         self._started = [0] * num_envs  # a list: set at every episode start, read only near the limit
         self._has_reset = False
         self._checks = OutputChecks(specs.observation, env_name, worker, info)
-        self._info = [(entry.key, entry.key[-1], np.zeros(entry.shape, entry.dtype)) for entry in info]
+        # Each kept info entry: its key, its name in the info dict (an env's own next_fields name it by path).
+        self._info = [
+            (entry.key, entry.path[0] if entry.path else entry.key[-1], np.zeros(entry.shape, entry.dtype))
+            for entry in info
+        ]
+        # Where the env's own done flags sit in the next observation ([K, T, ...] arrays found in
+        # the rollout's out by key), marked where this loop truncates a trajectory itself.
+        self._own_flags = [
+            (*NEXT_OBS_PREFIX, *group, name) for group in specs.done_groups for name in ("truncated", "done")
+        ]
         # What the policy gets back on the next step: is_init, a recurrent state (zeros at a start).
         self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
         # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
@@ -197,7 +205,7 @@ class EnvRunner:
             obs, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
             yield i, obs
 
-    def _step(self, run: _Rollout, t: int, actions: np.ndarray) -> list[int]:
+    def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
         """Step every env with ``actions`` and store step ``t``; the envs whose episode ended, in env order."""
         if run.step_native is None:
             return run.step_python(t, run.step_envs(actions))
@@ -228,6 +236,8 @@ class EnvRunner:
         started = np.array(self._started)
         reached = self._clock - started >= limit
         run.truncated[t] |= reached
+        for flags in run.own_flags:  # the env's own (per-agent) truncated and done flags
+            flags[reached, t] = True
         # Those truncated here start again at this clock (before any other can reach it).
         self._due = int(np.where(reached, self._clock, started).min()) + limit
         if not reached.any():
@@ -294,7 +304,10 @@ class _Rollout:
             _ObsOut(out[key], out[(*NEXT_OBS_PREFIX, *key)], runner._obs[key], path, *expected)
             for (key, path), expected in zip(runner._paths, runner._expected, strict=True)
         ]
-        self.actions_out, self.traj_out = out[ACTION], out[TRAJ_IDS]
+        self.action_outs, self.traj_out = [out[spec.key] for spec in runner.specs.action_fields], out[TRAJ_IDS]
+        self.structured_action = runner.specs.structured_action
+        self.env_action = runner.specs.env_action
+        self.own_flags = [out[key] for key in runner._own_flags]
         self.reward_out, self.term_out, self.trunc_out = out[REWARD], out[NEXT_TERMINATED], out[NEXT_TRUNCATED]
         self.done_out = out[NEXT_DONE]
         self.version_out = out.get(POLICY_VERSION)
@@ -315,7 +328,7 @@ class _Rollout:
         self.track_current = not random_actions
         self.random_actions = self._start(random_actions, runner._traj_ids)
 
-    def _start(self, random_actions: bool, traj_ids: np.ndarray) -> np.ndarray | None:
+    def _start(self, random_actions: bool, traj_ids: np.ndarray) -> Any:
         """Write what is known before the first step; return the random actions ``[T, K, ...]``, if any."""
         # Each observation is written once, from the env into ("next", obs)[t]. Of obs, only
         # step 0 and the reset observations after an episode's end are written here; the rest
@@ -332,7 +345,9 @@ class _Rollout:
             return None
         # Drawn for the whole rollout at once; no policy call, so no extra outputs.
         actions = self.policy.random_actions(self.steps)
-        self.actions_out[...] = np.swapaxes(actions, 0, 1)
+        leaves = actions if isinstance(actions, tuple) else (actions,)
+        for action_out, leaf in zip(self.action_outs, leaves, strict=True):
+            action_out[...] = np.swapaxes(leaf, 0, 1)
         for _, array in self.extras_out:
             array[...] = 0  # slots are reused
         return actions
@@ -342,7 +357,7 @@ class _Rollout:
 
         ``info_keys`` take the Python path only.
         """
-        if self.info_out:
+        if self.info_out or self.structured_action:
             return None
         if not all(o.next_obs.flags.c_contiguous and o.next_obs.flags.writeable for o in self.obs_out):
             return None
@@ -363,16 +378,20 @@ class _Rollout:
         if self.version_out is not None:
             self.version_out[:, t:] = version
 
-    def act(self, t: int) -> np.ndarray:
-        """The actions of step ``t``, with what the policy reads and returns besides stored."""
+    def act(self, t: int) -> Any:
+        """The actions of step ``t`` (one array per action leaf, with several); what the policy reads stored."""
         for array, current in self.carried_out:
             array[:, t] = current
         if self.random_actions is not None:
             for state, _ in self.state_in:
                 state[...] = 0  # no policy call, so the state stays a start
-            return self.random_actions[t]  # type: ignore[no-any-return]
+            return step_of(self.random_actions, t)
         actions, extras = self.policy.act(self.observation, self.carried)
-        self.actions_out[:, t] = actions
+        if isinstance(actions, tuple):
+            for action_out, leaf in zip(self.action_outs, actions, strict=True):
+                action_out[:, t] = leaf
+        else:
+            self.action_outs[0][:, t] = actions
         if extras:
             for key, array in self.extras_out:
                 array[:, t] = extras[key].numpy()
@@ -380,10 +399,14 @@ class _Rollout:
             state[...] = extras[next_key].numpy() if extras else 0
         return actions
 
-    def step_envs(self, actions: np.ndarray) -> Iterator[tuple[int, Any]]:
+    def step_envs(self, actions: Any) -> Iterator[tuple[int, Any]]:
         """Each env's index and ``step`` result, stepped one at a time as the caller asks."""
-        # numpy scalars: gymnasium's Discrete check is fastest on them
-        return ((i, step(action)) for i, (step, action) in enumerate(zip(self.env_steps, list(actions), strict=True)))
+        if self.structured_action:  # a mapping per env, of its row of each action leaf
+            leaves = actions if isinstance(actions, tuple) else (actions,)
+            per_env = [self.env_action(values) for values in zip(*(list(leaf) for leaf in leaves), strict=True)]
+        else:
+            per_env = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
+        return ((i, step(action)) for i, (step, action) in enumerate(zip(self.env_steps, per_env, strict=True)))
 
     def step_python(self, t: int, results: Iterable[tuple[int, Any]]) -> list[int]:
         """Check and store the ``(env index, env.step result)`` pairs of step ``t``.

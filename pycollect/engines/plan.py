@@ -36,7 +36,8 @@ class RolloutPlan:
         actions: The action source, checked against the action space (a policy was called
             once on an example observation).
         fields: Every array of a rollout, policy outputs included.
-        info: The entries of the env's step ``info`` kept (``info_keys``), as fields.
+        info: The entries of the env's step ``info`` kept, as fields: the env's own
+            :attr:`~pycollect.envs.EnvSpecs.next_fields` (per-agent rewards), then ``info_keys``.
     """
 
     specs: EnvSpecs
@@ -79,7 +80,7 @@ def plan_rollout(
     rng = action_rng(config.seed)
     count = config.envs_per_worker if num_envs is None else num_envs
     actions = action_source(policy, specs, count, device, rng, config.exploration_type, config.inference_runner)
-    info = _info_fields(config, env_source, env, specs)
+    info = specs.next_fields + _info_fields(config, env_source, env, specs)
     return RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried, info), info)
 
 
@@ -98,8 +99,7 @@ def _info_fields(
     from pycollect.envs.specs import FieldSpec
 
     env.reset(seed=config.seed)
-    action = specs.action.sample(np.random.default_rng(config.seed), 1)[0]
-    info = env.step(action)[4]
+    info = env.step(specs.sample_action(np.random.default_rng(config.seed)))[4]
     fields = []
     for name in config.info_keys:
         if not isinstance(info, Mapping) or name not in info:

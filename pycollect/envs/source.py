@@ -103,6 +103,12 @@ def _close(env: Any) -> None:
 
 def _plugin_hint(what: str | None) -> str:
     """Where to get the plugin that steps a foreign env, if one exists (``""`` otherwise)."""
+    if what is not None and "PettingZoo" in what:
+        return (
+            ". PettingZoo envs step in pycollect through the pycollect-pettingzoo plugin (pip install "
+            "pycollect-pettingzoo), which adopts what a factory returns (env=make_env, make_env returning the "
+            "Parallel or AEC env)"
+        )
     if what is None or "TorchRL" not in what:
         return ""
     return (
@@ -111,9 +117,12 @@ def _plugin_hint(what: str | None) -> str:
     )
 
 
-def _torchrl_class(obj: Any) -> bool:
-    """Whether ``obj`` is a TorchRL ``EnvBase`` subclass: a factory (``env=GymEnv, env_kwargs={...}``)."""
-    return isinstance(obj, type) and ("torchrl", "EnvBase") in _lineage(obj)
+_ADOPTABLE_CLASSES = {("torchrl", "EnvBase"), ("pettingzoo", "ParallelEnv"), ("pettingzoo", "AECEnv")}
+
+
+def _adoptable_class(obj: Any) -> bool:
+    """Whether ``obj`` is a TorchRL ``EnvBase`` or PettingZoo env subclass: a factory (``env=GymEnv``)."""
+    return isinstance(obj, type) and bool(_ADOPTABLE_CLASSES & _lineage(obj))
 
 
 def _lineage(cls: type) -> set[tuple[str, str]]:
@@ -140,6 +149,9 @@ def foreign_env(obj: Any) -> str | None:
         return f"a gymnasium VectorEnv {kind} ({cls.__name__}{size})"
     if ("torchrl", "EnvBase") in names:
         return f"a TorchRL EnvBase {kind} ({cls.__name__})"
+    for api in ("ParallelEnv", "AECEnv"):
+        if ("pettingzoo", api) in names:
+            return f"a PettingZoo {api} {kind} ({cls.__name__}: several agents)"
     return None
 
 
@@ -180,7 +192,8 @@ def parse_env(env: Any, env_kwargs: Mapping[str, Any] | None) -> tuple[str, Any,
     if isinstance(env, str):
         prefix, sep, rest = env.partition(":")
         return (prefix, rest, dict(env_kwargs)) if sep else ("gymnasium", env, dict(env_kwargs))
-    if callable(env) and (foreign_env(env) is None or _torchrl_class(env)):
-        # A TorchRL env class is a factory like any other: what it builds is adopted (or refused) by EnvSource.make
+    if callable(env) and (foreign_env(env) is None or _adoptable_class(env)):
+        # A TorchRL or PettingZoo env class is a factory like any other: what it builds is adopted (or refused)
+        # by EnvSource.make
         return "callable", env, dict(env_kwargs)
     raise _refuse_object(env)

@@ -100,23 +100,72 @@ class FieldSpec(Field):
 class EnvSpecs:
     """The fields of one environment.
 
+    A single-agent env has one action field, ``("action",)``, a scalar reward and root done
+    flags. A backend whose env is several agents at once (``pycollect-pettingzoo``'s) describes
+    it with the last three attributes: several action leaves under their own keys, values the
+    env reports with each step and the batch keeps only under ``"next"`` (per-agent rewards),
+    and groups of per-agent done flags the collector marks wherever it cuts a trajectory itself.
+
     Attributes:
         observation: Every observation leaf, in a fixed order. A Box observation is the single
             field ``("observation",)``; a Dict observation gives one field per leaf, nested
             under ``"observation"``.
-        action: The action field, always keyed ``("action",)``.
+        action: The action field, keyed ``("action",)`` for a gymnasium space (the first of
+            :attr:`actions` when those are given).
         observation_space: The original gymnasium observation space.
         action_space: The original gymnasium action space.
+        actions: Every action leaf, when the env takes its action as a (nested) mapping: each
+            leaf's ``key`` is where the batch (and a TensorDict policy's output) holds it and its
+            ``path`` where it sits in the mapping the env's ``step`` gets. Empty: the one field
+            :attr:`action`, given to ``step`` as the array itself.
+        next_fields: Values the env reports in each step's ``info`` and the batch keeps at their
+            keys (which start with ``"next"``), like ``info_keys`` entries; each one's ``path``
+            is ``(name,)``, its name in the info dict. A step whose info lacks one stores zeros.
+        done_groups: Where the env reports done flags of its own as observation leaves
+            ``(*group, "done")``, ``(*group, "terminated")`` and ``(*group, "truncated")``
+            (per-agent flags): where the collector ends a trajectory itself (a dead worker,
+            ``max_frames_per_traj``, ``set_truncated``) it marks those too, as it marks the root
+            flags (``truncated`` and ``done`` set, ``terminated`` kept).
     """
 
     observation: tuple[FieldSpec, ...]
     action: FieldSpec
     observation_space: gym.Space[Any] = field(repr=False, compare=False)
     action_space: gym.Space[Any] = field(repr=False, compare=False)
+    actions: tuple[FieldSpec, ...] = ()
+    next_fields: tuple[FieldSpec, ...] = ()
+    done_groups: tuple[Key, ...] = ()
 
     def observation_paths(self) -> list[tuple[Key, Key]]:
         """Pairs of (batch key, path inside the env's raw observation) for every leaf."""
         return [(spec.key, spec.key[1:] if spec.path is None else spec.path) for spec in self.observation]
+
+    @property
+    def action_fields(self) -> tuple[FieldSpec, ...]:
+        """Every action leaf: :attr:`actions`, or :attr:`action` alone."""
+        return self.actions or (self.action,)
+
+    @property
+    def structured_action(self) -> bool:
+        """Whether the env's ``step`` takes a mapping of the action leaves (by their paths) rather than one array."""
+        return bool(self.actions)
+
+    def env_action(self, leaves: tuple[Any, ...] | list[Any]) -> Any:
+        """One env's action as its ``step`` takes it, from its value of each leaf (:attr:`action_fields` order)."""
+        if not self.actions:
+            return leaves[0]
+        out: dict[str, Any] = {}
+        for spec, value in zip(self.actions, leaves, strict=True):
+            path = spec.path or spec.key
+            node = out
+            for name in path[:-1]:
+                node = node.setdefault(name, {})
+            node[path[-1]] = value
+        return out
+
+    def sample_action(self, rng: np.random.Generator) -> Any:
+        """One uniform random action, as the env's ``step`` takes it."""
+        return self.env_action([spec.sample(rng, 1)[0] for spec in self.action_fields])
 
 
 def _describe(space: gym.Space[Any]) -> str:

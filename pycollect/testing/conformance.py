@@ -267,7 +267,7 @@ def _check_envs(envs: Sequence[Any], specs: EnvSpecs, seed: int, deterministic: 
     rng = np.random.default_rng(seed)
     observations = [result[0] for result in first]
     for step in range(4 * _STEPS):
-        action = specs.action.sample(rng, 1)[0]
+        action = specs.sample_action(rng)
         for index, env in enumerate(envs):
             observations[index], done = _check_step(env.step(action), specs, f"env {index}, step {step}")
             if done:

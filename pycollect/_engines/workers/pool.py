@@ -38,7 +38,7 @@ from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.processes import WorkerProcesses
 from pycollect._engines.workers.spec import WorkerSpec, field_name
 from pycollect._engines.workers.supervision import SupervisionLog
-from pycollect._keys import NEXT_DONE, NEXT_TRUNCATED, Key
+from pycollect._keys import NEXT_DONE, NEXT_OBS_PREFIX, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices import placement as _placement
@@ -323,7 +323,7 @@ class WorkerPool(Engine):
         td = to_tensordict(arrays)
         for i, lease in enumerate(leases):
             if self._generation_ended(lease, consumers):
-                _mark_cut(td, slice(i * k, (i + 1) * k))
+                _mark_cut(td, slice(i * k, (i + 1) * k), self.plan.specs.done_groups)
         storing = self._storing[leases[0].worker]  # sync: worker 0's; async: the delivering worker's
         if storing.type == "cpu":
             return td
@@ -504,8 +504,11 @@ def _row_blocks(sources: list[np.ndarray]) -> list[tuple[slice, np.ndarray]]:
     return blocks
 
 
-def _mark_cut(td: TensorDict, rows: slice) -> None:
-    """Mark the last step of ``rows`` truncated: their trajectories end with a dead worker."""
-    truncated, done = td.get(NEXT_TRUNCATED), td.get(NEXT_DONE)
-    truncated[rows, -1] = True
-    done[rows, -1] = True
+def _mark_cut(td: TensorDict, rows: slice, done_groups: Sequence[Key] = ()) -> None:
+    """Mark the last step of ``rows`` truncated: their trajectories end with a dead worker.
+
+    The env's own done flags (``done_groups``: every agent's) are marked too.
+    """
+    for group in ((), *done_groups):
+        td.get((*NEXT_OBS_PREFIX, *group, "truncated"))[rows, -1] = True
+        td.get((*NEXT_OBS_PREFIX, *group, "done"))[rows, -1] = True

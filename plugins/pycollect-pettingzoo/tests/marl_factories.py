@@ -1,0 +1,77 @@
+"""Env factories and deterministic policies for the tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict.nn import TensorDictModule, TensorDictSequential
+
+from pycollect.testing.multiagent import CrashingParallelEnv, DyingAgentsEnv
+
+
+def spread(**kwargs: Any) -> Any:
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(**{"max_cycles": 25, **kwargs})
+
+
+def spread_aec(**kwargs: Any) -> Any:
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.env(**{"max_cycles": 25, **kwargs})
+
+
+def dying(**kwargs: Any) -> DyingAgentsEnv:
+    return DyingAgentsEnv(**kwargs)
+
+
+def hetero(**kwargs: Any) -> DyingAgentsEnv:
+    return DyingAgentsEnv(heterogeneous=True, **kwargs)
+
+
+def crashing(**kwargs: Any) -> CrashingParallelEnv:
+    return CrashingParallelEnv(**kwargs)
+
+
+class _Categorical(torch.nn.Module):
+    """A deterministic discrete action from the observation: a hash of its values."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return ((observation.sum(-1) * 7.3).floor().long()) % self.n
+
+
+class _Continuous(torch.nn.Module):
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(observation[..., :2] * 1.7)
+
+
+def categorical_policy(group: str, n: int) -> TensorDictModule:
+    return TensorDictModule(_Categorical(n), in_keys=[(group, "observation")], out_keys=[(group, "action")])
+
+
+def continuous_policy(group: str) -> TensorDictModule:
+    return TensorDictModule(_Continuous(), in_keys=[(group, "observation")], out_keys=[(group, "action")])
+
+
+def hetero_policy() -> TensorDictSequential:
+    return TensorDictSequential(categorical_policy("scout", 3), continuous_policy("tank"))
+
+
+def not_pettingzoo(**kwargs: Any) -> Any:
+    import gymnasium as gym
+
+    return gym.make("CartPole-v1")
+
+
+def turn_based(**kwargs: Any) -> Any:
+    """An AEC env whose metadata does not say it can be parallelised (agents take turns)."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    aec = parallel_to_aec(DyingAgentsEnv())
+    aec.metadata = {"name": "turns_v0", "is_parallelizable": False}
+    return aec
