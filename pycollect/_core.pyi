@@ -375,11 +375,17 @@ class StepRequests:
         """
     def any_pending(self) -> bool:
         """Whether any worker has a request that is not answered yet."""
-    def post_all(self, command: int, generations: Sequence[int], payload: bytes | None = None) -> None:
-        """Post ``command`` (with ``payload``, the same for all) to every worker for its generation.
+    def post_all(
+        self,
+        command: int,
+        generations: Sequence[int],
+        payload: bytes | None = None,
+        workers: Sequence[int] | None = None,
+    ) -> None:
+        """Post ``command`` (with ``payload``, the same for all) to every worker (or those of ``workers``).
 
         ``generations[w]`` is the request's argument for worker ``w`` (the generation the
-        trainer means it for).
+        trainer means it for); ``workers``: ascending indices, each once.
 
         Raises:
             TransportError: A worker's previous request is unanswered (nothing is posted), or
@@ -392,8 +398,9 @@ class StepRequests:
 
         Returns ``False`` when ``timeout_s`` passed first or the segment shut down.
         """
-    def unusual(self) -> list[tuple[int, int, int, bytes]]:
-        """``(worker, generation, status, payload)`` of each answer that is not "OK, no payload", in worker order."""
+    def unusual(self, workers: Sequence[int] | None = None) -> list[tuple[int, int, int, bytes]]:
+        """``(worker, generation, status, payload)`` of each latest answer (of every worker, or of ``workers``)
+        that is not "OK, no payload", in worker order."""
 
 def wait_answers(
     channels: Sequence[StepChannel], seqs: Sequence[int], *, timeout_s: float | None, any: bool = False

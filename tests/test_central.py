@@ -156,8 +156,6 @@ SYNC_CASES: dict[str, tuple[Any, Callable[[], Any], dict[str, Any]]] = {
     "mlp-stack-split_trajs": ("CartPole-v1", _Argmax, {"cat_results": "stack", "split_trajs": True}),
     "mlp-warmup-set_truncated": ("CartPole-v1", _Argmax, {"init_random_frames": 100, "set_truncated": True}),
     "lstm": ("CartPole-v1", lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 9}),
-    # One worker per group: each group's torch stream is its worker's, so the samples are equal too.
-    "lstm-sampling": ("CartPole-v1", lstm_actor, {"max_frames_per_traj": 9}),
     "random-dict-info_keys": (
         SpacesEnv,
         lambda: None,
@@ -259,9 +257,8 @@ def _by_worker(collector: Collector, rollouts: int, num_workers: int) -> dict[in
         (_Argmax, {"max_frames_per_traj": 6}),
         (lambda: None, {"init_random_frames": 0}),
         (lstm_actor, {"exploration_type": "deterministic", "max_frames_per_traj": 5}),
-        (lstm_actor, {"max_frames_per_traj": 5}),
     ],
-    ids=["mlp", "random", "lstm", "lstm-sampling"],
+    ids=["mlp", "random", "lstm"],
 )
 def test_async_rollouts_equal_the_workers_engines_worker_by_worker(policy: Any, extra: dict[str, Any]) -> None:
     kwargs = {"frames_per_batch": 32, "envs_per_worker": 2, "num_workers": 2, "seed": 4, "sync": False, **extra}
@@ -275,9 +272,10 @@ def test_async_rollouts_equal_the_workers_engines_worker_by_worker(policy: Any, 
             _assert_same(a, b, f"worker {w}, rollout {n}")
 
 
-@pytest.mark.parametrize(("groups", "calls"), [(1, {12: 10}), (2, {8: 10, 4: 10})])
+@pytest.mark.parametrize(("groups", "calls"), [(1, {12: 10}), (2, {6: 20}), (3, {3: 20, 6: 10}), (8, {3: 40})])
 def test_the_policy_is_called_once_per_step_for_the_envs_of_each_group(groups: int, calls: dict[int, int]) -> None:
-    """3 workers of 4 envs: one call of 12 per step, or (two groups: workers 0-1 and 2) one of 8 and one of 4."""
+    """3 workers of 4 envs: one call of 12 per step; two groups (envs 0-1 and 2-3 of every worker): two of 6;
+    three groups (envs 0, 1-2 and 3): 3, 6 and 3; more groups than envs: one group per env of every worker."""
     sizes: list[int] = []
 
     class Counting(_Argmax):
@@ -292,6 +290,30 @@ def test_the_policy_is_called_once_per_step_for_the_envs_of_each_group(groups: i
         sizes.clear()  # the calls that checked the policy when the collector was built
         collector.next_batch()
     assert Counter(sizes) == calls
+
+
+class _PidEnv(CountingEnv):
+    """A CountingEnv whose observation is the id of the process that steps it."""
+
+    def _obs(self) -> np.ndarray:
+        return np.array([os.getpid(), self._t], np.float32)
+
+
+def test_with_4_workers_of_2_envs_every_policy_call_covers_envs_of_all_4_workers() -> None:
+    pids_per_call: list[set[int]] = []
+
+    def policy(td: TensorDictBase) -> torch.Tensor:
+        observation = td["observation"]
+        pids_per_call.append({int(pid) for pid in observation[:, 0].tolist()})
+        return torch.zeros(len(observation), dtype=torch.int64)
+
+    kwargs = {"frames_per_batch": 4 * 2 * 5, "envs_per_worker": 2, "num_workers": 4}
+    with Collector(_PidEnv, policy, engine="central", **kwargs) as collector:
+        pids_per_call.clear()  # the calls that checked the policy
+        collector.next_batch()
+        workers = {w.pid for w in collector.stats().workers}
+    assert len(pids_per_call) == 10  # two groups (env 0, env 1 of every worker) x 5 steps
+    assert all(pids == workers for pids in pids_per_call)
 
 
 def test_groups_must_be_a_positive_int() -> None:
@@ -496,11 +518,17 @@ def test_a_worker_killed_in_the_middle_of_a_rollout_cuts_its_trajectories_there_
         stats = collector.stats()
     assert stats.restarts == 1 and stats.workers[0].generation == 2
     truncated, ids = batch["next", "truncated"][..., 0], batch["collector", "traj_ids"]
-    steps = truncated[:k].nonzero()[:, 1].unique().tolist()
-    assert len(steps) == 1 and steps[0] < 59 and not truncated[k:].any()  # one cut, worker 0 only
-    cut = steps[0]
-    assert (ids[:k, cut + 1 :] >= traj_id_start(0, 2, 2)).all() and (ids[:k, : cut + 1] < traj_id_start(0, 2, 2)).all()
-    assert (batch["next", "reward"][:k, cut] == 0).all()
+    assert not truncated[k:].any()  # worker 0's envs only
+    # Each env of worker 0 (one per group) is cut once: at the first step its group took after the
+    # worker died. The group that found it dead cut there; the other group's env, one step later at most.
+    cuts = [truncated[i].nonzero()[:, 0].tolist() for i in range(k)]
+    assert all(len(steps) == 1 for steps in cuts) and abs(cuts[0][0] - cuts[1][0]) <= 1, cuts
+    for i, [cut] in enumerate(cuts):
+        assert cut < 59
+        assert (ids[i, cut + 1 :] >= traj_id_start(0, 2, 2)).all() and (
+            ids[i, : cut + 1] < traj_id_start(0, 2, 2)
+        ).all()
+        assert batch["next", "reward"][i, cut] == 0
 
 
 def test_a_hung_worker_is_killed_by_the_supervisor_and_the_policy_loop_goes_on_without_waiting_longer() -> None:
@@ -612,7 +640,7 @@ def test_trajectory_ids_continue_after_load_state_dict() -> None:
     with Collector(CountingEnv, engine="central", **kwargs) as collector:
         collector.next_batch()
         state = collector.state_dict()
-    [first], [second] = (group["next_traj_ids"] for group in state["central"])  # each worker's: its own, N apart
+    first, second = state["central"]["traj_ids"]["next"]  # each worker's: its own, N apart
     assert first % 2 == 0 and second % 2 == 1 and first > 0
     with Collector(CountingEnv, engine="central", **kwargs) as resumed:
         resumed.load_state_dict(state)
@@ -632,7 +660,7 @@ def test_a_rollout_interrupted_mid_step_is_not_continued_from_a_stale_observatio
         num_workers=2,
         env_kwargs={"length": 1000},
     ) as collector:
-        backend = collector._engine.backends[0]  # type: ignore[attr-defined]  # the group stepped in this thread
+        backend = collector._engine.backend  # type: ignore[attr-defined]
         step_wait, calls = backend.step_wait, [0]
 
         def interrupted() -> Any:

@@ -2,27 +2,35 @@
 
 Worker processes only step environments; the trainer runs the policy once per step over the
 envs of every worker, on ``policy_device``, and writes the actions back. The workers are a
-vector env's (:class:`~pycollect._engines.workers.step_backend.WorkerStepBackend`, each with an
-:class:`~pycollect._steps.group.EnvGroup` of ``K`` envs in ``SAME_STEP`` autoreset mode, which
-also applies ``max_frames_per_traj``); the stepping loop is
+vector env's (one :class:`~pycollect._engines.workers.step_backend.WorkerStepBackend`, each
+worker an :class:`~pycollect._steps.group.EnvGroup` of ``K`` envs in ``SAME_STEP`` autoreset
+mode, which also applies ``max_frames_per_traj``); the stepping loop is
 :class:`~pycollect._rollout.runner.EnvRunner`'s, with :class:`CentralRunner` saying where the
 envs are. What crosses the process boundary per step: the actions into shared memory, one
-request per worker, then observations, final observations, rewards and flags out of shared
-memory, and through the mailbox only the kept ``info_keys`` entries of envs that had some.
+request per worker, then observations, final observations, rewards, flags and fixed-size info
+entries out of shared memory, and through the mailbox only the kept info entries that fit no
+info field.
+
+**Groups of envs, each spanning every worker** (Sample Factory's double-buffered sampling).
+Each worker's ``K`` envs are split into groups (two by default): group ``g`` is envs
+``range_g`` of *every* worker, stepped by a runner of its own in a thread of its own. The
+groups take turns with the workers (:class:`Turns`: one request per worker in flight, group
+after group, step after step), so while the policy runs on group A's observations every
+worker steps its group-B envs, and every policy call covers envs of every worker.
 
 Batches equal the ``workers`` engine's for the same seed and a deterministic policy: worker
-``w``'s envs get ``env_seeds(seed, K, w, generation)`` at their first reset and trajectory
-ids from ``traj_id_start(w, N, generation)`` with stride ``N``; random actions
+``w``'s envs get ``env_seeds(seed, K, w, generation)`` at their first reset; trajectory ids
+are handed out per worker as that worker's runner would (:class:`TrajectoryIds`, from
+``traj_id_start(w, N, generation)`` with stride ``N``, in step-then-env order); random actions
 (``init_random_frames``, ``policy=None``) are drawn from one stream per worker
-(``action_rng(seed, w, generation)``), ``K`` envs at a time, exactly as each worker would.
-
-The workers are split into groups (two by default), each with its own backend and runner;
-the groups' rollouts run in two threads, so one group's policy call overlaps the other
-group's env steps (double buffering). Every batch is one round: all workers stepped ``T``
-times, ``[N*K, T]`` ordered by worker. In async mode (``sync=False``) the round is handed out
-one worker's ``[K, T]`` rollout per batch, in worker order, and the next round starts only
-when all of them have been taken: frames carry the policy version that chose them, which may
-be older than the collector's by then.
+(``action_rng(seed, w, generation)``), ``[T, K]`` per round exactly as each worker would
+(:class:`WorkerDraws`), each group taking its envs' columns. A stochastic policy samples from
+one torch stream per group (:class:`TorchStreams`): the same for the same seed, not the
+``workers`` engine's samples. Every batch is one round: all workers stepped ``T`` times,
+``[N*K, T]`` ordered by worker. In async mode (``sync=False``) the round is handed out one
+worker's ``[K, T]`` rollout per batch, in worker order, and the next round starts only when all
+of them have been taken: frames carry the policy version that chose them, which may be older
+than the collector's by then.
 """
 
 from __future__ import annotations
@@ -42,12 +50,13 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
 from pycollect._batch.device import DeviceCopier, staging_memory
+from pycollect._batch.recycle import RecycledMemory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.inprocess import on_policy_device
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.step_backend import WorkerStepBackend
-from pycollect._keys import NEXT_DONE, Key
+from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
 from pycollect._rollout.actions import ActionSource, RandomActions, step_of
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import parameters_device
@@ -59,11 +68,19 @@ from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError, ConfigError
 
 if TYPE_CHECKING:
-    from pycollect._core import WorkerEvent, WorkerStats
     from pycollect._rollout.runner import _Rollout
     from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 
-__all__ = ["CentralActions", "CentralEngine", "CentralRunner", "TorchStreams"]
+__all__ = [
+    "CentralActions",
+    "CentralEngine",
+    "CentralRunner",
+    "TorchStreams",
+    "TrajectoryIds",
+    "Turns",
+    "WorkerDraws",
+    "env_groups",
+]
 
 
 class TorchStreams:
@@ -72,10 +89,8 @@ class TorchStreams:
     Two groups call the policy from two threads, and torch has one global generator: the order
     of their draws, and so every sample, would depend on how the threads interleave. Instead
     each group's policy calls run with the global generator set to the group's own state, one
-    group at a time (a lock), and the state is kept for its next call. A group's stream starts
-    as ``torch_seed(seed, w)`` of its first worker ``w`` (and the policy's dry run for the
-    group's envs), which is the stream worker ``w`` of the ``workers`` engine starts with: with
-    one worker per group, a stochastic policy samples exactly what it samples there. The
+    group at a time (a lock), and the state is kept for its next call. Group ``g``'s stream
+    starts as ``torch_seed(seed, g)`` (and the policy's dry run for the group's envs). The
     trainer's own generator state is put back after every use (:meth:`keep_trainers`).
 
     Only the policy calls take the lock, so one group's call still overlaps the other group's
@@ -130,14 +145,6 @@ class TorchStreams:
         cuda_drew = seeded[1] is not None and now[1] is not None and not torch.equal(seeded[1], now[1])
         return cpu_drew or cuda_drew
 
-    def reseed(self, stream: int, seed: int) -> None:
-        """Restart ``stream`` from ``seed`` (a restarted worker's generation, as its own process would)."""
-        with self._lock:
-            trainers = self._get()
-            torch.manual_seed(seed)
-            self._states[stream] = self._get()
-            self._set(trainers)
-
     @contextlib.contextmanager
     def drawing(self, stream: int) -> Iterator[None]:
         """Run the block (a policy call) on ``stream``, alone."""
@@ -149,15 +156,115 @@ class TorchStreams:
                 self._states[stream] = self._get()
 
 
-class CentralActions:
-    """The actions of ``N * K`` envs: one policy call for all, random ones drawn per worker.
+class Turns:
+    """Whose turn it is to post to the workers: group after group, step after step.
+
+    Each worker serves one request at a time, and a request's answer must be read before the
+    next request can overwrite it. So group ``g``'s ``t``-th step posts after group ``g - 1``'s
+    ``t``-th has been answered and read, and group 0's ``t + 1``-th after the last group's
+    ``t``-th: turn ``t * groups + g``. A group holds its turn while it posts, waits and reads
+    its rows, and then does the rest of its step (storing, the episodes' ends) while the next
+    group's envs step. A group whose rollout fails :meth:`abort` s the round, so that none waits
+    for a turn that will not come.
 
     Args:
-        policy: The policy's action source for the envs of ``workers`` (``None``: random actions only).
-        action: The action field.
+        groups: How many groups take turns.
+    """
+
+    _SLICE_S = 0.1  # a wait for the turn, in slices: an abort (or Ctrl-C) gets through
+
+    def __init__(self, groups: int) -> None:
+        self.groups = groups
+        self._turn = 0
+        self._aborted = False
+        self._changed = threading.Condition()
+
+    def begin_round(self) -> None:
+        """Group 0 goes first (called before a round's rollouts start)."""
+        with self._changed:
+            self._turn, self._aborted = 0, False
+
+    def abort(self) -> None:
+        """End the round: a group waiting for its turn raises."""
+        with self._changed:
+            self._aborted = True
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def turn(self, group: int) -> Iterator[None]:
+        """Wait for ``group``'s turn, hold it for the block, then pass it on.
+
+        Raises:
+            CollectorClosedError: Another group's rollout failed (the round was aborted).
+        """
+        with self._changed:
+            while not self._aborted and self._turn % self.groups != group:
+                self._changed.wait(self._SLICE_S)
+            if self._aborted:
+                raise CollectorClosedError("another group's rollout of this round failed")
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._turn += 1
+                self._changed.notify_all()
+
+
+class WorkerDraws:
+    """Each worker's random actions, drawn as its own stepping loop would, shared by the groups.
+
+    Worker ``w`` of the ``workers`` engine draws ``[T, K, ...]`` random actions per rollout from
+    ``action_rng(seed, w, generation)``; here that draw is made once per round, and each group
+    takes its envs' columns of every worker's draw.
+
+    Args:
+        action: The action field, or every action leaf.
         envs_per_worker: ``K``.
-        workers: The workers whose envs these are, as the collector numbers them (consecutive).
+        num_workers: ``N``.
         seed: The collector's seed.
+    """
+
+    def __init__(
+        self, action: FieldSpec | Sequence[FieldSpec], envs_per_worker: int, num_workers: int, seed: int | None
+    ) -> None:
+        self._action, self._k, self._seed = action, envs_per_worker, seed
+        self._sources = [RandomActions(action, envs_per_worker, action_rng(seed, w)) for w in range(num_workers)]
+        self._generations = [1] * num_workers
+        self._lock = threading.Lock()
+        self._round = 0
+        self._drawn: tuple[int, int, list[Any]] | None = None  # (round, steps, each worker's draw)
+
+    def begin_round(self) -> None:
+        """Draw anew for the next round."""
+        self._round += 1
+
+    def restart(self, worker: int, generation: int) -> None:
+        """Worker ``worker``'s new generation draws from its own stream, as its process would (once a generation)."""
+        with self._lock:
+            if generation > self._generations[worker]:
+                self._generations[worker] = generation
+                self._sources[worker] = RandomActions(self._action, self._k, action_rng(self._seed, worker, generation))
+
+    def columns(self, steps: int, envs: range) -> Any:
+        """``[steps, N * len(envs), ...]``: envs ``envs`` of each worker's draw of this round, in worker order."""
+        with self._lock:
+            if self._drawn is None or self._drawn[:2] != (self._round, steps):
+                self._drawn = (self._round, steps, [source.random_actions(steps) for source in self._sources])
+            drawn = self._drawn[2]
+        if isinstance(drawn[0], tuple):
+            return tuple(
+                np.concatenate([leaf[:, envs] for leaf in leaves], axis=1) for leaves in zip(*drawn, strict=True)
+            )
+        return np.concatenate([draw[:, envs] for draw in drawn], axis=1)
+
+
+class CentralActions:
+    """The actions of one group's envs: one policy call for all of them, random ones from the workers' draws.
+
+    Args:
+        policy: The policy's action source for the group's envs (``None``: random actions only).
+        draws: The workers' random draws.
+        envs: The group's envs of each worker.
         streams: The groups' torch streams and this group's stream in them (``None``: the
             policy draws from torch's global generator as it is, as without a seed).
     """
@@ -165,36 +272,20 @@ class CentralActions:
     def __init__(
         self,
         policy: ActionSource | None,
-        action: FieldSpec | Sequence[FieldSpec],
-        envs_per_worker: int,
-        workers: range,
-        seed: int | None,
+        draws: WorkerDraws,
+        envs: range,
         streams: tuple[TorchStreams, int] | None = None,
     ) -> None:
         self.policy = policy
         self.outputs: tuple[Field, ...] = policy.outputs if policy is not None else ()
         self.carried: tuple[Field, ...] = policy.carried if policy is not None else ()
-        self._action, self._k, self._seed, self._first = action, envs_per_worker, seed, workers.start
-        self._random = [RandomActions(action, envs_per_worker, action_rng(seed, w)) for w in workers]
+        self._draws, self._envs = draws, envs
         self._streams = streams
-
-    def restart(self, worker: int, generation: int) -> None:
-        """A restarted worker (the collector's number) draws from its new generation's streams, as its own loop would.
-
-        Its random actions, and, where it is its group's first worker, the group's torch stream.
-        """
-        self._random[worker - self._first] = RandomActions(
-            self._action, self._k, action_rng(self._seed, worker, generation)
-        )
-        seed = torch_seed(self._seed, worker, generation)
-        if self._streams is not None and worker == self._first and seed is not None:
-            streams, stream = self._streams
-            streams.reseed(stream, seed)
 
     def act(
         self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
     ) -> tuple[Any, Mapping[Key, Any]]:
-        """The policy's actions for every env (random ones without a policy)."""
+        """The policy's actions for every env of the group (random ones without a policy)."""
         if self.policy is None:
             return step_of(self.random_actions(1), 0), {}
         if self._streams is None:
@@ -204,31 +295,32 @@ class CentralActions:
             return self.policy.act(observation, carried)
 
     def random_actions(self, steps: int) -> Any:
-        """``[steps, N * K, ...]``: each worker's stream of ``[steps, K, ...]``, in worker order (per action leaf)."""
-        drawn = [source.random_actions(steps) for source in self._random]
-        if isinstance(drawn[0], tuple):
-            return tuple(np.concatenate(leaf, axis=1) for leaf in zip(*drawn, strict=True))
-        return np.concatenate(drawn, axis=1)
+        """``[steps, N * K_g, ...]``: the group's columns of each worker's draw, in worker order."""
+        return self._draws.columns(steps, self._envs)
 
 
 class CentralRunner(EnvRunner):
-    """:class:`EnvRunner` over the envs of one group of workers, a worker step backend's (``SAME_STEP`` mode).
+    """:class:`EnvRunner` over one group's envs: envs ``envs`` of every worker of the step backend.
 
     Everything but where the envs are is the base class's: the policy call, carried state,
-    trajectory bookkeeping, storing, the reward range check. Here the envs' steps come back
-    through shared memory, already checked by the workers' :class:`~pycollect._steps.group.EnvGroup`
-    (which also truncates at ``max_frames_per_traj`` and resets ended envs in the same step),
-    and trajectory ids are handed out per worker as in the ``workers`` engine.
+    episode bookkeeping, storing, the reward range check. Here a step writes the group's
+    actions into its rows of the backend's action arrays, posts a STEP of those envs to every
+    worker and reads its rows back, all in the group's turn (:class:`Turns`); the envs' results
+    were checked by the workers' :class:`~pycollect._steps.group.EnvGroup` (which also truncates
+    at ``max_frames_per_traj`` and resets ended envs in the same step). The group's env ``i`` is
+    env ``envs[i % K_g]`` of worker ``i // K_g``. Trajectory ids are the engine's
+    (:class:`TrajectoryIds`): the runner records where a worker restart cut its envs (:attr:`cuts`).
 
     Args:
-        backend: The group's workers (its worker ``j`` is the collector's ``workers[j]``).
+        backend: The workers.
         specs: The env's fields.
-        actions: Where actions come from.
-        config: The collector's settings (``seed``, ``num_workers``, ``envs_per_worker``).
+        actions: Where the group's actions come from.
+        config: The collector's settings (``num_workers``, ``envs_per_worker``).
         env_name: The env's name, for messages.
         info: The kept info entries, as fields.
-        workers: The collector's numbers of the group's workers (default: all of them), which
-            their seeds, random streams and trajectory ids derive from.
+        envs: The group's envs of each worker.
+        index: The group's place in the turns.
+        turns: The turns the groups take with the workers.
 
     Raises:
         ConfigError: The env backend's fields do not match the workers' space layout.
@@ -244,15 +336,22 @@ class CentralRunner(EnvRunner):
         config: CollectorConfig,
         env_name: str,
         info: tuple[FieldSpec, ...],
-        workers: range | None = None,
+        envs: range,
+        index: int,
+        turns: Turns,
     ) -> None:
         self.backend = backend
-        self._count = backend.num_envs
-        self._workers, self._k, self._seed = config.num_workers, config.envs_per_worker, config.seed
-        self.group = range(config.num_workers) if workers is None else workers
+        self.envs_range, self.index, self.turns = envs, index, turns
         self.actions = actions
+        workers, k = config.num_workers, config.envs_per_worker
+        self._workers, self._kg = workers, len(envs)
+        self._count = workers * self._kg
+        # The group's rows in the backend's [N * K] arrays (every row, in order, for one group).
+        self._every_env = self._kg == k
+        self.rows = np.array([w * k + j for w in range(workers) for j in envs], np.int64)
+        self._seen = [1] * workers  # the generation of each worker the group's envs last stepped in
+        self.cuts: list[tuple[int, int, int]] = []  # (step, worker, generation) of this round's restarts
         super().__init__([], specs, actions, None, env_name=env_name, info=info)
-        self._next_ids = [traj_id_start(w, self._workers, 1) for w in self.group]
         # A field's leaf is found by where it sits in the raw observation (a backend's keys may differ)
         leaves = {leaf.field.key: n for n, leaf in enumerate(backend.observation.leaves)}
         self._leaves: list[int] = []
@@ -265,32 +364,27 @@ class CentralRunner(EnvRunner):
                     "backend's fields to be the gymnasium space's leaves"
                 )
             self._leaves.append(n)
+        self._now: list[np.ndarray] = []  # the group's observations as read in its last turn, per leaf
 
     @property
     def num_envs(self) -> int:
-        """``N * K``."""
+        """``N * K_g``."""
         return self._count
-
-    def state(self) -> dict[str, Any]:
-        """The next trajectory id of each of the group's workers."""
-        return {"next_traj_ids": list(self._next_ids)}
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state` (a state of another group size is ignored)."""
-        ids = state.get("next_traj_ids")
-        if ids is not None and len(ids) == len(self.group):
-            self._next_ids = [int(i) for i in ids]
 
     def close(self) -> None:
         """Nothing here: the engine closes the backend."""
 
+    def read_observations(self) -> None:
+        """Take the group's rows of the observations (after the engine reset the envs)."""
+        self._now = [self._gather(self.backend.observations[n]) for n in self._leaves]
+        self._seen = [self.backend.generation(w) for w in range(self._workers)]
+
+    def _gather(self, array: np.ndarray) -> np.ndarray:
+        """The group's rows of one of the backend's ``[N * K, ...]`` arrays (a copy)."""
+        return array.copy() if self._every_env else array[self.rows]
+
     def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
-        """Reset every env; worker ``w``'s with ``env_seeds(seed, K, w)`` the first time."""
-        if not self._has_reset:
-            first: list[int | None] = [s for w in self.group for s in env_seeds(self._seed, self._k, w)]
-        else:
-            first = [None] * self._count
-        self.backend.reset(first, None, None)
+        """The group's envs as the engine reset them (:meth:`read_observations`)."""
         return ((i, self._observation(i)) for i in range(self._count))
 
     def _reset_env(self, i: int) -> Any:
@@ -298,64 +392,159 @@ class CentralRunner(EnvRunner):
         return self._observation(i)
 
     def _observation(self, i: int) -> Any:
-        return self.backend.observation.single(self.backend.observations, i)
+        return self.backend.observation.single([self._now[p] for p in self._positions()], i)
+
+    def _positions(self) -> list[int]:
+        """Where each of the backend's observation leaves is in :attr:`_now`."""
+        order = {n: p for p, n in enumerate(self._leaves)}
+        return [order[n] for n in range(len(self.backend.observation.leaves))]
 
     def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
-        """Post the actions to the group's workers, wait for their answers, store step ``t``.
+        """Write the group's actions, step its envs in every worker, read its rows back: step ``t``.
 
-        The wait releases the GIL, so the other group's thread runs its policy call meanwhile.
+        Posting, waiting and reading happen in the group's turn; the wait releases the GIL, so
+        another group's thread runs its policy call meanwhile.
         """
-        backend = self.backend
-        backend.step_async(list(actions) if isinstance(actions, tuple) else [actions])
-        parts = backend.step_wait()
-        for j in backend.last_restarted:  # its envs' episodes were cut (truncated) at this step
-            generation, w = backend.generation(j), self.group[j]
-            self._next_ids[j] = traj_id_start(w, self._workers, generation)
-            self.actions.restart(w, generation)
-        ended = np.flatnonzero(backend.terminated | backend.truncated)
-        final = backend.final_observations
-        assert final is not None  # SAME_STEP mode
-        for obs_out, n in zip(run.obs_out, self._leaves, strict=True):
-            obs_out.next_obs[:, t] = backend.observations[n]
+        backend, rows = self.backend, self.rows
+        leaves = list(actions) if isinstance(actions, tuple) else [actions]
+        with self.turns.turn(self.index):
+            for block, leaf in zip(backend.actions, leaves, strict=True):
+                if self._every_env:
+                    block[...] = leaf
+                else:
+                    block[rows] = leaf
+            # A worker restarted while another group held the turn: that group's handling reset
+            # every env of the worker (and wrote their rows as cut); these are not stepped.
+            cut = [w for w in range(self._workers) if backend.generation(w) > self._seen[w]]
+            live = [w for w in range(self._workers) if w not in cut]
+            parts: list[tuple[int, Any]] = []
+            if live:
+                envs = None if self._every_env else self.envs_range
+                backend.step_async(envs=envs, workers=live if cut else None)
+                parts = backend.step_wait()
+                cut = sorted({*cut, *backend.last_restarted})
+            observations = [self._gather(backend.observations[n]) for n in self._leaves]
+            final = backend.final_observations
+            assert final is not None  # SAME_STEP mode
+            finals = [self._gather(final[n]) for n in self._leaves]
+            rewards, terminated, truncated = (
+                self._gather(a) for a in (backend.rewards, backend.terminated, backend.truncated)
+            )
+            infos = self._infos(parts, terminated | truncated) if run.info_out else {}
+        for w in cut:  # the group's envs of these workers were cut (truncated) at this step
+            generation = backend.generation(w)
+            self._seen[w] = generation
+            self.cuts.append((t, w, generation))
+            self.actions._draws.restart(w, generation)
+        self._now = observations
+        ended = np.flatnonzero(terminated | truncated)
+        for obs_out, now, last in zip(run.obs_out, observations, finals, strict=True):
+            obs_out.next_obs[:, t] = now
             if len(ended):
-                obs_out.next_obs[ended, t] = final[n][ended]  # the final observation, not the reset one
-        for j in backend.last_restarted:  # the env's own (per-agent) flags are cut too
+                obs_out.next_obs[ended, t] = last[ended]  # the final observation, not the reset one
+        for w in cut:  # the env's own (per-agent) flags are cut too
             for flags in run.own_flags:
-                flags[j * self._k : (j + 1) * self._k, t] = True
-        run.rewards[t] = backend.rewards
-        run.terminated[t] = backend.terminated
-        run.truncated[t] = backend.truncated
+                flags[w * self._kg : (w + 1) * self._kg, t] = True
+        run.rewards[t] = rewards
+        run.terminated[t] = terminated
+        run.truncated[t] = truncated
         if run.info_out:
-            self._store_infos(run, t, parts, backend.terminated | backend.truncated)
+            self._store_infos(run, t, infos)
         return ended.tolist()
 
-    def _store_infos(self, run: _Rollout, t: int, parts: Sequence[tuple[int, Any]], ended: np.ndarray) -> None:
-        """The kept info entries of step ``t``: the step's info (the final one where an episode ended), else zeros.
+    def _infos(self, parts: Sequence[tuple[int, Any]], ended: np.ndarray) -> dict[int, dict[str, Any]]:
+        """The group's envs' info entries of this step (their final ones where an episode ended).
 
-        Each env's entries are what its info fields hold and what of its info fit none (the material).
+        Each env's entries are what its info fields hold and what of its info fit none (the
+        material); read in the group's turn, as the rows are.
         """
-        for _, array, _, default in run.info_out:
-            array[:, t] = default
-        fields = self.backend.info
+        fields, k, kg, start = (
+            self.backend.info,
+            self.backend.num_envs // self._workers,
+            self._kg,
+            self.envs_range.start,
+        )
         entries: dict[int, dict[str, Any]] = {}
         if fields.fields:
-            for i in range(self._count):
-                if entry := fields.env_info(i, final=bool(ended[i])):
+            for i, row in enumerate(self.rows.tolist()):
+                if entry := fields.env_info(row, final=bool(ended[i])):
                     entries[i] = entry
         for offset, material in parts:
+            w = offset // k
             for j, info, final_info in material:
-                i = offset + j
-                entries.setdefault(i, {}).update((final_info or {}) if ended[i] else info)
+                if j in self.envs_range:
+                    i = w * kg + (j - start)
+                    entries.setdefault(i, {}).update((final_info or {}) if ended[i] else info)
+        return entries
+
+    def _store_infos(self, run: _Rollout, t: int, entries: Mapping[int, Mapping[str, Any]]) -> None:
+        """The kept info entries of step ``t``, else zeros."""
+        for _, array, _, default in run.info_out:
+            array[:, t] = default
         for i, entry in entries.items():
             for n, array, name, _ in run.info_out:
                 if name in entry:
                     array[i, t] = run.checks.info(n, entry[name], i, t + 1)
 
-    def _start_trajectory(self, i: int) -> None:
-        j = i // self._k  # the group's worker
-        self._traj_ids[i] = self._next_ids[j]
-        self._next_ids[j] += self._workers
-        self._started[i] = self._clock
+
+class TrajectoryIds:
+    """Trajectory ids per worker, handed out as that worker's own runner would hand them out.
+
+    Worker ``w`` of the ``workers`` engine numbers its trajectories from ``traj_id_start(w, N,
+    generation)`` with stride ``N``: its ``K`` envs in order at a reset of every env, then, step
+    after step, each env whose episode ended, in env order. The central engine's groups step a
+    worker's envs in turns, so the ids are handed out here, after a round, from the round's done
+    flags; a restart (a new generation, recorded by the runners) starts that worker's count again.
+
+    Args:
+        num_workers: ``N``.
+        envs_per_worker: ``K``.
+    """
+
+    def __init__(self, num_workers: int, envs_per_worker: int) -> None:
+        self._w, self._k = num_workers, envs_per_worker
+        self._next = [traj_id_start(w, num_workers, 1) for w in range(num_workers)]
+        self._generations = [1] * num_workers
+        self._current = np.zeros((num_workers, envs_per_worker), np.int64)
+
+    def start(self) -> None:
+        """Every env starts a trajectory (every env was reset), in env order within each worker."""
+        for w in range(self._w):
+            self._current[w] = self._next[w] + self._w * np.arange(self._k)
+            self._next[w] += self._w * self._k
+
+    def write(self, traj_ids: np.ndarray, done: np.ndarray, cuts: Iterable[tuple[int, int, int]]) -> None:
+        """Write a round's ``[N * K, T]`` trajectory ids from its ``[N * K, T, ...]`` done flags.
+
+        ``cuts``: ``(step, worker, generation)`` where a worker restart cut envs of a group.
+        """
+        k, steps = self._k, traj_ids.shape[1]
+        restarted = {(w, t): generation for t, w, generation in cuts}
+        for w in range(self._w):
+            block = traj_ids[w * k : (w + 1) * k]
+            block[...] = self._current[w][:, None]
+            ended = done[w * k : (w + 1) * k].reshape(k, steps, -1).any(-1)
+            for t, j in zip(*np.nonzero(ended.T), strict=True):  # step after step, envs in order
+                generation = restarted.get((w, int(t)))
+                if generation is not None and generation > self._generations[w]:
+                    self._generations[w] = generation
+                    self._next[w] = traj_id_start(w, self._w, generation)
+                self._current[w, j] = self._next[w]
+                self._next[w] += self._w
+                block[j, t + 1 :] = self._current[w, j]
+
+    def state(self) -> dict[str, Any]:
+        """The counters, to continue the numbering after :meth:`load_state`."""
+        return {"next": list(self._next), "generations": list(self._generations), "current": self._current.tolist()}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state` (one of another shape is ignored)."""
+        current = np.asarray(state.get("current", ()), np.int64)
+        if current.shape != self._current.shape:
+            return
+        self._next = [int(n) for n in state["next"]]
+        self._generations = [int(g) for g in state["generations"]]
+        self._current = current
 
 
 def _info_names(config: CollectorConfig, plan: RolloutPlan) -> tuple[str, ...]:
@@ -365,25 +554,26 @@ def _info_names(config: CollectorConfig, plan: RolloutPlan) -> tuple[str, ...]:
 
 
 class CentralEngine(Engine):
-    """Worker processes step the envs; this process runs the policy once per step for each group of them.
+    """Worker processes step the envs; this process runs the policy once per step for each group of envs.
 
     Build it with :meth:`start`, which checks everything before any worker starts.
 
-    The workers are split into ``groups`` consecutive groups (two by default), each with its
-    own step backend and its own :class:`CentralRunner`, whose rollouts run at the same time in
-    two threads of this process: while the policy runs on one group's observations (torch
-    releases the GIL), the other group's envs step in their processes (the wait releases it).
-    That is the double buffering of EnvPool's async mode and Sample Factory's sampler; with one
-    group, the policy and the envs take turns.
+    Each worker's envs are split into ``groups`` groups (two by default), each spanning every
+    worker, with a :class:`CentralRunner` of its own; the groups' rollouts run at the same time
+    in threads of this process and take turns with the workers: while the policy runs on one
+    group's observations (torch releases the GIL), every worker steps its envs of the other
+    group (the wait releases it). That is the double buffering of Sample Factory's sampler;
+    with one group, the policy and the envs take turns.
 
     Args:
         plan: What every rollout holds.
-        runners: The stepping loop over each group's envs, in worker order.
-        backends: Each group's workers.
+        runners: The stepping loop over each group's envs.
+        backend: The workers.
         config: The collector's settings.
         policy: The policy (``None``: random actions).
         device_copy: The weights module of the policy's copy on ``policy_device`` (``None``:
             the user's policy is called as it is).
+        draws: The workers' random action draws.
         policy_threads: torch's intra-op threads for the policy calls of a round (``None``:
             torch's setting is left alone, as for a policy on a GPU).
         streams: The groups' torch random streams (``None``: no seed, or no policy).
@@ -393,17 +583,18 @@ class CentralEngine(Engine):
         self,
         plan: RolloutPlan,
         runners: Sequence[CentralRunner],
-        backends: Sequence[WorkerStepBackend],
+        backend: WorkerStepBackend,
         config: CollectorConfig,
         policy: Any,
         device_copy: torch.nn.Module | None,
+        draws: WorkerDraws,
         policy_threads: int | None = None,
         streams: TorchStreams | None = None,
     ) -> None:
         self.plan = plan
         self.streams = streams
         self.runners = list(runners)
-        self.backends = list(backends)
+        self.backend = backend
         self.config = config
         self.has_policy = policy is not None
         self.device_copy = device_copy
@@ -412,15 +603,20 @@ class CentralEngine(Engine):
         self.steps = config.steps_per_batch
         self.storing_device = config.storing_device or config.device or torch.device("cpu")
         self._memory = staging_memory(torch.device(self.storing_device))
+        self._parts = RecycledMemory()  # the groups' own arrays, interleaved into each batch
         self._copier = DeviceCopier()
         self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
+        self._draws = draws
+        self._turns = self.runners[0].turns
+        self._ids = TrajectoryIds(self.num_workers, self.envs_per_worker)
         self._rounds = 0
-        self._broken = False  # a round ended by an exception: the envs' state is not the runners'
+        self._reset_needed = True  # the envs are reset before the first round (and after a broken one)
         self._pending: list[TensorDict] = []  # async: the rollouts of the last round not yet handed out
         self._closed = False
         self._final: Supervision | None = None
-        # The second group's rollouts run here; one thread, kept for the engine's life.
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="pycollect-central") if len(self.runners) > 1 else None
+        # The other groups' rollouts run here, a thread each, kept for the engine's life.
+        others = len(self.runners) - 1
+        self._pool = ThreadPoolExecutor(others, thread_name_prefix="pycollect-central") if others else None
 
     @property
     def num_envs(self) -> int:
@@ -444,8 +640,9 @@ class CentralEngine(Engine):
             env_source: What builds the envs.
             policy: The policy (``None``: random actions).
             weights_module: The module whose weights ``update_policy_weights_()`` publishes.
-            groups: How many groups of workers take turns with the policy (at most
-                ``num_workers``; the workers are split as evenly as they go, in order).
+            groups: How many groups each worker's envs are split into (at most
+                ``envs_per_worker``; as evenly as they go, in order): each group spans every
+                worker, and the groups take turns with the policy.
             policy_threads: torch's intra-op threads for a CPU policy's calls during a round
                 (``None``: the CPUs the workers leave free, shared between the groups).
 
@@ -454,12 +651,12 @@ class CentralEngine(Engine):
                 (:class:`~pycollect.PolicyError` for a policy that cannot act for a group's
                 envs at once).
         """
-        k, steps, seed = config.envs_per_worker, config.steps_per_batch, config.seed
-        rows = config.num_workers * k
-        what = f"the batches of engine='central' ({config.num_workers} workers)"
+        k, steps, seed, workers = config.envs_per_worker, config.steps_per_batch, config.seed, config.num_workers
+        rows = workers * k
+        what = f"the batches of engine='central' ({workers} workers)"
         check_fits_before_env(config, what, BATCHES_HELD * rows * steps)
         policy, device_copy = on_policy_device(config, policy, weights_module)
-        split = _groups(config.num_workers, groups)
+        split = env_groups(k, groups)
         forkserver.start()  # its imports overlap with the probe env and the policy's check
         device = config.requested_policy_device or parameters_device(policy)
         streams = TorchStreams(device) if policy is not None and seed is not None else None
@@ -469,64 +666,50 @@ class CentralEngine(Engine):
             drew = False
             with streams.keep_trainers() if streams is not None else contextlib.nullcontext():
                 plans = []
-                for group in split:
-                    if streams is not None:  # the group's dry run draws from its stream, as a worker's does
-                        stream_of.append(streams.start(cast(int, torch_seed(seed, group.start))))
+                for g, envs in enumerate(split):
+                    if streams is not None:  # the group's dry run draws from its stream
+                        stream_of.append(streams.start(cast(int, torch_seed(seed, g))))
                     plans.append(
-                        plan_rollout(config, env_source, probe, policy, num_envs=len(group) * k, policy_here=True)
+                        plan_rollout(config, env_source, probe, policy, num_envs=workers * len(envs), policy_here=True)
                     )
                     if streams is not None:
                         drew |= streams.take(stream_of[-1])
             if not drew:  # a policy that draws nothing (an argmax) needs no streams, nor their lock
                 streams, stream_of = None, []
             check_fits(what, BATCHES_HELD * batch_bytes(plans[0].fields, rows, steps), config)
-            has_policy = policy is not None
-            backends, runners = cls._start_groups(
-                config, env_source, probe, split, plans, has_policy, streams, stream_of
-            )
+            backend = WorkerStepBackend.start(env_source, _vector_config(config, plans[0]), probe=probe)
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
+        try:
+            backend.restart_seeds = functools.partial(_restart_seeds, seed, k)
+            draws = WorkerDraws(plans[0].specs.action_fields, k, workers, seed)
+            turns = Turns(len(split))
+            runners = [
+                CentralRunner(
+                    backend,
+                    plan.specs,
+                    CentralActions(
+                        plan.actions if policy is not None else None,
+                        draws,
+                        envs,
+                        (streams, stream_of[g]) if streams is not None else None,
+                    ),
+                    config,
+                    env_source.describe(),
+                    plan.info,
+                    envs,
+                    g,
+                    turns,
+                )
+                for g, (envs, plan) in enumerate(zip(split, plans, strict=True))
+            ]
+        except BaseException:
+            backend.close()
+            raise
         threads = None
         if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
-            threads = policy_threads or _free_cpus(config.num_workers, len(split))
-        return cls(plans[0], runners, backends, config, policy, device_copy, threads, streams)
-
-    @staticmethod
-    def _start_groups(
-        config: CollectorConfig,
-        env_source: EnvSource,
-        probe: Any,
-        split: Sequence[range],
-        plans: Sequence[RolloutPlan],
-        has_policy: bool,
-        streams: TorchStreams | None,
-        stream_of: Sequence[int],
-    ) -> tuple[list[WorkerStepBackend], list[CentralRunner]]:
-        """Start each group's workers (reading ``probe`` for their spaces) and build its runner."""
-        k, seed = config.envs_per_worker, config.seed
-        backends: list[WorkerStepBackend] = []
-        try:
-            runners = []
-            for g, (group, plan) in enumerate(zip(split, plans, strict=True)):
-                backend = WorkerStepBackend.start(env_source, _group_config(config, len(group), plan), probe=probe)
-                backends.append(backend)
-                backend.restart_seeds = functools.partial(_restart_seeds, seed, k, group)
-                actions = CentralActions(
-                    plan.actions if has_policy else None,
-                    plan.specs.action_fields,
-                    k,
-                    group,
-                    seed,
-                    (streams, stream_of[g]) if streams is not None else None,
-                )
-                runners.append(
-                    CentralRunner(backend, plan.specs, actions, config, env_source.describe(), plan.info, group)
-                )
-        except BaseException:
-            for backend in backends:
-                backend.close()
-            raise
-        return backends, runners
+            threads = policy_threads or _free_cpus(workers, len(split))
+        return cls(plans[0], runners, backend, config, policy, device_copy, draws, threads, streams)
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
         """The next batch: a round of every worker (sync), or the next worker's rollout of it (async).
@@ -549,30 +732,56 @@ class CentralEngine(Engine):
         ]
         return self._deliver(self._pending.pop(0))
 
+    def _reset(self) -> None:
+        """Reset every env (with the workers' first seeds the first time) and start a trajectory in each."""
+        k, seed = self.envs_per_worker, self.config.seed
+        first = self._rounds == 0 and all(self.backend.generation(w) == 1 for w in range(self.num_workers))
+        seeds: list[int | None] = (
+            [s for w in range(self.num_workers) for s in env_seeds(seed, k, w)] if first else [None] * self.num_envs
+        )
+        self.backend.reset(seeds, None, None)
+        for runner in self.runners:
+            runner.read_observations()
+            runner.reset()
+        self._ids.start()
+
     def _round(self, policy_version: int) -> dict[Key, np.ndarray]:
         """Step every worker's envs ``T`` times into fresh ``[N*K, T]`` arrays, the groups at the same time."""
         config = self.config
         self._copier.settle()  # the previous batch's staging memory may be reused from here
         arrays = allocate(self.plan.fields, self.num_envs, self.steps, self._memory)
-        if self._broken or (config.reset_at_each_iter and self._rounds > 0):
+        if self._reset_needed or (config.reset_at_each_iter and self._rounds > 0):
             # After an interrupted round (Ctrl-C, an error) the workers may have stepped once
             # more than the runners recorded: every env starts a new trajectory from a reset.
-            for runner in self.runners:
-                runner.reset()
-            self._broken = False
+            self._reset()
+            self._reset_needed = False
         random = not self.has_policy or self._rounds * self.num_envs * self.steps < config.init_random_frames
-        k = self.envs_per_worker
-
+        # One group writes straight into the batch; several write into arrays of their own,
+        # interleaved into the batch afterwards (a group's rows are envs of every worker).
+        single = len(self.runners) == 1
+        outs = (
+            [arrays]
+            if single
+            else [allocate(self.plan.fields, r.num_envs, self.steps, self._parts) for r in self.runners]
+        )
         threads, trainers_threads = self.policy_threads, torch.get_num_threads()
+        turns = self._turns
 
-        def roll(runner: CentralRunner) -> None:
+        def roll(runner: CentralRunner, out: Mapping[Key, np.ndarray]) -> None:
             if threads is not None:
                 # torch reads the setting per thread (OpenMP), so each group's thread sets its own
                 torch.set_num_threads(threads)
-            rows = slice(runner.group.start * k, runner.group.stop * k)  # a view: the group's rows
-            runner.rollout({key: array[rows] for key, array in arrays.items()}, random, None, policy_version)
+            try:
+                runner.rollout(out, random, None, policy_version)
+            except BaseException:
+                turns.abort()  # no other group waits for this one's turns
+                raise
 
-        first, *others = self.runners
+        for runner in self.runners:
+            runner.cuts = []
+        turns.begin_round()
+        self._draws.begin_round()
+        (first, *others), (first_out, *other_outs) = self.runners, outs
         # tensordict's interaction type is one value for the whole process, which each policy
         # call sets and restores: set here for the round, the groups' threads only ever write
         # back this same value.
@@ -580,23 +789,35 @@ class CentralEngine(Engine):
         with set_interaction_type(InteractionType(config.exploration_type)), keep_trainers:
             try:
                 pool = self._pool  # there is one exactly when there are other groups
-                elsewhere = [pool.submit(roll, runner) for runner in others] if pool is not None else []
+                elsewhere = [pool.submit(roll, r, o) for r, o in zip(others, other_outs, strict=True)] if pool else []
                 try:
-                    roll(first)
+                    roll(first, first_out)
                 finally:
                     wait(elsewhere)  # never leave a group's rollout running past the round
                 for future in elsewhere:
                     future.result()  # its exception, if it raised
             except BaseException:
-                self._broken = True
+                self._reset_needed = True
                 raise
             finally:
                 if threads is not None:
                     torch.set_num_threads(trainers_threads)
+        if not single:
+            self._interleave(arrays, outs)
+        self._ids.write(arrays[TRAJ_IDS], arrays[NEXT_DONE], [cut for r in self.runners for cut in r.cuts])
         for key, next_key in self._observations:
             fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
         self._rounds += 1
         return arrays
+
+    def _interleave(self, arrays: Mapping[Key, np.ndarray], outs: Sequence[Mapping[Key, np.ndarray]]) -> None:
+        """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch: env ``j`` of worker ``w`` at ``w*K + j``."""
+        n, k = self.num_workers, self.envs_per_worker
+        for key, array in arrays.items():
+            batch = array.reshape(n, k, *array.shape[1:])
+            for runner, out in zip(self.runners, outs, strict=True):
+                part = out[key]
+                batch[:, runner.envs_range] = part.reshape(n, len(runner.envs_range), *part.shape[1:])
 
     def _deliver(self, td: TensorDict) -> TensorDict:
         device = torch.device(self.storing_device)
@@ -615,35 +836,20 @@ class CentralEngine(Engine):
             self.device_copy.load_state_dict(weights.state_dict())
 
     def supervision(self) -> Supervision:
-        """Each worker's stats and the recent supervision events, workers numbered as the collector numbers them."""
+        """Each worker's stats and the recent supervision events."""
         if self._final is not None:
             return self._final
-        return Supervision(self._workers(), self._events())
-
-    def _workers(self) -> tuple[WorkerStats, ...]:
-        return tuple(
-            cast("WorkerStats", _Renumbered(stats, runner.group.start))
-            for runner, backend in zip(self.runners, self.backends, strict=True)
-            for stats in backend.workers()
-        )
-
-    def _events(self) -> tuple[WorkerEvent, ...]:
-        return tuple(
-            cast("WorkerEvent", _Renumbered(event, runner.group.start))
-            for runner, backend in zip(self.runners, self.backends, strict=True)
-            for event in backend.events()
-        )
+        return Supervision(self.backend.workers(), self.backend.events())
 
     def state(self) -> dict[str, Any]:
         """Trajectory numbering, to continue it after :meth:`load_state`."""
-        return {"central": [runner.state() for runner in self.runners]}
+        return {"central": {"traj_ids": self._ids.state()}}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state` (one of another group count is ignored)."""
+        """Restore :meth:`state` (one of another layout is ignored)."""
         saved = state.get("central")
-        if isinstance(saved, list) and len(saved) == len(self.runners):
-            for runner, runner_state in zip(self.runners, saved, strict=True):
-                runner.load_state(runner_state)
+        if isinstance(saved, Mapping) and isinstance(saved.get("traj_ids"), Mapping):
+            self._ids.load_state(saved["traj_ids"])
 
     def close(self) -> None:
         """Stop the workers (they close their envs) and release the batch memory (once)."""
@@ -652,33 +858,19 @@ class CentralEngine(Engine):
         self._closed = True
         self._pending = []
         self._copier.settle()
-        events = self._events()
-        for backend in self.backends:
-            backend.close()
-        self._final = Supervision(self._workers(), events)
+        events = self.backend.events()
+        self.backend.close()
+        self._final = Supervision(self.backend.workers(), events)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         self._memory = staging_memory(torch.device("cpu"))
 
 
-class _Renumbered:
-    """A group backend's worker stats or event, with the worker numbered as the collector numbers it."""
-
-    def __init__(self, inner: Any, first: int) -> None:
-        self._inner, self.worker = inner, inner.worker + first
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __repr__(self) -> str:
-        return repr(self._inner).replace(f"worker={self._inner.worker}", f"worker={self.worker}", 1)
-
-
-def _group_config(config: CollectorConfig, workers: int, plan: RolloutPlan) -> VectorConfig:
-    """The vector env settings of a group of ``workers`` workers: ``SAME_STEP``, the collector's infos and limits."""
+def _vector_config(config: CollectorConfig, plan: RolloutPlan) -> VectorConfig:
+    """The step workers' settings: ``SAME_STEP``, the collector's infos and episode limit, its supervision."""
     return VectorConfig(
-        workers * config.envs_per_worker,
-        num_workers=workers,
+        config.num_workers * config.envs_per_worker,
+        num_workers=config.num_workers,
         autoreset_mode=AutoresetMode.SAME_STEP,
         info_keys=_info_names(config, plan),
         supervision=config.supervision,
@@ -686,10 +878,10 @@ def _group_config(config: CollectorConfig, workers: int, plan: RolloutPlan) -> V
     )
 
 
-def _groups(num_workers: int, groups: int) -> list[range]:
-    """``num_workers`` split into ``min(groups, num_workers)`` consecutive ranges, as evenly as they go."""
-    count = max(1, min(groups, num_workers))
-    bounds = [round(g * num_workers / count) for g in range(count + 1)]
+def env_groups(envs_per_worker: int, groups: int) -> list[range]:
+    """A worker's ``envs_per_worker`` envs split into ``min(groups, envs_per_worker)`` consecutive ranges, evenly."""
+    count = max(1, min(groups, envs_per_worker))
+    bounds = [round(g * envs_per_worker / count) for g in range(count + 1)]
     return [range(bounds[g], bounds[g + 1]) for g in range(count)]
 
 
@@ -699,6 +891,6 @@ def _free_cpus(num_workers: int, groups: int) -> int:
     return max(1, (cpus - num_workers) // groups)
 
 
-def _restart_seeds(seed: int | None, k: int, group: range, worker: int, generation: int) -> list[int]:
-    """The seeds of a group's restarted worker ``worker`` (the group's number): the collector's worker's."""
-    return env_seeds(seed, k, group[worker], generation)
+def _restart_seeds(seed: int | None, k: int, worker: int, generation: int) -> list[int]:
+    """The seeds of restarted worker ``worker``'s envs: what the ``workers`` engine's would get."""
+    return env_seeds(seed, k, worker, generation)

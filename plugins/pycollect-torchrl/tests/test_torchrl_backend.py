@@ -36,7 +36,7 @@ def _one_batch(env: Any, policy: Any = None, **kwargs: Any) -> TensorDictBase:
 def test_a_factory_of_a_torchrl_env_is_adopted_by_the_callable_backend() -> None:
     source = resolve_env(f.transformed)
     assert source.backend.name == "callable"
-    assert [type(a) for a in source.adopters] == [TorchRLBackend]
+    assert TorchRLBackend in [type(a) for a in source.adopters]  # with the other adopting backends installed
     env = source.make()
     try:
         assert [s.key for s in source.specs(env).observation] == [("observation",), ("step_count",), ("is_init",)]

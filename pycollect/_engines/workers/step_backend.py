@@ -76,7 +76,7 @@ class WorkerStepBackend:
         self._mode = config.autoreset_mode
         self._k = k
         self._generations = [1] * self.num_workers  # the generation of each worker requests are meant for
-        self._seqs: list[int] = []  # the step posted by step_async, per worker
+        self._workers_posted: list[int] | None = None  # the workers step_async posted to (None: all)
         # The pool (recv/send): requests in flight by worker, the resets among them (their
         # seeds, to post again to a restarted worker), and when each was posted (the longest
         # waiting is served first).
@@ -180,15 +180,31 @@ class WorkerStepBackend:
         answers = self._exchange(protocol.RESET, payloads, retry=True)
         return [(w * k, material) for w, material in sorted(answers.items()) if material]
 
-    def step_async(self, actions: Sequence[np.ndarray] | None = None) -> None:
-        """Post a step to every worker, its actions in :attr:`actions` (written there, or copied from ``actions``)."""
+    def step_async(
+        self,
+        actions: Sequence[np.ndarray] | None = None,
+        *,
+        envs: range | None = None,
+        workers: Sequence[int] | None = None,
+    ) -> None:
+        """Post a step to every worker, its actions in :attr:`actions` (written there, or copied from ``actions``).
+
+        Args:
+            actions: One ``[num_envs, *shape]`` array per action leaf, copied into :attr:`actions`
+                first (``None``: they were written there).
+            envs: Step only these envs of each worker (numbered from 0 in a worker; the
+                ``central`` engine's groups); ``None``: all of them.
+            workers: Post only to these workers (ascending); ``None``: to every worker.
+        """
         if actions is not None:
             for block, leaf in zip(self.actions, actions, strict=True):
                 block[...] = leaf
         channels = self._live()
         if self._requests.any_pending():
             self._drain(channels)
-        self._requests.post_all(protocol.STEP, self._generations)
+        payload = None if envs is None else protocol.step_range(envs.start, envs.stop)
+        self._workers_posted = None if workers is None else list(workers)
+        self._requests.post_all(protocol.STEP, self._generations, payload, self._workers_posted)
 
     def step_wait(self) -> InfoParts:
         """Wait for every worker's answer to the step :meth:`step_async` posted.
@@ -202,7 +218,7 @@ class WorkerStepBackend:
             self._wait(channels, dict(enumerate(self._requests.seqs())))
         parts: InfoParts = []
         self.last_restarted = []
-        for w, _generation, status, payload in self._requests.unusual():
+        for w, _generation, status, payload in self._requests.unusual(self._workers_posted):
             if status != protocol.OK:
                 material = self._answer(w, status, payload, retry=False)
                 if material is _RESTARTED:

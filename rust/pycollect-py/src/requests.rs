@@ -35,6 +35,22 @@ impl StepRequests {
     fn channel(&self, worker: usize) -> &StepChannel {
         self.channels[worker].get()
     }
+
+    /// `workers` checked (in range, ascending, each once), or every worker.
+    fn chosen(&self, workers: Option<Vec<usize>>) -> PyResult<Vec<usize>> {
+        let count = self.channels.len();
+        let Some(workers) = workers else {
+            return Ok((0..count).collect());
+        };
+        if workers.windows(2).any(|pair| pair[0] >= pair[1])
+            || workers.last().is_some_and(|&w| w >= count)
+        {
+            return Err(config_error(format!(
+                "workers {workers:?}: ascending worker indices below {count}, each once"
+            )));
+        }
+        Ok(workers)
+    }
 }
 
 #[pymethods]
@@ -68,19 +84,21 @@ impl StepRequests {
     }
 
     /// Posts `command` with `payload` (bytes, the same for every worker; none by default) to
-    /// every worker, worker `w`'s for its generation `generations[w]` (the request's
-    /// argument), and rings each one's bell.
+    /// every worker (or those of `workers`), worker `w`'s for its generation `generations[w]`
+    /// (the request's argument), and rings each one's bell.
     ///
     /// Refused (a `TransportError` naming the worker) while any worker's previous request is
     /// unanswered; nothing is posted then.
-    #[pyo3(signature = (command, generations, payload = None))]
+    #[pyo3(signature = (command, generations, payload = None, workers = None))]
     fn post_all(
         &self,
         command: u32,
         generations: Vec<u64>,
         payload: Option<Vec<u8>>,
+        workers: Option<Vec<usize>>,
     ) -> PyResult<()> {
         let payload = payload.unwrap_or_default();
+        let workers = self.chosen(workers)?;
         if generations.len() != self.channels.len() {
             return Err(config_error(format!(
                 "{} generations for {} workers",
@@ -96,8 +114,8 @@ impl StepRequests {
                 }));
             }
         }
-        for (w, &arg) in generations.iter().enumerate() {
-            let channel = self.channel(w);
+        for &w in &workers {
+            let (channel, arg) = (self.channel(w), generations[w]);
             let generation = channel.control_generation();
             channel
                 .with_trainer(|t| t.post(generation, command, arg, &payload))
@@ -136,12 +154,17 @@ impl StepRequests {
         got.map_or(Ok(false), |done| done.map_err(py_err))
     }
 
-    /// The answers to the latest requests that are not "OK, no payload", as
-    /// `(worker, generation, status, payload)` in worker order; every latest request must be
-    /// answered.
-    fn unusual<'py>(&self, py: Python<'py>) -> PyResult<Vec<Unusual<'py>>> {
+    /// The answers to the latest requests of every worker (or those of `workers`) that are not
+    /// "OK, no payload", as `(worker, generation, status, payload)` in worker order; those latest
+    /// requests must be answered.
+    #[pyo3(signature = (workers = None))]
+    fn unusual<'py>(
+        &self,
+        py: Python<'py>,
+        workers: Option<Vec<usize>>,
+    ) -> PyResult<Vec<Unusual<'py>>> {
         let mut out = Vec::new();
-        for w in 0..self.channels.len() {
+        for w in self.chosen(workers)? {
             let got = self
                 .channel(w)
                 .with_trainer(|t| -> PyResult<Option<Unusual<'py>>> {
