@@ -399,8 +399,10 @@ class StepRequests:
         Returns ``False`` when ``timeout_s`` passed first or the segment shut down.
         """
     def unusual(self, workers: Sequence[int] | None = None) -> list[tuple[int, int, int, bytes]]:
-        """``(worker, generation, status, payload)`` of each latest answer (of every worker, or of ``workers``)
-        that is not "OK, no payload", in worker order."""
+        """Each latest answer that is not "OK, no payload": ``(worker, generation, status, payload)``.
+
+        Of every worker, or of ``workers``; in worker order.
+        """
 
 def wait_answers(
     channels: Sequence[StepChannel], seqs: Sequence[int], *, timeout_s: float | None, any: bool = False

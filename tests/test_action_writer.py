@@ -75,9 +75,8 @@ def test_the_native_writer_writes_exactly_what_the_checks_accept_and_refuses_the
     else:
         info = np.iinfo(dtype) if dtype.kind in "iu" else None
         low, high = (int(info.min), int(info.max)) if info is not None else (0, 1)
-        values = data.draw(
-            st.lists(st.integers(max(low, -300), min(high, 300)) | st.sampled_from([low, high]), min_size=count, max_size=count)
-        )
+        elements = st.integers(max(low, -300), min(high, 300)) | st.sampled_from([low, high])
+        values = data.draw(st.lists(elements, min_size=count, max_size=count))
     with np.errstate(all="ignore"):
         actions = np.array(values, dtype=np.float64 if dtype.kind == "f" else object).astype(dtype).reshape(shape)
     native, python = _native_and_python(gym_space, actions, num_envs)

@@ -811,7 +811,7 @@ class CentralEngine(Engine):
         return arrays
 
     def _interleave(self, arrays: Mapping[Key, np.ndarray], outs: Sequence[Mapping[Key, np.ndarray]]) -> None:
-        """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch: env ``j`` of worker ``w`` at ``w*K + j``."""
+        """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch (env ``j`` of worker ``w``: ``w*K + j``)."""
         n, k = self.num_workers, self.envs_per_worker
         for key, array in arrays.items():
             batch = array.reshape(n, k, *array.shape[1:])

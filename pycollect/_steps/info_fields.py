@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pycollect._deadline import within
 from pycollect.exceptions import PyCollectWarning
 
 __all__ = [
@@ -190,7 +190,6 @@ def probe_info_fields(
     if info_keys == ():
         return ()
     infos: list[Any] = []
-    done = threading.Event()
 
     def probe() -> None:
         try:
@@ -204,11 +203,8 @@ def probe_info_fields(
         except Exception as exc:  # the workers will meet it again and report it; no fields here
             logger.debug("probing the infos of %r raised %s: every info entry travels pickled", env, exc)
             infos.clear()
-        finally:
-            done.set()
 
-    threading.Thread(target=probe, name="pycollect-probe-infos", daemon=True).start()
-    if not done.wait(timeout_s):
+    if not within(probe, timeout_s, name="pycollect-probe-infos"):
         warnings.warn(
             f"probing the infos of {env!r} (a reset and {steps} steps) did not end within {timeout_s:g} s: every "
             "info entry travels pickled (a daemon thread keeps waiting for the probe env)",

@@ -7,12 +7,12 @@ env whose ``close()`` hangs cannot hang the collector's constructor).
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pycollect._deadline import within
 from pycollect.exceptions import ConfigError, PyCollectWarning
 
 if TYPE_CHECKING:
@@ -164,25 +164,10 @@ def close_within(env: GymLikeEnv, env_source: EnvSource, timeout_s: float, *, wh
     Raises:
         Exception: What ``close()`` raised, if it returned within the deadline.
     """
-    done = threading.Event()
-    failed: list[BaseException] = []
-
-    def close() -> None:
-        try:
-            env.close()
-        except BaseException as exc:  # handed to the caller below
-            failed.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=close, name="pycollect-close-env", daemon=True).start()
-    if not done.wait(timeout_s):
+    if not within(env.close, timeout_s, name="pycollect-close-env"):
         warnings.warn(
             f"the {what} {env_source.describe()!r}: close() did not return within {timeout_s:g} s; going on "
             "without it (a daemon thread keeps waiting for it)",
             PyCollectWarning,
             stacklevel=3,
         )
-        return
-    if failed:
-        raise failed[0]
