@@ -218,7 +218,7 @@ def test_info_keys_are_kept(num_workers: int) -> None:
 
 # -- key by key against a real TorchRL collector --------------------------------------------------
 
-# What differs from TorchRL's batch, and why (the README's table lists the same):
+# What differs from TorchRL's batch, and why (docs/collector.md's table lists the same):
 ONLY_TORCHRL: set = set()
 ONLY_PYCOLLECT = {"policy_version"}  # every frame says which weights made it (TorchRL: opt-in)
 ACTION_DIFFERS = "action"  # Discrete: an integer index here, one-hot in TorchRL's GymEnv
