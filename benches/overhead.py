@@ -20,9 +20,15 @@ round):
 3. **The native stepper** (``_core.EnvStepper``) on 8 envs whose step costs nothing, against a
    Python loop that stores nothing and one that stores what the stepper stores (observation,
    reward, flags): what storing a step costs, apart from any env.
+4. **The trainer's part of a vector env's step** (``make_vec("CartPole-v1", 16, num_workers=2)``,
+   random actions): the trainer thread's CPU per ``step()``, split as ``VectorEnv.step`` does
+   it: checking and writing the actions, posting the step to every worker, waiting for every
+   answer (spent yielding the core: a step's two sides take turns), and building what
+   gymnasium returns (infos, copies of the result arrays). Everything but the wait is the
+   trainer's serial share of a step, during which the workers have nothing to do.
 
     python benches/overhead.py
-    python benches/overhead.py --rounds 3 --part copies   # or loop, stepper
+    python benches/overhead.py --rounds 3 --part copies   # or loop, stepper, vector
 
 The timing wraps private methods (``EnvRunner._step``, ``_restart``, ``_reset_env``,
 ``WorkerPool._assemble`` and the per-batch parts) and drives ``_core.EnvStepper`` directly: a
@@ -253,6 +259,44 @@ def copies(num_workers: int, frames_per_batch: int, batches: int) -> str:
     )
 
 
+def vector_round(steps: int) -> None:
+    """The trainer thread's CPU per ``step()`` of a 2-worker CartPole ``make_vec``, by part."""
+    import pycollect
+
+    envs = pycollect.make_vec("CartPole-v1", 2 * K, num_workers=2)
+    try:
+        envs.action_space.seed(0)
+        actions = [envs.action_space.sample() for _ in range(64)]
+        envs.reset(seed=0)
+        for i in range(100):  # warm-up
+            envs.step(actions[i & 63])
+        backend = envs._backend  # type: ignore[attr-defined]
+        parts = np.zeros(4)
+        started, wall = time.process_time(), time.perf_counter()
+        for i in range(steps):
+            t0 = time.thread_time()
+            envs._write_actions(actions[i & 63])  # type: ignore[attr-defined]
+            t1 = time.thread_time()
+            backend.step_async()
+            t2 = time.thread_time()
+            material = backend.step_wait()
+            t3 = time.thread_time()
+            ended = np.logical_or(backend.terminated, backend.truncated, out=envs._ended)  # type: ignore[attr-defined]
+            envs._infos.merge(material, None, backend.info, None)  # type: ignore[attr-defined]
+            envs._observations(), backend.rewards.copy(), backend.terminated.copy(), ended.copy()  # type: ignore[attr-defined]
+            parts += (t1 - t0, t2 - t1, t3 - t2, time.thread_time() - t3)
+        process = (time.process_time() - started) / steps * 1e6
+        fps = 2 * K * steps / (time.perf_counter() - wall)
+    finally:
+        envs.close()
+    write, post, wait, results = parts / steps * 1e6
+    print(
+        f"  {fps:,.0f} env steps/s; trainer CPU per step(): actions {write:.1f}, post {post:.1f}, "
+        f"results {results:.1f} (the serial share: {write + post + results:.1f} us), waiting {wait:.1f}; "
+        f"the whole trainer process {process:.1f} us"
+    )
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -263,7 +307,7 @@ def main() -> None:
     """Run the parts and print their rounds."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--part", choices=("loop", "copies", "stepper", "all"), default="all")
+    parser.add_argument("--part", choices=("loop", "copies", "stepper", "vector", "all"), default="all")
     parser.add_argument("--frames", type=int, default=200_000, help="frames per in-process measurement")
     parser.add_argument(
         "--batches", type=int, default=None, help="batches per copies measurement (default: 40K frames)"
@@ -284,6 +328,11 @@ def main() -> None:
         print("3. The native stepper on 8 envs whose step costs nothing (1,024 steps):")
         for _ in range(args.rounds):
             stepper_round()
+    if args.part in ("vector", "all"):
+        steps = max(200, args.frames // (2 * K))
+        print(f"4. The trainer's part of a vector env's step, CartPole, 2 workers x {K} envs ({steps:,} steps):")
+        for _ in range(args.rounds):
+            vector_round(steps)
 
 
 if __name__ == "__main__":

@@ -35,3 +35,7 @@ def test_overhead_bench_prints_both_parts() -> None:
     stepper_pattern = r"native stepper ([\d.]+) us per env step \| Python loop storing nothing ([\d.]+)"
     stepper_row = re.search(stepper_pattern, run.stdout)
     assert stepper_row is not None and all(float(v) > 0 for v in stepper_row.groups()), run.stdout
+    vector = re.search(
+        r"the serial share: ([\d.]+) us\), waiting ([\d.]+); the whole trainer process ([\d.]+) us", run.stdout
+    )
+    assert vector is not None and all(float(v) >= 0 for v in vector.groups()), run.stdout
