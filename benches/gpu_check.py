@@ -18,7 +18,7 @@ work: ALE Pong as ``benches/atari_env.py`` builds it where ``ale-py`` is install
 (``benches/nature_cnn.py``), ``--workers`` workers and, in turn, each total of ``--totals`` envs:
 
 * ``central``: ``Collector(engine="central", policy_device="cuda:0")``, one CNN call per step
-  per group (two groups), observations staged in pinned memory;
+  per group (two groups, each half of every worker's envs), observations staged in pinned memory;
 * ``workers``: ``Collector(engine="workers", device_policy="round_robin")``, a CNN copy on the
   GPU in every worker (a CUDA context each), over its own envs.
 
@@ -156,7 +156,7 @@ def compare_central(device: torch.device, totals: list[int], workers: int, secon
         central = _rate(Collector(env, NatureCNN(), engine="central", policy_device=device, **settings), seconds)
         per_worker = _rate(Collector(env, NatureCNN(), engine="workers", device_policy=placement, **settings), seconds)
         envs_only = _rate(Collector(env, None, engine="central", **settings), seconds)
-        central_batch = workers * k // min(2, workers)  # two groups
+        central_batch = workers * (k // min(2, k))  # two groups of each worker's envs, every worker in each
         calls = {batch: _call_ms(device, batch) for batch in sorted({central_batch, k})}
         row = {
             "envs": workers * k,
