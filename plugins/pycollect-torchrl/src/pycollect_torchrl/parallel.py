@@ -197,7 +197,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         backend, _ = start_backend(source, self._vector_config)
         self._backend = backend
         self._closed = False
-        self._ended = np.zeros(self.num_workers, bool)
+        self._ended[:] = False
         keys = {spec.path: spec.key for spec in self._layout.observation}
         self._leaves = [(n, keys[tuple(leaf.path)]) for n, leaf in enumerate(backend.observation.leaves)]
 
@@ -277,7 +277,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         source[layout_.reward_key] = torch.from_numpy(backend.rewards.astype(self._reward_dtype).reshape(n, 1))
         terminated, truncated = backend.terminated.reshape(n, 1), backend.truncated.reshape(n, 1)
         done = terminated | truncated
-        self._ended = done[:, 0].copy()
+        self._ended[:] = done[:, 0]  # in place: EnvBase.__setattr__ costs more than the step's own work
         source["done"] = torch.from_numpy(done)
         if layout_.has_terminated:
             source["terminated"] = torch.from_numpy(terminated.copy())
