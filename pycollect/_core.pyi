@@ -720,8 +720,6 @@ class EnvStepper:
         rewards: object,
         terminated: object,
         truncated: object,
-        *,
-        empty_infos_only: bool = False,
     ) -> None:
         """Bind the envs' ``step`` methods to a rollout's arrays (numpy arrays or other buffer exporters).
 
@@ -729,28 +727,23 @@ class EnvStepper:
         ``path`` the Dict keys and Tuple indices leading to it (empty: the observation itself),
         ``frames`` its ``[K, steps_per_row, *shape]`` array of the numpy ``dtype`` (``itemsize``
         bytes an element). ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are
-        ``[steps_per_row, K]``; all writable and C-contiguous. ``empty_infos_only``: a result
-        whose info is anything but an empty ``dict`` is not the common case (a vector env
-        returns infos; a rollout ignores them).
+        ``[steps_per_row, K]``; all writable and C-contiguous. An info is not looked at (a
+        rollout keeps none unless asked, and then steps in Python).
 
         Raises:
             ConfigError: No leaf, an array is not such a buffer, or its size does not fit the layout.
         """
-    def step(
-        self, t: int, actions: Sequence[object], skip: Sequence[bool] | None = None
-    ) -> tuple[list[int], list[tuple[int, object]]]:
+    def step(self, t: int, actions: Sequence[object]) -> tuple[list[int], list[tuple[int, object]]]:
         """Step every env once, in order, at step ``t``; return ``(ended, left)``.
 
         ``ended``: the envs whose result was stored and whose flags end their episode.
         ``left``: the envs whose result was not stored, each as ``(env index, its step
-        result)``, unchecked. Both in env order. An env with ``skip[i]`` true is not stepped
-        and is in neither list (its action is passed over).
+        result)``, unchecked. Both in env order.
 
         ``actions`` is iterated once (one item an env, in order).
 
         Raises:
-            ConfigError: ``t`` is outside the rollout, ``actions`` has fewer items than envs,
-                or ``skip`` has not one entry per env.
+            ConfigError: ``t`` is outside the rollout, or ``actions`` has fewer items than envs.
         """
 
 class GroupStepper:

@@ -405,25 +405,17 @@ def test_both_paths_raise_the_same_error(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "env 1" in messages[0] and "at step 3 of this rollout" in messages[0] and "reward" in messages[0]
 
 
-def test_the_stepper_skips_the_envs_asked_and_leaves_non_empty_infos_to_python_when_asked() -> None:
+def test_a_rollout_stepper_stores_a_step_whatever_its_info() -> None:
     obs = np.array([1.0, 2.0], np.float32)
-    calls: list[int] = []
 
-    def env(i: int, info: dict[str, Any]) -> Any:
-        return lambda action: calls.append(i) or (obs, 0.5, False, False, info)
+    def env(info: dict[str, Any]) -> Any:
+        return lambda action: (obs, 0.5, False, False, info)
 
-    steps = [env(0, {}), env(1, {"lives": 3}), env(2, {})]
+    steps = [env({}), env({"lives": 3}), env({})]
     frames = np.zeros((3, 1, 2), np.float32)
-    rewards, terminated, truncated = _flags(1, 3)
-    args = ([([], frames, [2], np.dtype(np.float32), 4)], 1, np.ndarray, rewards, terminated, truncated)
-    vector = _core.EnvStepper(steps, *args, empty_infos_only=True)
-    ended, left = vector.step(0, np.zeros(3, np.int64), [False, False, True])
-    assert calls == [0, 1] and ended == []  # env 2 skipped: not stepped, in neither list
-    assert [(i, result[4]) for i, result in left] == [(1, {"lives": 3})]  # a non-empty info is Python's
-    with pytest.raises(ConfigError, match="skip has 2 entries for 3 envs"):
-        vector.step(0, np.zeros(3, np.int64), [False, True])
-    rollout = _core.EnvStepper(steps, *args)  # a rollout ignores infos: all three stored
-    assert rollout.step(0, np.zeros(3, np.int64)) == ([], [])
+    rollout = _core.EnvStepper(steps, [([], frames, [2], np.dtype(np.float32), 4)], 1, np.ndarray, *_flags(1, 3))
+    assert rollout.step(0, np.zeros(3, np.int64)) == ([], [])  # a rollout keeps no info: all three stored
+    assert (frames[:, 0] == obs).all()
 
 
 def test_the_stepper_stores_every_leaf_of_a_nested_observation_or_none() -> None:

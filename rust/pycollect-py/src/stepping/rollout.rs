@@ -11,7 +11,7 @@
 //! step counts and the trajectory limit are Python's.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyTuple, PyType};
+use pyo3::types::{PyBool, PyFloat, PyTuple, PyType};
 
 use super::arrays::Export;
 use super::observation::{LeafLayout, Observations};
@@ -43,15 +43,6 @@ pub struct EnvStepper {
     terminated: Export,
     truncated: Export,
     steps_per_row: usize,
-    /// Whether a result whose info is anything but an empty dict is left to Python (a vector
-    /// env, whose infos are returned; a rollout keeps no info unless asked, and then steps in Python).
-    empty_infos_only: bool,
-}
-
-/// Whether `info` is exactly a `dict` with no entries.
-pub(crate) fn is_empty_dict(info: &Bound<'_, PyAny>) -> bool {
-    info.cast_exact::<PyDict>()
-        .is_ok_and(|dict| dict.is_empty())
 }
 
 impl EnvStepper {
@@ -67,9 +58,6 @@ impl EnvStepper {
             return Ok(None);
         }
         let (reward, term, trunc) = (tuple.get_item(1)?, tuple.get_item(2)?, tuple.get_item(3)?);
-        if self.empty_infos_only && !is_empty_dict(&tuple.get_item(4)?) {
-            return Ok(None);
-        }
         if !(reward.is_exact_instance_of::<PyFloat>()
             && term.is_exact_instance_of::<PyBool>()
             && trunc.is_exact_instance_of::<PyBool>())
@@ -112,9 +100,10 @@ impl EnvStepper {
     /// `K * steps_per_row` frames, each of `shape` elements of the numpy dtype `dtype`
     /// (`itemsize` bytes each). `ndarray` is `numpy.ndarray`. `rewards` (float64),
     /// `terminated` and `truncated` (bool) are writable, C-contiguous `[steps_per_row, K]`.
+    /// A rollout keeps no info unless asked (and then steps in Python): an info is not looked at.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (steps, leaves, steps_per_row, ndarray, rewards, terminated, truncated, *, empty_infos_only = false))]
+    #[pyo3(signature = (steps, leaves, steps_per_row, ndarray, rewards, terminated, truncated))]
     fn new(
         py: Python<'_>,
         steps: Vec<Py<PyAny>>,
@@ -124,7 +113,6 @@ impl EnvStepper {
         rewards: &Bound<'_, PyAny>,
         terminated: &Bound<'_, PyAny>,
         truncated: &Bound<'_, PyAny>,
-        empty_infos_only: bool,
     ) -> PyResult<Self> {
         let (envs, cells) = (steps.len(), steps.len() * steps_per_row);
         let expected =
@@ -155,7 +143,6 @@ impl EnvStepper {
             terminated,
             truncated,
             steps_per_row,
-            empty_infos_only,
         })
     }
 
@@ -165,32 +152,18 @@ impl EnvStepper {
     /// stored envs whose episode ended, and the others, each with its whole `step` result,
     /// unchecked: Python checks and stores those. Both in env order. Counts nothing and ends
     /// no trajectory.
-    ///
-    /// `skip[i]` true: env `i` is not stepped (its action is passed over) and appears in neither
-    /// list; a vector env resets such an env itself.
     #[allow(clippy::type_complexity)]
-    #[pyo3(signature = (t, actions, skip = None))]
     fn step(
         &self,
         py: Python<'_>,
         t: usize,
         actions: &Bound<'_, PyAny>,
-        skip: Option<Vec<bool>>,
     ) -> PyResult<(Vec<usize>, Vec<(usize, Py<PyAny>)>)> {
         if t >= self.steps_per_row {
             return Err(config_error(format!(
                 "step {t} is outside a rollout of {} steps",
                 self.steps_per_row
             )));
-        }
-        if let Some(skip) = &skip {
-            if skip.len() != self.steps.len() {
-                return Err(config_error(format!(
-                    "skip has {} entries for {} envs",
-                    skip.len(),
-                    self.steps.len()
-                )));
-            }
         }
         let (mut ended, mut left) = (Vec::new(), Vec::new());
         // Iterated, not indexed: the same objects (numpy scalars, or rows for array actions)
@@ -203,9 +176,6 @@ impl EnvStepper {
                     self.steps.len()
                 )));
             };
-            if skip.as_ref().is_some_and(|skip| skip[i]) {
-                continue;
-            }
             let result = step.bind(py).call1((action,))?;
             match self.store(&result, i, t)? {
                 None => left.push((i, result.unbind())),
