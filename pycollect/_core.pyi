@@ -388,8 +388,8 @@ class StepRequests:
         trainer means it for); ``workers``: ascending indices, each once.
 
         Raises:
-            TransportError: A worker's previous request is unanswered (nothing is posted), or
-                the payload is larger than the mailbox.
+            TransportError: The previous request of a worker it posts to is unanswered (nothing
+                is posted), or the payload is larger than the mailbox.
         """
     def seqs(self) -> list[int]:
         """The seq of the latest request posted to each worker (0: none)."""
@@ -398,6 +398,13 @@ class StepRequests:
 
         Returns ``False`` when ``timeout_s`` passed first or the segment shut down.
         """
+    def wait_any(self, workers: Sequence[int], *, timeout_s: float | None) -> list[int]:
+        """Wait like :meth:`wait_all` until at least one of ``workers`` (ascending) has answered its latest request.
+
+        Returns those of them that have, in order (none on timeout or shutdown).
+        """
+    def answered(self, workers: Sequence[int]) -> list[int]:
+        """Those of ``workers`` (ascending) whose latest request is answered, now."""
     def unusual(self, workers: Sequence[int] | None = None) -> list[tuple[int, int, int, bytes]]:
         """Each latest answer that is not "OK, no payload": ``(worker, generation, status, payload)``.
 

@@ -258,29 +258,27 @@ class WorkerStepBackend:
             ConfigError: Fewer than ``count`` workers have a request in flight (send first).
             WorkerCrashedError, VectorEnvClosedError: as :meth:`step_wait`.
         """
-        channels = self._live()
+        channels, requests = self._live(), self._requests
         if len(self._in_flight) < count:
             raise ConfigError(
                 f"recv() of {count * self._k} envs, but only {len(self._in_flight) * self._k} have a step or reset in "
                 "flight: send() the actions of the envs the last recv() returned first"
             )
         while True:
-            answered = [w for w, seq in self._in_flight.items() if channels[w].answered(seq)]
+            answered = requests.answered(sorted(self._in_flight))
             if len(answered) >= count:
                 break
-            workers = list(self._in_flight)
-            done = _core.wait_answers(
-                [channels[w] for w in workers], [self._in_flight[w] for w in workers], timeout_s=_POLL_S, any=True
-            )
-            if not done:
-                self._wait_checks(workers)
+            if not requests.wait_any(sorted(self._in_flight), timeout_s=_POLL_S):
+                self._wait_checks(list(self._in_flight))
         answered.sort(key=lambda w: (self._posted_at[w], w))  # the longest waiting first
+        # The answers that say more than "done, nothing to add", read in one call.
+        said = {w: (status, payload) for w, _, status, payload in requests.unusual(sorted(answered))}
         picked: list[int] = []
         materials: dict[int, Material] = {}
         for w in answered:
             if len(picked) == count:
                 break
-            _, status, payload = channels[w].response()
+            status, payload = said.get(w, (protocol.OK, b""))
             resetting = w in self._resets
             answer = self._answer(w, status, payload, retry=resetting)
             if answer is _AGAIN:  # a reset its restarted worker did not serve: post it again
@@ -302,12 +300,16 @@ class WorkerStepBackend:
 
     def pool_send(self, workers: Sequence[int], actions: Sequence[np.ndarray]) -> None:
         """Post the next step of ``workers``; ``actions``: one ``[len(workers) * K, ...]`` array per leaf."""
-        channels, k = self._live(), self._k
+        self._live()
+        k = self._k
         for leaf, block in zip(actions, self.actions, strict=True):
             for position, w in enumerate(workers):
                 block[w * k : (w + 1) * k] = leaf[position * k : (position + 1) * k]
-        for w in workers:
-            self._in_flight[w] = channels[w].post(protocol.STEP, self._generations[w], b"")
+        posted = sorted(workers)
+        self._requests.post_all(protocol.STEP, self._generations, None, posted)
+        seqs = self._requests.seqs()
+        for w in posted:
+            self._in_flight[w] = seqs[w]
             self._posted_at[w] = self._clock
         self._clock += 1
 

@@ -36,6 +36,48 @@ impl StepRequests {
         self.channels[worker].get()
     }
 
+    /// Waits until all (or, with `any`, at least one) of `workers` have answered their latest
+    /// request; returns those that have by then (on timeout or shutdown too), in order.
+    fn wait(
+        &self,
+        py: Python<'_>,
+        workers: &[usize],
+        any: bool,
+        timeout_s: Option<f64>,
+    ) -> PyResult<Vec<usize>> {
+        let deadline = deadline(timeout_s)?;
+        let waits: Vec<(&StepChannelMem<ShmMailbox>, u64)> = workers
+            .iter()
+            .map(|&w| (&self.mems[w], self.channel(w).with_trainer(|t| t.posted())))
+            .collect();
+        let policy = WaitPolicy::STEPPING;
+        let segment = &self.segment;
+        let answered_now = || -> Vec<usize> {
+            waits
+                .iter()
+                .zip(workers)
+                .filter(|((mem, seq), _)| mem.is_answered(*seq))
+                .map(|(_, &w)| w)
+                .collect()
+        };
+        let got = wait_sliced(py, deadline, |slice_end| {
+            match wait_answers(&waits, any, &policy, Some(slice_end), || {
+                segment.is_shutdown()
+            }) {
+                Ok(Waited::Ready(hit)) => {
+                    Slice::Done(Ok(hit.into_iter().map(|i| workers[i]).collect()))
+                }
+                Ok(Waited::Aborted) => Slice::Done(Ok(answered_now())),
+                Ok(Waited::TimedOut) => Slice::Continue,
+                Err(e) => Slice::Done(Err(e)),
+            }
+        })?;
+        match got {
+            Some(result) => result.map_err(py_err),
+            None => Ok(answered_now()),
+        }
+    }
+
     /// `workers` checked (in range, ascending, each once), or every worker.
     fn chosen(&self, workers: Option<Vec<usize>>) -> PyResult<Vec<usize>> {
         let count = self.channels.len();
@@ -87,8 +129,8 @@ impl StepRequests {
     /// every worker (or those of `workers`), worker `w`'s for its generation `generations[w]`
     /// (the request's argument), and rings each one's bell.
     ///
-    /// Refused (a `TransportError` naming the worker) while any worker's previous request is
-    /// unanswered; nothing is posted then.
+    /// Refused (a `TransportError` naming the worker) while the previous request of a worker it
+    /// posts to is unanswered; nothing is posted then.
     #[pyo3(signature = (command, generations, payload = None, workers = None))]
     fn post_all(
         &self,
@@ -106,7 +148,7 @@ impl StepRequests {
                 self.channels.len()
             )));
         }
-        for w in 0..self.channels.len() {
+        for &w in &workers {
             if let Some(seq) = self.channel(w).with_trainer(|t| t.pending()) {
                 return Err(py_err(pycollect_core::ExchangeError::Pending {
                     worker: w,
@@ -136,24 +178,34 @@ impl StepRequests {
     /// down.
     #[pyo3(signature = (*, timeout_s))]
     fn wait_all(&self, py: Python<'_>, timeout_s: Option<f64>) -> PyResult<bool> {
-        let deadline = deadline(timeout_s)?;
-        let seqs = self.seqs();
-        let waits: Vec<(&StepChannelMem<ShmMailbox>, u64)> = self.mems.iter().zip(seqs).collect();
-        let policy = WaitPolicy::STEPPING;
-        let segment = &self.segment;
-        let got = wait_sliced(py, deadline, |slice_end| {
-            match wait_answers(&waits, false, &policy, Some(slice_end), || {
-                segment.is_shutdown()
-            }) {
-                Ok(Waited::Ready(_)) => Slice::Done(Ok(true)),
-                Ok(Waited::Aborted) => Slice::Done(Ok(false)),
-                Ok(Waited::TimedOut) => Slice::Continue,
-                Err(e) => Slice::Done(Err(e)),
-            }
-        })?;
-        got.map_or(Ok(false), |done| done.map_err(py_err))
+        let every: Vec<usize> = (0..self.channels.len()).collect();
+        Ok(self.wait(py, &every, false, timeout_s)?.len() == every.len())
     }
 
+    /// Waits like `wait_all`, but until at least one of `workers` (ascending) has answered its
+    /// latest request; returns those of them that have (in order), empty on timeout or shutdown.
+    #[pyo3(signature = (workers, *, timeout_s))]
+    fn wait_any(
+        &self,
+        py: Python<'_>,
+        workers: Vec<usize>,
+        timeout_s: Option<f64>,
+    ) -> PyResult<Vec<usize>> {
+        let workers = self.chosen(Some(workers))?;
+        if workers.is_empty() {
+            return Err(config_error("wait_any needs at least one worker"));
+        }
+        self.wait(py, &workers, true, timeout_s)
+    }
+
+    /// Those of `workers` (ascending) whose latest request is answered, now.
+    fn answered(&self, workers: Vec<usize>) -> PyResult<Vec<usize>> {
+        let workers = self.chosen(Some(workers))?;
+        Ok(workers
+            .into_iter()
+            .filter(|&w| self.channel(w).with_trainer(|t| t.pending().is_none()))
+            .collect())
+    }
     /// The answers to the latest requests of every worker (or those of `workers`) that are not
     /// "OK, no payload", as `(worker, generation, status, payload)` in worker order; those latest
     /// requests must be answered.
