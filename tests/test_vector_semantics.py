@@ -727,8 +727,8 @@ class _Requests:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.requests, name)
 
-    def unusual(self) -> Any:
-        answers = self.requests.unusual()
+    def unusual(self, *workers: Any) -> Any:
+        answers = self.requests.unusual(*workers)
         self.unusual_answers += len(answers)
         return answers
 
