@@ -6,7 +6,9 @@ its :class:`SupervisionConfig`, are frozen and check every value when they are m
 exists. The config object is what travels (to the engines and step backends, the worker
 processes, the native supervisor, a distributed engine's collectors); the Rust side keeps no
 defaults of its own. This module is a leaf: it imports nothing of pycollect but the
-exceptions, and loads no plugin (nor gymnasium, until a vector env's settings are made).
+exceptions, and loads no plugin (nor gymnasium, until a vector env's settings are made). Its
+annotations name only what lies below it: the interfaces of the plugins it holds and, for the
+engine, :class:`~pycollect._engine_traits.EngineTraits` (the engine interface takes a config).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ if TYPE_CHECKING:
     import torch
     from gymnasium.vector import AutoresetMode
 
+    from pycollect._engine_traits import EngineTraits
     from pycollect.devices import DevicePolicy
-    from pycollect.engines import EngineFactory
     from pycollect.inference import InferenceRunner
     from pycollect.weights import WeightSyncScheme
 
@@ -346,7 +348,7 @@ class CollectorConfig:
     cat_results: Any = 0
     check_resources: bool = True
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
-    engine: str | EngineFactory | None = None
+    engine: str | EngineTraits | None = None
     inference_runner: str | InferenceRunner = "plain"
 
     def __post_init__(self) -> None:
@@ -482,7 +484,7 @@ class CollectorConfig:
 
     @property
     def replicas(self) -> int:
-        """Copies of the workers the engine runs (:attr:`EngineFactory.replicas`; 1 for the built-ins).
+        """Copies of the workers the engine runs (:attr:`.engines.EngineFactory.replicas`; 1 for the built-ins).
 
         Known once the config is resolved (:func:`pycollect.plugins.resolve` makes ``engine`` an
         instance); 1 while ``engine`` is still a name or ``None``.

@@ -342,9 +342,9 @@ def _how_to_disable(info: PluginInfo) -> str:
 
 
 def _version() -> str:
-    from pycollect import __version__
+    from pycollect._native import _core
 
-    return __version__
+    return _core.__version__
 
 
 _registry = _Registry()

@@ -130,7 +130,7 @@ def test_bad_compile_options_are_refused(kwargs: dict[str, Any], match: str) -> 
 
 
 def test_a_runner_name_in_a_config_nobody_resolved_is_an_error_not_ignored() -> None:
-    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.action_source import action_source
     from pycollect._rollout.seeding import action_rng
 
     env = CountingEnv()

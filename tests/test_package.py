@@ -156,6 +156,7 @@ TORCH_FREE = [
     "pycollect._engines.workers.contract",
     "pycollect._rollout.runner",
     "pycollect._rollout.actions",
+    "pycollect._rollout.action_source",
     "pycollect._rollout.fields",
     "pycollect._rollout.seeding",
     "pycollect._steps.group",

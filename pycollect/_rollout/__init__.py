@@ -9,6 +9,7 @@ Modules:
     fields: which arrays a rollout has (:func:`~.fields.batch_fields`).
     runner: :class:`~.runner.EnvRunner`, the one stepping loop.
     actions: where actions come from; uniform random actions with numpy.
+    action_source: random actions or the user's policy, for a rollout.
     policy: calling the user's policy (imports torch; loaded only for a real policy).
     seeding: one user seed to per-environment seeds and random streams.
 """

@@ -3,24 +3,21 @@
 :class:`~pycollect._rollout.runner.EnvRunner` asks an :class:`ActionSource` for one action batch
 per step. :class:`RandomActions` samples uniformly from the action space with numpy alone,
 so a worker with ``policy=None`` never imports torch; :class:`~pycollect._rollout.policy.PolicyRunner`
-calls a user policy.
+calls a user policy (and uses :class:`RandomActions` for its warm-up); :mod:`.action_source`
+chooses between the two.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from pycollect._keys import Key
-from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
-from pycollect.exceptions import ConfigError
+from pycollect.envs.specs import Field, FieldSpec
 
-if TYPE_CHECKING:
-    import torch
-
-__all__ = ["ActionSource", "Actions", "RandomActions", "action_source", "step_of"]
+__all__ = ["ActionSource", "Actions", "RandomActions", "step_of"]
 
 
 Actions = np.ndarray | tuple[np.ndarray, ...]
@@ -105,37 +102,3 @@ def step_of(actions: Any, t: int) -> Any:
     if isinstance(actions, tuple):
         return tuple(leaf[t] for leaf in actions)
     return actions[t]
-
-
-def action_source(
-    policy: Any,
-    specs: EnvSpecs,
-    num_envs: int,
-    device: torch.device | None,
-    rng: np.random.Generator,
-    exploration: str = "random",
-    inference: Any = None,
-) -> ActionSource:
-    """Random actions for ``policy=None``, else a :class:`~pycollect._rollout.policy.PolicyRunner`.
-
-    torch is imported only in the second case, which keeps a random-policy worker's start-up
-    to numpy and gymnasium. ``inference``: the :class:`~pycollect.inference.InferenceRunner`
-    that makes the policy calls (``None``: the policy is called as it is).
-
-    Raises:
-        PolicyError: The policy does not fit (see :class:`~pycollect._rollout.policy.PolicyRunner`).
-    """
-    if policy is None:
-        return RandomActions(specs.action_fields, num_envs, rng)
-    if inference == "plain":
-        inference = None  # the default, from a config no collector resolved (the built-in runner is this)
-    elif isinstance(inference, str):
-        raise ConfigError(
-            f"inference_runner={inference!r} is a name: pycollect.plugins.resolve(config, env) turns it "
-            "into the runner (a Collector does)"
-        )
-    import torch
-
-    from pycollect._rollout.policy import PolicyRunner
-
-    return PolicyRunner(policy, specs, num_envs, device or torch.device("cpu"), rng, exploration, inference)

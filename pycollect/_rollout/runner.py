@@ -29,7 +29,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pycollect import _core
 from pycollect._keys import (
     IS_INIT,
     NEXT_DONE,
@@ -41,6 +40,7 @@ from pycollect._keys import (
     TRAJ_IDS,
     Key,
 )
+from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.checks import OutputChecks
 from pycollect.envs.backend import GymLikeEnv

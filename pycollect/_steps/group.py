@@ -37,7 +37,7 @@ from typing import Any, TypeAlias
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from pycollect import _core
+from pycollect._native import _core
 from pycollect._rollout.checks import OutputChecks
 from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout

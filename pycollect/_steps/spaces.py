@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from pycollect import _core
+from pycollect._native import _core
 from pycollect.envs.specs import FieldSpec, _leaf
 from pycollect.exceptions import ActionError, ConfigError, UnsupportedSpaceError
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
+
+from pycollect._engine_traits import EngineTraits
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -81,7 +83,7 @@ class Engine(abc.ABC):
         """Stop collecting and release everything (idempotent)."""
 
 
-class EngineFactory(abc.ABC):
+class EngineFactory(EngineTraits, abc.ABC):
     """Starts an :class:`Engine` for a collector; what the ``register_engine()`` hook contributes.
 
     Users select one with ``Collector(..., engine="<name>")`` (built with no arguments) or pass
@@ -101,12 +103,7 @@ class EngineFactory(abc.ABC):
             ``update_policy_weights_()`` has nothing to warn about for a function policy.
     """
 
-    name: ClassVar[str] = ""
-    replicas: int = 1
-    default_weight_sync: ClassVar[str] = "shared_memory"
-    policy_in_trainer: ClassVar[bool] = False
-
-    def check(self, config: CollectorConfig) -> None:  # noqa: B027 - optional hook
+    def check(self, config: CollectorConfig) -> None:
         """Refuse settings this engine cannot honour, before anything runs.
 
         Raises:

@@ -71,7 +71,7 @@ def plan_rollout(
         UnsupportedSpaceError: A space cannot be laid out in a batch.
         PolicyError: The policy fails on an example observation or does not fit the action space.
     """
-    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.action_source import action_source
     from pycollect._rollout.fields import batch_fields
     from pycollect._rollout.seeding import action_rng
 

@@ -39,7 +39,7 @@ import os
 import sys
 import warnings
 
-from pycollect import _core
+from pycollect._native import _core
 from pycollect.exceptions import PyCollectWarning
 
 __all__ = [

@@ -550,7 +550,7 @@ def serve() -> int:
         sys.path[:] = json.loads(os.environ.pop(contract.ENV_SYS_PATH))
     trainer = int(os.environ.pop(_ENV_PARENT))
     if os.environ.pop(_ENV_PDEATHSIG, None) == "1":
-        from pycollect import _core
+        from pycollect._native import _core
 
         _core.set_parent_death_signal(signal.SIGKILL)
     try:
@@ -656,7 +656,7 @@ def _become_worker(
             if time.monotonic() > deadline:
                 os._exit(1)
             time.sleep(0.0005)
-        from pycollect import _core
+        from pycollect._native import _core
 
         # Only now: armed while the middle child was our parent, its exit would have fired it.
         _core.set_parent_death_signal(signal.SIGKILL)

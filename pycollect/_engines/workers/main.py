@@ -107,7 +107,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
     import numpy as np
 
     from pycollect._engines.workers.spec import field_name
-    from pycollect._rollout.actions import action_source
+    from pycollect._rollout.action_source import action_source
     from pycollect._rollout.runner import EnvRunner
     from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
 
@@ -221,7 +221,7 @@ def run() -> int:
     if contract.ENV_SYS_PATH in os.environ:
         sys.path[:] = json.loads(os.environ[contract.ENV_SYS_PATH])
     contract.restore_user_env()  # before any env code: what the processes it starts inherit
-    from pycollect import _core
+    from pycollect._native import _core
 
     worker = int(os.environ[contract.ENV_WORKER])
     generation = int(os.environ[contract.ENV_GENERATION])

@@ -30,7 +30,6 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from pycollect import _core
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
@@ -39,6 +38,7 @@ from pycollect._engines.workers.processes import WorkerProcesses
 from pycollect._engines.workers.spec import WorkerSpec, field_name
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._keys import NEXT_DONE, NEXT_OBS_PREFIX, Key
+from pycollect._native import _core
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices import placement as _placement

@@ -28,10 +28,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pycollect import _core, _lifetime
+from pycollect import _lifetime
 from pycollect._engines.workers import contract, forkserver
 from pycollect._engines.workers.spec import StepWorkerSpec, WorkerSpec, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
+from pycollect._native import _core
 from pycollect.config import SupervisionConfig
 
 __all__ = ["WorkerProcesses"]

@@ -33,11 +33,11 @@ import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from pycollect import _core
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.processes import WorkerProcesses
 from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
+from pycollect._native import _core
 from pycollect._steps.backend import InfoParts, check_indices
 from pycollect._steps.group import InfoEntry, Material
 from pycollect._steps.info_fields import probe_info_fields

@@ -26,7 +26,7 @@ from typing import Any
 
 import cloudpickle
 
-from pycollect import _core
+from pycollect._native import _core
 
 __all__ = [
     "APPLY",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from pycollect.exceptions import WorkerCrashedError, WorkerStoppedError
 
 if TYPE_CHECKING:
-    from pycollect import _core
+    from pycollect._native import _core
 
 __all__ = ["SupervisionLog", "crash_summary", "describe_exit", "logger"]
 

@@ -32,6 +32,20 @@ pub struct EventCount {
     model: crate::futex::FutexModel,
 }
 
+// SAFETY: `#[repr(C)]`, two AtomicU32 outside loom (the loom-only model field is absent).
+#[cfg(not(loom))]
+unsafe impl crate::shared::ShmSafe for EventCount {}
+
+#[cfg(not(loom))]
+const _: () = {
+    use crate::consts::LINE;
+    use crate::sync::Padded;
+    use std::mem::size_of;
+    // The doorbell and bells sit in the first bytes of their line.
+    assert!(size_of::<EventCount>() == 8);
+    assert!(size_of::<Padded<EventCount>>() == LINE);
+};
+
 /// Proof that `prepare_wait` ran; must be passed to `wait` or `cancel_wait`.
 #[derive(Debug)]
 #[must_use = "a WaitKey must be passed to wait() or cancel_wait(), or the sleeper count leaks"]

@@ -117,10 +117,16 @@ impl StepCtl {
     }
 }
 
+// SAFETY: `#[repr(C)]`, three Padded lines: two of AtomicU64/AtomicU32 words (their padding is
+// never read) and one EventCount.
+#[cfg(not(loom))]
+unsafe impl crate::shared::ShmSafe for StepCtl {}
+
+// A step channel is StepCtl, then its mailbox halves.
 #[cfg(not(loom))]
 const _: () = {
-    assert!(std::mem::size_of::<StepCtl>() == crate::layout::STEP_CTL_SIZE);
-    assert!(std::mem::align_of::<StepCtl>() == crate::layout::LINE);
+    assert!(std::mem::size_of::<StepCtl>() == crate::consts::STEP_CTL_SIZE);
+    assert!(std::mem::align_of::<StepCtl>() == crate::consts::LINE);
 };
 
 /// Which half of a mailbox.

@@ -14,8 +14,7 @@ use crate::sync::{AtomicU32, Ordering};
 
 /// `"PYCOLRB1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PYCOLRB1");
-/// Bumped whenever the meaning of any byte in the segment changes.
-pub const ABI_VERSION: u32 = 3;
+pub use crate::consts::ABI_VERSION;
 /// Header state: still being initialised (all-zero memory starts here).
 pub const STATE_INIT: u32 = 0;
 /// Header state: fully initialised; attachers may proceed.

@@ -19,34 +19,11 @@
 
 use std::fmt;
 
-/// Alignment of every region.
-pub const REGION_ALIGN: usize = 4096;
-/// Size of one hot line (see `sync::Padded`).
-pub const LINE: usize = 128;
-/// Most fields a layout may have.
-pub const MAX_FIELDS: usize = 64;
-/// Longest field name in bytes (UTF-8, stored NUL-padded in the header).
-pub const MAX_NAME_LEN: usize = 63;
-/// Most dimensions in a field's per-step shape.
-pub const MAX_DIMS: usize = 6;
-/// Bytes reserved for a worker's error text (a Python traceback).
-pub const ERROR_TEXT_CAP: usize = 8192;
-/// Bytes of the fixed part of the segment header.
-pub const HEADER_FIXED: usize = 256;
-/// Bytes per field-table record in the header.
-pub const FIELD_RECORD: usize = 128;
-/// Bytes of one worker control block (4 KiB of control lines + the error text).
-pub const WORKER_CTL_SIZE: usize = REGION_ALIGN + ERROR_TEXT_CAP;
-/// Offset of the error text inside a worker control block.
-pub const WORKER_ERROR_TEXT_OFFSET: usize = REGION_ALIGN;
-/// Bytes of a ring's control words (tail, head, space bell lines).
-pub const RING_CTL_SIZE: usize = 3 * LINE;
-/// Bytes of one slot header.
-pub const SLOT_HEADER_SIZE: usize = 64;
-/// Bytes of a step channel's control words (request, response and bell lines).
-pub const STEP_CTL_SIZE: usize = 3 * LINE;
-/// Default number of weight buffers (triple buffering).
-pub const DEFAULT_WEIGHT_BUFFERS: usize = 3;
+pub use crate::consts::{
+    DEFAULT_WEIGHT_BUFFERS, ERROR_TEXT_CAP, FIELD_RECORD, HEADER_FIXED, LINE, MAX_DIMS, MAX_FIELDS,
+    MAX_NAME_LEN, REGION_ALIGN, RING_CTL_SIZE, SLOT_HEADER_SIZE, STEP_CTL_SIZE, WORKER_CTL_SIZE,
+    WORKER_ERROR_TEXT_OFFSET,
+};
 
 /// Element type of a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -388,7 +365,7 @@ impl Layout {
                 value: p.n_workers,
             });
         }
-        if !(3..=crate::weights::MAX_BUFFERS).contains(&p.weight_buffers) {
+        if !(3..=crate::consts::MAX_BUFFERS).contains(&p.weight_buffers) {
             return Err(LayoutError::WeightBuffers(p.weight_buffers));
         }
         if p.fields.is_empty() || p.fields.len() > MAX_FIELDS {
@@ -505,7 +482,7 @@ impl Layout {
     /// FNV-1a over everything that affects offsets, plus the ABI version.
     fn compute_hash(&self) -> u64 {
         let mut h = Fnv::new();
-        h.u64(crate::header::ABI_VERSION as u64);
+        h.u64(crate::consts::ABI_VERSION as u64);
         let p = &self.params;
         for v in [
             p.n_workers,

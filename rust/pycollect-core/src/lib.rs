@@ -4,9 +4,12 @@
 //! `cargo test`, loom and proptest without linking libpython. The bindings live in
 //! `rust/pycollect-py`.
 //!
-//! Modules, bottom-up:
+//! Modules, bottom-up (each names only modules listed before it; `tests/module_graph.rs`
+//! fails on a circle):
+//! * [`consts`]: sizes and limits of a segment (imports nothing).
+//! * [`shared`]: references into shared (or, for loom, heap) memory that keep it alive, and the
+//!   `ShmSafe` trait, whose implementations sit beside their types.
 //! * [`sync`]: atomics facade (std, or loom under `--cfg loom`) and cache-line padding.
-//! * [`shared`]: references into shared (or, for loom, heap) memory that keep it alive.
 //! * [`futex`], [`eventcount`], [`wait`]: blocking without lost wake-ups.
 //! * [`ring`]: SPSC ring of slot indices (one data ring per worker).
 //! * [`exchange`]: per-worker step channel (one request/response in flight, with a mailbox).
@@ -23,6 +26,7 @@ compile_error!(
     "pycollect-core needs lock-free 64-bit atomics (cross-process atomics must be address-free)"
 );
 
+pub mod consts;
 pub mod eventcount;
 pub mod exchange;
 pub mod futex;

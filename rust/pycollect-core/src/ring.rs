@@ -18,6 +18,8 @@
 //! keeps a local bitmap and publishes `head` over the contiguous released prefix.
 
 use crate::eventcount::EventCount;
+#[cfg(not(loom))]
+use crate::shared::ShmSafe;
 use crate::shared::{SharedRef, SharedSlice};
 use crate::sync::{AtomicU64, Ordering, Padded};
 use crate::wait::{wait_until, WaitOutcome, WaitPolicy, Waited};
@@ -72,6 +74,24 @@ pub struct SlotHeader {
     flags: AtomicU64,
     _reserved: [u64; 5],
 }
+
+// SAFETY: `#[repr(C)]`, three Padded lines of atomics (two AtomicU64, one EventCount).
+#[cfg(not(loom))]
+unsafe impl ShmSafe for RingCtl {}
+// SAFETY: `#[repr(C)]`, three AtomicU64 and reserved `u64`s that nobody reads or writes.
+#[cfg(not(loom))]
+unsafe impl ShmSafe for SlotHeader {}
+
+#[cfg(not(loom))]
+const _: () = {
+    use crate::consts::{LINE, RING_CTL_SIZE, SLOT_HEADER_SIZE};
+    use std::mem::{align_of, size_of};
+    // A ring region is RingCtl then SlotHeaders at SLOT_HEADER_SIZE strides.
+    assert!(size_of::<RingCtl>() == RING_CTL_SIZE);
+    assert!(align_of::<RingCtl>() == LINE);
+    assert!(size_of::<SlotHeader>() == SLOT_HEADER_SIZE);
+    assert!(align_of::<SlotHeader>() == 8);
+};
 
 impl SlotHeader {
     /// A zeroed header (heap use).

@@ -22,65 +22,13 @@ use std::sync::Arc;
 /// addresses), be valid when all its bytes are zero (a fresh segment), be valid for any bit
 /// pattern another process may store, and be mutated only through atomics, or not at all after
 /// the creator publishes the segment. Its size must be pinned by a `const` assertion wherever
-/// a layout computation or a SAFETY comment relies on it (see the bottom of this file).
+/// a layout computation or a SAFETY comment relies on it.
+///
+/// Each implementation sits beside its type, with the size assertions it needs and a
+/// `// SAFETY:` comment (`grep -rn 'unsafe impl ShmSafe'` lists them all); this module, at the
+/// bottom of the crate, imports none of them. The implementations exist only in normal builds:
+/// under loom the "atomics" are model objects on the heap and nothing is cast from segment bytes.
 pub unsafe trait ShmSafe: Sync {}
-
-// The implementations are listed here, in one place, so the whole shared-memory contract can
-// be reviewed at once. They exist only in normal builds: under loom the "atomics" are model
-// objects on the heap and nothing is cast from segment bytes.
-
-// SAFETY: a transparent wrapper around std's AtomicU32 (4 bytes, no pointers, every bit
-// pattern valid, zero is 0, mutated only atomically; lock-free, hence address-free).
-#[cfg(not(loom))]
-unsafe impl ShmSafe for crate::sync::AtomicU32 {}
-// SAFETY: as for AtomicU32 (8 bytes; lib.rs refuses targets without lock-free 64-bit atomics).
-#[cfg(not(loom))]
-unsafe impl ShmSafe for crate::sync::AtomicU64 {}
-// SAFETY: Padded is `#[repr(C, align(128))]` around one T; padding bytes are never read.
-#[cfg(not(loom))]
-unsafe impl<T: ShmSafe> ShmSafe for crate::sync::Padded<T> {}
-// SAFETY: `#[repr(C)]`, two AtomicU32 outside loom (the loom-only model field is absent).
-#[cfg(not(loom))]
-unsafe impl ShmSafe for crate::eventcount::EventCount {}
-// SAFETY: `#[repr(C)]`, three Padded lines of atomics (two AtomicU64, one EventCount).
-#[cfg(not(loom))]
-unsafe impl ShmSafe for crate::ring::RingCtl {}
-// SAFETY: `#[repr(C)]`, three AtomicU64 and reserved `u64`s that nobody reads or writes.
-#[cfg(not(loom))]
-unsafe impl ShmSafe for crate::ring::SlotHeader {}
-// SAFETY: `#[repr(C)]`, Padded lines that hold only AtomicU32 and AtomicU64 words.
-#[cfg(not(loom))]
-unsafe impl ShmSafe for crate::worker::WorkerCtlMem {}
-// SAFETY: `#[repr(C)]`, three Padded lines: two of AtomicU64/AtomicU32 words (their padding is
-// never read) and one EventCount.
-#[cfg(not(loom))]
-unsafe impl ShmSafe for crate::exchange::StepCtl {}
-
-/// Sizes and alignments that `layout.rs` and the SAFETY comments in `segment.rs` rely on.
-#[cfg(not(loom))]
-const _: () = {
-    use crate::layout::{LINE, RING_CTL_SIZE, SLOT_HEADER_SIZE, WORKER_ERROR_TEXT_OFFSET};
-    use crate::sync::{AtomicU32, AtomicU64, Padded};
-    use std::mem::{align_of, size_of};
-    // Weights lengths are `8 * n` bytes of AtomicU64; futex words are 4-byte AtomicU32.
-    assert!(size_of::<AtomicU32>() == 4 && align_of::<AtomicU32>() == 4);
-    assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
-    // One padded word per line: the doorbell, shutdown flag, heartbeat and weights pins.
-    assert!(size_of::<Padded<AtomicU64>>() == LINE && align_of::<Padded<AtomicU64>>() == LINE);
-    assert!(size_of::<Padded<crate::eventcount::EventCount>>() == LINE);
-    // The doorbell and bells sit in the first bytes of their line.
-    assert!(size_of::<crate::eventcount::EventCount>() == 8);
-    // A ring region is RingCtl then SlotHeaders at SLOT_HEADER_SIZE strides.
-    assert!(size_of::<crate::ring::RingCtl>() == RING_CTL_SIZE);
-    assert!(align_of::<crate::ring::RingCtl>() == LINE);
-    assert!(size_of::<crate::ring::SlotHeader>() == SLOT_HEADER_SIZE);
-    assert!(align_of::<crate::ring::SlotHeader>() == 8);
-    // A step channel is StepCtl, then its mailbox halves (also asserted in exchange.rs).
-    assert!(size_of::<crate::exchange::StepCtl>() == crate::layout::STEP_CTL_SIZE);
-    assert!(align_of::<crate::exchange::StepCtl>() == LINE);
-    // The worker block's atomics fit before its error text (also asserted in worker.rs).
-    assert!(size_of::<crate::worker::WorkerCtlMem>() <= WORKER_ERROR_TEXT_OFFSET);
-};
 
 /// Whatever keeps the memory behind a [`SharedRef`] alive (a mapping or a heap allocation).
 pub type Owner = Arc<dyn Any + Send + Sync>;

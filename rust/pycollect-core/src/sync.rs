@@ -16,6 +16,11 @@
 pub use std::sync::atomic::Ordering;
 
 #[cfg(not(loom))]
+use crate::consts::LINE;
+#[cfg(not(loom))]
+use crate::shared::ShmSafe;
+
+#[cfg(not(loom))]
 use std::sync::atomic as imp;
 
 #[cfg(loom)]
@@ -141,3 +146,24 @@ impl<T> std::ops::Deref for Padded<T> {
         &self.0
     }
 }
+
+// SAFETY: a transparent wrapper around std's AtomicU32 (4 bytes, no pointers, every bit
+// pattern valid, zero is 0, mutated only atomically; lock-free, hence address-free).
+#[cfg(not(loom))]
+unsafe impl ShmSafe for AtomicU32 {}
+// SAFETY: as for AtomicU32 (8 bytes; lib.rs refuses targets without lock-free 64-bit atomics).
+#[cfg(not(loom))]
+unsafe impl ShmSafe for AtomicU64 {}
+// SAFETY: Padded is `#[repr(C, align(128))]` around one T; padding bytes are never read.
+#[cfg(not(loom))]
+unsafe impl<T: ShmSafe> ShmSafe for Padded<T> {}
+
+#[cfg(not(loom))]
+const _: () = {
+    use std::mem::{align_of, size_of};
+    // Weights lengths are `8 * n` bytes of AtomicU64; futex words are 4-byte AtomicU32.
+    assert!(size_of::<AtomicU32>() == 4 && align_of::<AtomicU32>() == 4);
+    assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
+    // One padded word per line: the doorbell, shutdown flag, heartbeat and weights pins.
+    assert!(size_of::<Padded<AtomicU64>>() == LINE && align_of::<Padded<AtomicU64>>() == LINE);
+};

@@ -27,8 +27,7 @@ use std::time::{Duration, Instant};
 
 /// Pin value meaning "not reading".
 pub const NO_PIN: u64 = u64::MAX;
-/// Most buffers a store may have (the buffer index lives in the low 8 bits of `latest`).
-pub const MAX_BUFFERS: usize = 255;
+pub use crate::consts::MAX_BUFFERS;
 
 /// Errors from the weights store; each names the offending value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! resets). All words are atomics; the error text is plain bytes published by a Release store
 //! of its length and read only after an Acquire load of it.
 
-use crate::layout::ERROR_TEXT_CAP;
+use crate::consts::ERROR_TEXT_CAP;
 use crate::shared::SharedRef;
 use crate::sync::{AtomicU32, AtomicU64, Ordering, Padded};
 
@@ -65,9 +65,14 @@ struct Heartbeat {
     count: AtomicU64,
 }
 
+// SAFETY: `#[repr(C)]`, Padded lines that hold only AtomicU32 and AtomicU64 words.
+#[cfg(not(loom))]
+unsafe impl crate::shared::ShmSafe for WorkerCtlMem {}
+
+// The worker block's atomics fit before its error text.
 #[cfg(not(loom))]
 const _: () =
-    assert!(std::mem::size_of::<WorkerCtlMem>() <= crate::layout::WORKER_ERROR_TEXT_OFFSET);
+    assert!(std::mem::size_of::<WorkerCtlMem>() <= crate::consts::WORKER_ERROR_TEXT_OFFSET);
 
 /// Current `CLOCK_MONOTONIC` time in nanoseconds (comparable across processes).
 pub fn monotonic_ns() -> u64 {

@@ -19,8 +19,7 @@ type AtomicBool = std::sync::atomic::AtomicBool;
 
 use crate::blocking::{deadline, wait_for, wait_sliced, Slice};
 use crate::errors::{config_error, py_err};
-use crate::segment::Segment;
-use crate::view::SlotView;
+use crate::view::{field_index, SlotView};
 
 /// Locks a mutex, ignoring poisoning: the guarded ring state stays consistent because every
 /// mutation is a single call into the core, which does not panic midway on valid input.
@@ -120,16 +119,20 @@ impl Producer {
 #[derive(Debug)]
 #[pyclass(frozen, module = "pycollect._core")]
 pub struct Consumer {
-    segment: Py<Segment>,
+    /// The Python `Segment` this ring belongs to, kept alive by the consumer and its leases.
+    segment: Py<PyAny>,
+    core: Arc<CoreSegment>,
     worker: usize,
     inner: Arc<Mutex<CoreConsumer>>,
 }
 
 impl Consumer {
-    pub(crate) fn new(segment: Py<Segment>, worker: usize) -> PyResult<Self> {
-        let consumer = segment.get().inner.consumer(worker).map_err(py_err)?;
+    /// `segment` is the Python `Segment` whose core is `core`.
+    pub(crate) fn new(segment: Py<PyAny>, core: Arc<CoreSegment>, worker: usize) -> PyResult<Self> {
+        let consumer = core.consumer(worker).map_err(py_err)?;
         Ok(Self {
             segment,
+            core,
             worker,
             inner: Arc::new(Mutex::new(consumer)),
         })
@@ -137,7 +140,8 @@ impl Consumer {
 
     fn lease(&self, py: Python<'_>, slot: SlotRef) -> Lease {
         Lease {
-            segment: self.segment.clone_ref(py),
+            _segment: self.segment.clone_ref(py),
+            core: Arc::clone(&self.core),
             consumer: Arc::clone(&self.inner),
             worker: self.worker,
             slot,
@@ -179,7 +183,7 @@ impl Consumer {
     fn pop(&self, py: Python<'_>, timeout_s: Option<f64>) -> PyResult<Option<Lease>> {
         let deadline = deadline(timeout_s)?;
         let policy = WaitPolicy::default();
-        let segment = Arc::clone(&self.segment.get().inner);
+        let segment = Arc::clone(&self.core);
         let inner = &self.inner;
         let popped = wait_for(py, deadline, |slice_end| {
             lock(inner).pop_wait(&policy, Some(slice_end), || segment.is_shutdown())
@@ -204,7 +208,7 @@ pub fn wait_any(
         return Err(config_error("wait_any needs at least one consumer"));
     }
     let deadline = deadline(timeout_s)?;
-    let segment = Arc::clone(&consumers[0].get().segment.get().inner);
+    let segment = Arc::clone(&consumers[0].get().core);
     let rings: Vec<Arc<Mutex<CoreConsumer>>> = consumers
         .iter()
         .map(|c| Arc::clone(&c.get().inner))
@@ -244,7 +248,9 @@ pub fn wait_any(
 #[derive(Debug)]
 #[pyclass(frozen, module = "pycollect._core")]
 pub struct Lease {
-    segment: Py<Segment>,
+    /// The Python `Segment`, kept alive while the lease lives.
+    _segment: Py<PyAny>,
+    core: Arc<CoreSegment>,
     consumer: Arc<Mutex<CoreConsumer>>,
     worker: usize,
     slot: SlotRef,
@@ -321,10 +327,16 @@ impl Lease {
     #[pyo3(signature = (field, *, writable=true))]
     fn view(slf: Bound<'_, Self>, field: &str, writable: bool) -> PyResult<SlotView> {
         let this = slf.get();
-        let segment = this.segment.get();
-        let index = segment.field_index(field)?;
+        let index = field_index(&this.core, field)?;
         let owner = slf.clone().into_any().unbind();
-        Ok(segment.worker_view(index, this.slot.index, this.worker, !writable, Some(owner)))
+        Ok(SlotView::of_worker(
+            &this.core,
+            index,
+            this.slot.index,
+            this.worker,
+            !writable,
+            Some(owner),
+        ))
     }
 
     /// Gives the slot back now (idempotent). Views stay memory-safe but may later show the

@@ -13,7 +13,7 @@ use crate::control::WorkerControl;
 use crate::errors::{config_error, py_err, transport_error};
 use crate::exchange::StepChannel;
 use crate::ring::{Consumer, Producer};
-use crate::view::SlotView;
+use crate::view::{field_index, SlotView};
 use crate::weights::{WeightsReader, WeightsWriter};
 
 /// `(name, dtype name, per-step shape)`, as Python receives fields.
@@ -39,23 +39,6 @@ impl Segment {
         }
     }
 
-    /// Index of a field by name, or a ConfigError that lists the known names.
-    pub(crate) fn field_index(&self, field: &str) -> PyResult<usize> {
-        let layout = self.inner.layout();
-        layout.field_index(field).ok_or_else(|| {
-            let known: Vec<&str> = layout
-                .params()
-                .fields
-                .iter()
-                .map(|f| f.name.as_str())
-                .collect();
-            config_error(format!(
-                "no field '{field}' in this segment; fields: {}",
-                known.join(", ")
-            ))
-        })
-    }
-
     fn check_slot(&self, slot: usize) -> PyResult<()> {
         let slots = self.inner.layout().params().slots_per_worker;
         if slot >= slots {
@@ -74,31 +57,6 @@ impl Segment {
             )));
         }
         Ok(())
-    }
-
-    /// View of one worker's rollout of `field` in `slot`: `[K, T, *shape]`.
-    pub(crate) fn worker_view(
-        &self,
-        field: usize,
-        slot: usize,
-        worker: usize,
-        readonly: bool,
-        owner: Option<Py<PyAny>>,
-    ) -> SlotView {
-        let layout = self.inner.layout();
-        let (spec, _) = layout.field(field);
-        let p = layout.params();
-        let mut shape = vec![p.envs_per_worker, p.steps];
-        shape.extend_from_slice(&spec.shape);
-        let offset = layout.field_offset(field, slot, worker);
-        SlotView::new(
-            self.inner.mapping(),
-            offset,
-            &shape,
-            spec.dtype,
-            readonly,
-            owner,
-        )
     }
 }
 
@@ -380,16 +338,23 @@ impl Segment {
         worker: usize,
         writable: bool,
     ) -> PyResult<SlotView> {
-        let index = self.field_index(field)?;
+        let index = field_index(&self.inner, field)?;
         self.check_slot(slot)?;
         self.check_worker(worker)?;
-        Ok(self.worker_view(index, slot, worker, !writable, None))
+        Ok(SlotView::of_worker(
+            &self.inner,
+            index,
+            slot,
+            worker,
+            !writable,
+            None,
+        ))
     }
 
     /// View of `field` in `slot` for all workers at once: `[n_workers*K, T, *shape]`.
     #[pyo3(signature = (field, slot, *, writable=false))]
     fn batch_view(&self, field: &str, slot: usize, writable: bool) -> PyResult<SlotView> {
-        let index = self.field_index(field)?;
+        let index = field_index(&self.inner, field)?;
         self.check_slot(slot)?;
         let layout = self.inner.layout();
         let (spec, _) = layout.field(index);
@@ -415,8 +380,10 @@ impl Segment {
 
     /// The consuming end of `worker`'s data ring.
     fn consumer(slf: Bound<'_, Self>, worker: usize) -> PyResult<Consumer> {
-        slf.get().check_worker(worker)?;
-        Consumer::new(slf.unbind(), worker)
+        let this = slf.get();
+        this.check_worker(worker)?;
+        let core = Arc::clone(&this.inner);
+        Consumer::new(slf.into_any().unbind(), core, worker)
     }
 
     /// `worker`'s control block.

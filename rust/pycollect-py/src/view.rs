@@ -12,11 +12,28 @@ use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
 use std::sync::Arc;
 
-use pycollect_core::{DType, Mapping};
+use pycollect_core::{DType, Mapping, Segment as CoreSegment};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::errors::buffer_export_error;
+use crate::errors::{buffer_export_error, config_error};
+
+/// Index of a field of `segment` by name, or a ConfigError that lists the known names.
+pub(crate) fn field_index(segment: &CoreSegment, field: &str) -> PyResult<usize> {
+    let layout = segment.layout();
+    layout.field_index(field).ok_or_else(|| {
+        let known: Vec<&str> = layout
+            .params()
+            .fields
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        config_error(format!(
+            "no field '{field}' in this segment; fields: {}",
+            known.join(", ")
+        ))
+    })
+}
 
 /// The PEP 3118 format of a dtype; bfloat16 has none and travels as raw `uint16`.
 fn format_of(dtype: DType) -> &'static CStr {
@@ -80,6 +97,31 @@ impl SlotView {
             "view outside the segment"
         );
         view
+    }
+
+    /// View of one worker's rollout of field `field` (an index) in `slot`: `[K, T, *shape]`.
+    pub(crate) fn of_worker(
+        segment: &CoreSegment,
+        field: usize,
+        slot: usize,
+        worker: usize,
+        readonly: bool,
+        owner: Option<Py<PyAny>>,
+    ) -> Self {
+        let layout = segment.layout();
+        let (spec, _) = layout.field(field);
+        let p = layout.params();
+        let mut shape = vec![p.envs_per_worker, p.steps];
+        shape.extend_from_slice(&spec.shape);
+        let offset = layout.field_offset(field, slot, worker);
+        Self::new(
+            segment.mapping(),
+            offset,
+            &shape,
+            spec.dtype,
+            readonly,
+            owner,
+        )
     }
 
     fn nbytes(&self) -> usize {
