@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -11,11 +13,15 @@ import pytest
 import torch
 
 from pycollect import ConformanceError
+from pycollect.config import CollectorConfig
+from pycollect.default_plugins.builtin_engines import InProcess
 from pycollect.default_plugins.cpu_devices import CpuPolicy
 from pycollect.default_plugins.shared_memory_scheme import SharedMemoryScheme
 from pycollect.devices import DevicePolicy, Placement
+from pycollect.engines import Engine, Supervision
 from pycollect.envs import EnvBackend
-from pycollect.testing import check_device_policy, check_env_backend, check_scheme
+from pycollect.envs.source import EnvSource
+from pycollect.testing import check_device_policy, check_engine, check_env_backend, check_scheme
 from pycollect.testing.envs import CountingEnv
 from pycollect.weights import WeightReceiver, WeightSender, WeightSyncScheme
 
@@ -35,6 +41,11 @@ def test_the_builtin_schemes_conform() -> None:
 def test_the_builtin_device_policy_conforms() -> None:
     check_device_policy("cpu")
     check_device_policy(CpuPolicy, devices=["cpu", "cuda:0", "cuda:1"])
+
+
+@pytest.mark.parametrize(("engine", "num_workers"), [("inprocess", 0), ("workers", 2), ("central", 2)])
+def test_the_builtin_engines_conform(engine: str, num_workers: int) -> None:
+    check_engine(engine, num_workers=num_workers)
 
 
 # -- the checkers catch broken plugins ---------------------------------------------------------
@@ -161,3 +172,82 @@ class _HiddenGpuPolicy(DevicePolicy):
 def test_a_device_policy_that_breaks_its_contract_is_caught(policy: type[DevicePolicy], match: str) -> None:
     with pytest.raises(ConformanceError, match=match):
         check_device_policy(policy, devices=["cpu", "cuda:0"])
+
+
+class _ChangedEngine(Engine):
+    """The in-process engine, with what it does changed by its factory."""
+
+    def __init__(self, inner: Engine, factory: _ChangedInProcess) -> None:
+        self.inner, self.factory, self.plan, self.batches = inner, factory, inner.plan, 0
+
+    def next_batch(self, *, random_actions: bool, policy_version: int) -> Any:
+        try:
+            batch = self.inner.next_batch(random_actions=random_actions, policy_version=policy_version)
+        except Exception:
+            if self.factory.hide_errors:
+                raise RuntimeError("the collection failed") from None
+            raise
+        self.batches += 1
+        return self.factory.change(batch, self.batches)
+
+    def publish_weights(self, weights: Any, version: int) -> None:
+        self.inner.publish_weights(weights, version)
+
+    def supervision(self) -> Supervision:
+        return self.inner.supervision()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _ChangedInProcess(InProcess):
+    name = "changed"
+    hide_errors = False
+
+    def change(self, batch: Any, count: int) -> Any:
+        return batch
+
+    def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
+        return _ChangedEngine(super().start(config, env_source, policy, weights_module), self)
+
+
+class _RowSwappingEngine(_ChangedInProcess):
+    """Hands out the rows of every other batch in the other order."""
+
+    def change(self, batch: Any, count: int) -> Any:
+        return batch[torch.tensor([1, 0])] if count % 2 == 0 else batch
+
+
+class _KeyDroppingEngine(_ChangedInProcess):
+    """Leaves the policy's extra outputs out of its batches."""
+
+    def change(self, batch: Any, count: int) -> Any:
+        return batch.exclude("check_echo")
+
+
+class _ErrorHidingEngine(_ChangedInProcess):
+    """Raises its own error for an env's, without naming it."""
+
+    hide_errors = True
+
+
+class _LeakingEngine(_ChangedInProcess):
+    """Starts a helper process that outlives it."""
+
+    def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        return super().start(config, env_source, policy, weights_module)
+
+
+@pytest.mark.parametrize(
+    ("engine", "match"),
+    [
+        (_RowSwappingEngine, "each row must go on with the env it stepped in the batch before"),
+        (_KeyDroppingEngine, "are not the in-process engine's"),
+        (_ErrorHidingEngine, "must name it, got:\nRuntimeError: the collection failed"),
+        (_LeakingEngine, "closing the collector left behind .*\nprocess [0-9]+: .*time.sleep\\(120\\)"),
+    ],
+)
+def test_an_engine_that_breaks_its_contract_is_caught(engine: Callable[[], Engine], match: str) -> None:
+    with pytest.raises(ConformanceError, match=match):
+        check_engine(engine, num_workers=0, close_timeout_s=1)

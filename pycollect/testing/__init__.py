@@ -1,7 +1,8 @@
 """Tools for testing pycollect plugins (and pycollect itself).
 
 * Conformance checkers that drive a plugin through its contract with real worker processes:
-  :func:`check_env_backend`, :func:`check_scheme`, :func:`check_device_policy`.
+  :func:`check_env_backend`, :func:`check_scheme`, :func:`check_device_policy`,
+  :func:`check_engine`.
 * :mod:`pycollect.testing.envs`: small environments with known behaviour (counting,
   crashing, hanging, ...), importable by spawned workers.
 * :func:`wait_until`: wait for a condition under a deadline instead of sleeping.
@@ -22,12 +23,13 @@ from typing import TYPE_CHECKING
 from pycollect._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from pycollect.testing.conformance import check_device_policy, check_env_backend, check_scheme
+    from pycollect.testing.conformance import check_device_policy, check_engine, check_env_backend, check_scheme
     from pycollect.testing.leaks import leftovers, snapshot
     from pycollect.testing.waiting import wait_until
 
 _LAZY = {
     "check_device_policy": "pycollect.testing.conformance",
+    "check_engine": "pycollect.testing.conformance",
     "check_env_backend": "pycollect.testing.conformance",
     "check_scheme": "pycollect.testing.conformance",
     "leftovers": "pycollect.testing.leaks",
@@ -38,4 +40,12 @@ _LAZY = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
-__all__ = ["check_device_policy", "check_env_backend", "check_scheme", "leftovers", "snapshot", "wait_until"]
+__all__ = [
+    "check_device_policy",
+    "check_engine",
+    "check_env_backend",
+    "check_scheme",
+    "leftovers",
+    "snapshot",
+    "wait_until",
+]

@@ -21,9 +21,10 @@ import contextlib
 import math
 import os
 import signal
+import time
 import types
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -33,19 +34,21 @@ from tensordict import TensorDictBase
 
 from pycollect import plugins
 from pycollect.collector import Collector
-from pycollect.config import MAX_WEIGHT_BUFFERS, WEIGHT_BUFFERS
+from pycollect.config import MAX_WEIGHT_BUFFERS, WEIGHT_BUFFERS, SupervisionConfig
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
+from pycollect.engines.base import EngineFactory
 from pycollect.envs.backend import EnvBackend
 from pycollect.envs.source import EnvSource
 from pycollect.envs.specs import EnvSpecs, read_leaf
 from pycollect.exceptions import ConformanceError, PyCollectWarning, UnknownEnvError
 from pycollect.hookspecs import hookimpl
-from pycollect.testing.envs import CountingEnv
+from pycollect.testing import leaks
+from pycollect.testing.envs import CountingEnv, RaisingEnv
 from pycollect.weights.layout import WeightsLayout
 from pycollect.weights.scheme import WeightSyncScheme
 
-__all__ = ["check_device_policy", "check_env_backend", "check_scheme"]
+__all__ = ["check_device_policy", "check_engine", "check_env_backend", "check_scheme"]
 
 _STEPS = 8  # steps per env and rollout in the collections the checkers run
 
@@ -97,7 +100,12 @@ def _registered(kind: plugins.Kind, cls: type) -> Iterator[str]:
 
 def _resolve(kind: plugins.Kind, interface: type, value: Any) -> type:
     if isinstance(value, str):
-        lookup = {"env_backend": plugins.env_backend, "scheme": plugins.scheme, "device_policy": plugins.device_policy}
+        lookup = {
+            "env_backend": plugins.env_backend,
+            "scheme": plugins.scheme,
+            "device_policy": plugins.device_policy,
+            "engine": plugins.engine,
+        }
         return lookup[kind](value)
     if isinstance(value, interface):
         return type(value)
@@ -521,3 +529,204 @@ def check_device_policy(
             f"worker {worker}: its policy must run on {placement.policy_device}, it ran on device index "
             f"{_values(index)}",
         )
+
+
+# -- engines -------------------------------------------------------------------------------------
+
+
+def _layout(batch: TensorDictBase) -> dict[Any, tuple[tuple[int, ...], torch.dtype]]:
+    """Every key of a batch with its per-step shape and dtype."""
+    return {key: (tuple(value.shape[2:]), value.dtype) for key, value in batch.items(True, True)}
+
+
+def _check_engine_batch(batch: TensorDictBase, reference: TensorDictBase, rows: int, where: str) -> None:
+    """The batch format: its size, and the keys, per-step shapes, dtypes and names of the in-process engine's."""
+    _expect(
+        batch.batch_size == torch.Size([rows, _STEPS]),
+        f"{where}: batch size {batch.batch_size}, expected [replicas * num_workers * envs_per_worker, T] = "
+        f"{[rows, _STEPS]}",
+    )
+    _expect(
+        _layout(batch) == _layout(reference),
+        f"{where}: the batch's keys, per-step shapes and dtypes {_layout(batch)} are not the in-process "
+        f"engine's {_layout(reference)}",
+    )
+    _expect(batch.names == reference.names, f"{where}: dimension names {batch.names}, not {reference.names}")
+
+
+def _check_order(batch: TensorDictBase, previous: TensorDictBase | None, where: str) -> None:
+    """A :class:`CountingEnv` batch (observation ``[base, step]``): each row steps one env in time order.
+
+    Within a row, every step counts one on from its observation and the next step starts where
+    it ended (or at a reset); from one batch to the next, each row goes on with the same env.
+    """
+    obs, next_obs = batch.get("observation"), batch.get(("next", "observation"))
+    _expect(
+        torch.equal(next_obs[..., 1], obs[..., 1] + 1),
+        f"{where}: a row's steps are not one env's steps in time order (each step counts one on from its observation)",
+    )
+    done = batch.get(("next", "done"))[..., 0]
+    ids = batch.get(("collector", "traj_ids"))
+    starts, ended = obs[:, 1:], done[:, :-1]
+    _expect(
+        bool((starts[..., 1][ended] == 0).all()),
+        f"{where}: after an episode ends, its row must go on with a reset (step 0)",
+    )
+    if previous is not None:
+        last_done = previous.get(("next", "done"))[:, -1, 0]
+        going_on = ~last_done
+        _expect(
+            torch.equal(obs[:, 0][going_on], previous.get(("next", "observation"))[:, -1][going_on]),
+            f"{where}: each row must go on with the env it stepped in the batch before, where it stopped",
+        )
+        _expect(
+            torch.equal(ids[:, 0][going_on], previous.get(("collector", "traj_ids"))[:, -1][going_on]),
+            f"{where}: a trajectory that goes on into the next batch must keep its id",
+        )
+        _expect(
+            bool((obs[:, 0, 1][last_done] == 0).all()),
+            f"{where}: a row whose episode ended with the batch before must start with a reset (step 0)",
+        )
+
+
+def _described(error: BaseException) -> str:
+    """An exception and its causes, as a user reads them."""
+    parts: list[str] = []
+    seen: BaseException | None = error
+    while seen is not None and len(parts) < 5:
+        parts.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return "\n".join(parts)
+
+
+def _check_closed(
+    before: leaks.Snapshot,
+    engine_processes: set[int],
+    foreign: Callable[[int], bool] | None,
+    timeout_s: float,
+    where: str,
+) -> None:
+    """After a collector closed: no process it started is left, and no named segment of one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = {pid for pid in leaks.child_processes() - before.processes if foreign is None or not foreign(pid)}
+        segments = set().union(*(leaks.shm_segments(pid) for pid in {os.getpid(), *engine_processes}))
+        found = leaks.Leftovers(frozenset(left), frozenset(segments - before.segments))
+        if not found or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)  # polling for processes that are still exiting, under the deadline
+    described = found.describe()  # before any kill: the command line of a killed process is gone
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # one leaking check must not break the tests after it
+    _expect(not found, f"{where}: closing the collector left behind (after {timeout_s:g} s):\n{described}")
+
+
+def check_engine(
+    engine: type[EngineFactory] | EngineFactory | str,
+    *,
+    num_workers: int = 2,
+    envs_per_worker: int = 2,
+    updates: int = 2,
+    foreign: Callable[[int], bool] | None = None,
+    close_timeout_s: float = 30.0,
+) -> None:
+    """Check an engine against its contract, through the public :class:`~pycollect.Collector`.
+
+    With the engine, on :class:`~pycollect.testing.envs.CountingEnv` (observations that count
+    the steps) and a policy whose action is its weight:
+
+    * **order**: each row of a sync batch is one env's steps in time order, and goes on in the
+      next batch where it stopped, with the same trajectory id;
+    * **batch format**: batches are ``[replicas * num_workers * envs_per_worker, T]``, with the
+      keys, per-step shapes, dtypes and dimension names of the in-process engine's;
+    * **weights stamps**: every frame stamped with ``policy_version`` ``v`` was collected with
+      version ``v``'s parameters *and* buffers, and after each of ``updates`` updates every row
+      acts with the new version within a few batches;
+    * **close leaves nothing**: once the collector is closed, no process the engine started
+      (worker, actor: a descendant of this process) is left, nor a named shared-memory segment
+      of this process or of one of them;
+    * **a crash named**: with :class:`~pycollect.testing.envs.RaisingEnv` and
+      ``restart="never"``, ``next_batch`` raises an error that names the worker's exception
+      (``ZeroDivisionError: boom at step 3``), and closing leaves nothing either.
+
+    Args:
+        engine: The engine factory class (built with no arguments), an instance (used as
+            given), or its registered name.
+        num_workers: ``num_workers`` of the collections (``0`` for an engine without workers,
+            such as ``inprocess``).
+        envs_per_worker: Environments per worker.
+        updates: How many weight versions to send.
+        foreign: Tells a process that is not the engine's (``True``) from one that is: a
+            process that appears while the check runs and is still there after close is a
+            leftover unless this says so (a Ray cluster starts idle worker processes of its own).
+        close_timeout_s: How long the engine's processes get to exit after close.
+
+    Raises:
+        ConformanceError: What broke the contract.
+    """
+    cls = _resolve("engine", EngineFactory, engine)
+    instance = engine if isinstance(engine, EngineFactory) else cls()
+    name = instance.describe()
+    rows = instance.replicas * max(num_workers, 1) * envs_per_worker
+    env_kwargs = {"length": 7, "n_actions": updates + 1}
+    common: dict[str, Any] = {"envs_per_worker": envs_per_worker, "seed": 0, "env_kwargs": env_kwargs}
+    with Collector(CountingEnv, _VersionedPolicy(), frames_per_batch=envs_per_worker * _STEPS, **common) as here:
+        reference = here.next_batch()
+    before = leaks.snapshot()
+    engine_processes: set[int] = set()
+    policy = _VersionedPolicy()
+    patience = 6  # a worker runs at most one rollout ahead: 2 batches suffice
+    with Collector(
+        CountingEnv, policy, frames_per_batch=rows * _STEPS, num_workers=num_workers, engine=instance, **common
+    ) as collector:
+        engine_processes |= leaks.child_processes() - before.processes
+        previous: TensorDictBase | None = None
+        for version in range(updates + 1):
+            if version:
+                policy.set(version)
+                collector.update_policy_weights_()
+            for attempt in range(patience):
+                batch = collector.next_batch()
+                engine_processes |= leaks.child_processes() - before.processes
+                where = f"{name}, version {version}, batch {attempt}"
+                _check_engine_batch(batch, reference, rows, where)
+                _check_order(batch, previous, where)
+                latest = _check_versions(batch, version, where)
+                previous = batch.clone()
+                if bool((latest == version).all()):
+                    break
+            else:
+                raise _fail(
+                    f"{name}: after update {version}, rows still collect with versions {_values(latest)} "
+                    f"{patience} batches later"
+                )
+    _check_closed(before, engine_processes, foreign, close_timeout_s, name)
+
+    crashing: dict[str, Any] = {**common, "env_kwargs": {"fail_at": 3}}
+    before = leaks.snapshot()
+    raised: BaseException | None = None
+    with Collector(
+        RaisingEnv,
+        frames_per_batch=rows * _STEPS,
+        num_workers=num_workers,
+        engine=instance,
+        supervision=SupervisionConfig(restart="never"),
+        **crashing,
+    ) as collector:
+        engine_processes |= leaks.child_processes() - before.processes
+        for _ in range(4):
+            try:
+                collector.next_batch()
+            except Exception as exc:  # what the engine raises for the worker's ZeroDivisionError
+                raised = exc
+                break
+            engine_processes |= leaks.child_processes() - before.processes
+    _expect(raised is not None, f"{name}: an env that raises on its third step must fail the collection")
+    text = _described(raised) if raised is not None else ""
+    _expect(
+        "ZeroDivisionError" in text and "boom at step 3" in text,
+        f"{name}: the error raised for a worker whose env raised ZeroDivisionError('boom at step 3') must name "
+        f"it, got:\n{text[:2000]}",
+    )
+    _check_closed(before, engine_processes, foreign, close_timeout_s, f"{name}, after a crash")

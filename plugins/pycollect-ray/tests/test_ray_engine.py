@@ -25,7 +25,7 @@ from pycollect import (
     WorkerCrashedError,
 )
 from pycollect.default_plugins import CompileRunner
-from pycollect.testing import wait_until
+from pycollect.testing import check_engine, wait_until
 from pycollect.testing.leaks import shm_segments
 from pycollect.testing.settings import changed_supervision, same_setting, unchanged_settings
 from pycollect_ray import RayEngine, actor_seed
@@ -125,6 +125,23 @@ def test_weights_reach_every_actor_and_a_killed_actor_is_restarted_until_max_res
         assert info.value.worker == 0 and info.value.error
 
 
+def _ray_but_no_collector(pid: int) -> bool:
+    """A process Ray starts for itself (an idle worker it keeps for later tasks), not a collector actor."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = cmdline.read().decode(errors="replace")
+    except FileNotFoundError:
+        return False
+    return command.startswith("ray::") and not command.startswith("ray::CollectorActor")
+
+
+@pytest.mark.timeout(600)
+def test_the_engine_passes_check_engine(ray_cluster: None) -> None:
+    """Order, batch format, weights stamps, close leaves nothing, a crash named: as the built-in engines."""
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5)
+    check_engine(engine, num_workers=1, foreign=_ray_but_no_collector, close_timeout_s=60)
+
+
 @pytest.mark.timeout(180)
 def test_shutdown_leaves_no_actor_worker_or_segment(ray_cluster: None) -> None:
     import ray
@@ -145,7 +162,7 @@ def test_shutdown_leaves_no_actor_worker_or_segment(ray_cluster: None) -> None:
 _OWN_CLUSTER = """
 import ray
 from pycollect import Collector
-from pycollect.testing import wait_until
+from pycollect.testing import check_engine, wait_until
 from pycollect.testing.leaks import child_processes
 from pycollect_ray import RayEngine
 
