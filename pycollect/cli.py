@@ -25,9 +25,14 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pycollect.exceptions import PyCollectError, PyCollectWarning, WorkerCrashedError
+
+if TYPE_CHECKING:
+    from pycollect.collector import Collector
+    from pycollect.config import CollectorConfig
 
 __all__ = ["FLAGS", "build_parser", "flag_names", "main"]
 
@@ -186,7 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pycollect {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_run_command(commands)
+    _add_plugins_command(commands)
+    return parser
 
+
+def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``pycollect run``: what to collect and how, other settings, what is printed."""
     run = commands.add_parser(
         "run",
         help="collect frames from an environment and report frames/s",
@@ -201,6 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
             "130 interrupted."
         ),
     )
+    _add_collection_options(run)
+    _add_setting_options(run)
+    _add_output_options(run)
+
+
+def _add_collection_options(run: argparse.ArgumentParser) -> None:
+    """The environment, the workers and the frames: the settings a flag of its own sets (:data:`FLAGS`)."""
     run.add_argument(
         "env",
         nargs="?",
@@ -245,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-frames-per-traj", type=int, default=None, metavar="N", help="truncate episodes after N steps"
     )
     run.add_argument("--seed", type=int, default=None, metavar="S", help="seed for a reproducible run")
+
+
+def _add_setting_options(run: argparse.ArgumentParser) -> None:
+    """The environment's keyword arguments, and ``--set`` for every collector setting without a flag."""
     run.add_argument(
         "--env-kwarg",
         type=_env_kwarg,
@@ -266,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
             "help(pycollect.CollectorConfig) says what each does"
         ),
     )
+
+
+def _add_output_options(run: argparse.ArgumentParser) -> None:
+    """What ``run`` prints: the progress bar, the summary's form, the diagnostics."""
     run.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     run.add_argument(
@@ -275,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also say when each worker starts and ends ('pycollect: debug:' and 'info:' lines)",
     )
 
+
+def _add_plugins_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``pycollect plugins``."""
     plugins = commands.add_parser(
         "plugins",
         help="list the env backends, weight-sync schemes and device policies, and their plugins",
@@ -285,7 +314,6 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     plugins.add_argument("--json", action="store_true", help="print the list as one JSON object")
-    return parser
 
 
 def _version() -> str:
@@ -296,13 +324,35 @@ def _version() -> str:
 
 def _run(args: argparse.Namespace, started: float) -> int:
     """``pycollect run``; ``started`` is when the command started, as ``time.perf_counter()``."""
-    from tqdm import tqdm
+    from pycollect.config import CollectorConfig
 
+    config = _run_config(args)
+    if config is None:
+        return 2
+    if args.workers:
+        from pycollect import prestart
+
+        prestart()  # the fork server's imports overlap ours (tqdm, torch); a no-op if turned off
+    if args.frames is None:  # the default is the command's choice: whole batches, nothing to warn about
+        whole = math.ceil(DEFAULT_FRAMES / config.batch_frames) * config.batch_frames
+        config = CollectorConfig.from_settings(config, total_frames=whole)
+    collected = _collect(args, config, started)
+    if isinstance(collected, int):
+        return collected
+    _print_summary(_summary(args, collected), as_json=args.json)
+    return 130 if collected.interrupted else 0
+
+
+def _run_config(args: argparse.Namespace) -> CollectorConfig | None:
+    """The settings of ``run`` from its flags and ``--set``, checked; ``None``: refused, and said why.
+
+    The Collector's own checks, before seconds of importing torch.
+    """
     from pycollect.config import CollectorConfig
 
     if args.async_ and args.workers == 0:
         _say("error", "--async needs --workers N with N >= 1 (in-process collection has no async mode)")
-        return 2
+        return None
     settings: dict[str, Any] = {
         "frames_per_batch": args.frames_per_batch,
         "total_frames": DEFAULT_FRAMES if args.frames is None else args.frames,
@@ -316,25 +366,35 @@ def _run(args: argparse.Namespace, started: float) -> int:
         if name in settings or name == "env_kwargs":
             flag = "--async" if name == "sync" else FLAGS[name]
             _say("error", f"--set {name}=...: use {flag} for {name}")
-            return 2
+            return None
         settings[name] = value
     try:
-        # The Collector's own checks, before seconds of importing torch.
-        config = CollectorConfig.from_settings(**settings)
+        return CollectorConfig.from_settings(**settings)
     except PyCollectError as exc:
         _say("error", flag_names(str(exc)))
-        return 2
-    if args.workers:
-        from pycollect import prestart
+        return None
 
-        prestart()  # the fork server's imports overlap ours (tqdm, torch); a no-op if turned off
-    if args.frames is None:  # the default is the command's choice: whole batches, nothing to warn about
-        whole = math.ceil(DEFAULT_FRAMES / config.batch_frames) * config.batch_frames
-        config = CollectorConfig.from_settings(config, total_frames=whole)
-    interrupted = False
-    setup_s = 0.0
-    # Until the first batch the bar says what the time goes on: importing torch (seconds),
-    # building envs and starting workers.
+
+@dataclass(frozen=True)
+class _Collected:
+    """What the summary of ``run`` is made of."""
+
+    collector: Collector
+    first_frames: int  # frames of the first batch: start-up, not timed
+    setup_s: float  # from the start of the command to the first batch
+    elapsed: float  # from the first batch to the end
+    interrupted: bool
+
+
+def _collect(args: argparse.Namespace, config: CollectorConfig, started: float) -> _Collected | int:
+    """Build the collector and run it to its end under a progress bar.
+
+    Until the first batch the bar says what the time goes on: importing torch (seconds),
+    building envs and starting workers. Returns what the summary needs, or the status of an
+    error it has said: 2 (the collector refused its input), 1 (an error while collecting).
+    """
+    from tqdm import tqdm
+
     with tqdm(
         desc="importing torch",
         bar_format="{desc}...",
@@ -360,27 +420,42 @@ def _run(args: argparse.Namespace, started: float) -> int:
             bar.bar_format = None
             bar.set_description_str("", refresh=False)
             bar.reset(total=total)  # and redraw: a bar from here on
-            # Steady-state speed is timed from the first batch on; everything before it (the
-            # imports, the envs, the worker processes) is reported as start-up.
-            first_frames = 0
-            try:
-                for _ in collector:
-                    bar.update(collector.frames - bar.n)
-                    if not first_frames:
-                        first_frames = collector.frames
-                        setup_s = time.perf_counter() - started
-                        started = time.perf_counter()
-            except KeyboardInterrupt:
-                interrupted = True
-            except PyCollectError as exc:  # a worker given up on, an env returning what it may not
-                bar.close()
-                _say("error", _one_line(exc))
-                return 1
+            return _timed(collector, bar, started)
+
+
+def _timed(collector: Collector, bar: Any, started: float) -> _Collected | int:
+    """Iterate ``collector`` to its end (or Ctrl-C), timing it, with ``bar`` showing its frames.
+
+    Steady-state speed is timed from the first batch on; everything before it (the imports,
+    the envs, the worker processes) is reported as start-up.
+    """
+    interrupted = False
+    setup_s = 0.0
+    first_frames = 0
+    try:
+        for _ in collector:
+            bar.update(collector.frames - bar.n)
             if not first_frames:
-                setup_s, started = time.perf_counter() - started, time.perf_counter()
-            elapsed = time.perf_counter() - started
-    timed_frames = collector.frames - first_frames
-    summary = {
+                first_frames = collector.frames
+                setup_s = time.perf_counter() - started
+                started = time.perf_counter()
+    except KeyboardInterrupt:
+        interrupted = True
+    except PyCollectError as exc:  # a worker given up on, an env returning what it may not
+        bar.close()
+        _say("error", _one_line(exc))
+        return 1
+    if not first_frames:
+        setup_s, started = time.perf_counter() - started, time.perf_counter()
+    elapsed = time.perf_counter() - started
+    return _Collected(collector, first_frames, setup_s, elapsed, interrupted)
+
+
+def _summary(args: argparse.Namespace, collected: _Collected) -> dict[str, Any]:
+    """What ``run`` reports (the keys of ``--json``), once the collector is closed."""
+    collector, elapsed = collected.collector, collected.elapsed
+    timed_frames = collector.frames - collected.first_frames
+    return {
         "env": collector.env_source.describe(),
         "workers": args.workers,
         "mode": "in-process" if not args.workers else ("async" if args.async_ else "sync"),
@@ -389,13 +464,11 @@ def _run(args: argparse.Namespace, started: float) -> int:
         "frames": collector.frames,
         "seconds": round(elapsed, 3),
         "frames_per_s": round(timed_frames / elapsed, 1) if elapsed > 0 and timed_frames else None,
-        "setup_seconds": round(setup_s, 3),
+        "setup_seconds": round(collected.setup_s, 3),
         "episodes": collector.episodes.count,
         "mean_return": round(collector.episodes.mean_return, 3) if collector.episodes.count else None,
-        "interrupted": interrupted,
+        "interrupted": collected.interrupted,
     }
-    _print_summary(summary, as_json=args.json)
-    return 130 if interrupted else 0
 
 
 def _one_line(exc: PyCollectError) -> str:
