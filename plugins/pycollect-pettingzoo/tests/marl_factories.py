@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 
 from pycollect.testing.multiagent import CrashingParallelEnv, DyingAgentsEnv
@@ -75,3 +76,15 @@ def turn_based(**kwargs: Any) -> Any:
     aec = parallel_to_aec(DyingAgentsEnv())
     aec.metadata = {"name": "turns_v0", "is_parallelizable": False}
     return aec
+
+
+def group_dims_policy(td: TensorDictBase) -> TensorDictBase:
+    """Action 0 for every agent of group "agents", and the group's batch dims as seen by the policy, per agent.
+
+    The action's shape is the group sub-TensorDict's batch size: ``[K, n_agents]`` when the policy
+    sees TorchRL's layout (anything else is refused as a wrong action shape).
+    """
+    group = td.get("agents")
+    td.set(("agents", "action"), torch.zeros(group.batch_size, dtype=torch.int64))
+    td.set(("agents", "seen_batch_dims"), torch.full(group.batch_size, group.batch_dims, dtype=torch.int64))
+    return td

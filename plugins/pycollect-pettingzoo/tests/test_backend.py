@@ -123,6 +123,48 @@ def test_async_batches_are_one_worker_rollout(engine: str) -> None:
         assert batch["next", "agents", "reward"].shape == (2, 12, 3, 1)
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"num_workers": 2}, {"num_workers": 2, "sync": False}, {"num_workers": 2, "engine": "central"}],
+    ids=["in-process", "workers", "workers-async", "central"],
+)
+def test_group_sub_tensordicts_carry_the_agent_dimension_for_the_policy_and_in_batches(
+    settings: dict[str, Any],
+) -> None:
+    # TorchRL's layout: a group's sub-TensorDict has batch size [..., n_agents], for the policy
+    # ([K, n]) and in batches ([K, T, n], at the root and under "next").
+    with Collector(
+        PettingZoo(f.dying, use_mask=True),
+        f.group_dims_policy,
+        frames_per_batch=24,
+        envs_per_worker=2,
+        seed=0,
+        **settings,
+    ) as collector:
+        batch = collector.next_batch()
+    rows, steps = batch.batch_size
+    assert batch["agents"].batch_size == batch["next", "agents"].batch_size == (rows, steps, 3)
+    assert batch["agents"].names == [None, "time", None]
+    assert batch["agents", "seen_batch_dims"].shape == (rows, steps, 3)
+    assert (batch["agents", "seen_batch_dims"] == 2).all()  # the policy saw [K, 3]
+    assert batch["collector"].batch_size == (rows, steps)  # other sub-TensorDicts are as they were
+    flat = batch.reshape(-1)  # what a training loop does: the agent dimension stays
+    assert flat["agents"].batch_size == (rows * steps, 3)
+
+
+def test_stacked_workers_and_split_trajectories_keep_the_agent_dimension() -> None:
+    env = PettingZoo(f.dying, use_mask=True)
+    batch = _one_batch(env, frames_per_batch=24, num_workers=2, envs_per_worker=2, cat_results="stack", seed=0)
+    assert batch.batch_size == (2, 2, 6) and batch["next", "agents"].batch_size == (2, 2, 6, 3)
+    assert batch["agents"].names == [None, None, "time", None]
+    batch = _one_batch(env, frames_per_batch=48, envs_per_worker=2, split_trajs=True, seed=0)
+    n_traj, t_max = batch.batch_size
+    assert batch["agents"].batch_size == batch["next", "agents"].batch_size == (n_traj, t_max, 3)
+    assert batch["agents"].names == [None, "time", None]
+    padded = ~batch["collector", "mask"]
+    assert padded.any() and (batch["next", "agents", "observation"][padded] == 0).all()
+
+
 def test_set_truncated_marks_every_agent_at_the_end_of_each_rollout() -> None:
     batch = _one_batch(f.spread, frames_per_batch=20, envs_per_worker=2, set_truncated=True, seed=0)
     assert batch["next", "truncated"][:, -1].all() and batch["next", "agents", "truncated"][:, -1].all()

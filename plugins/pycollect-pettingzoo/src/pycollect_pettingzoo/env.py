@@ -313,6 +313,7 @@ class MultiAgentEnv:
             actions=actions,
             next_fields=self.rewards,
             done_groups=tuple((g.name,) for g in self._groups),
+            group_sizes=tuple(((g.name,), len(g.agents)) for g in self._groups),
         )
 
     # -- stepping ---------------------------------------------------------------------------
