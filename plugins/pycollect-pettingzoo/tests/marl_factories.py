@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
@@ -29,6 +30,29 @@ def dying(**kwargs: Any) -> DyingAgentsEnv:
 
 def hetero(**kwargs: Any) -> DyingAgentsEnv:
     return DyingAgentsEnv(heterogeneous=True, **kwargs)
+
+
+def dying_infos(**kwargs: Any) -> DyingAgentsEnv:
+    return DyingAgentsEnv(infos=True, **kwargs)
+
+
+def hetero_infos(**kwargs: Any) -> DyingAgentsEnv:
+    return DyingAgentsEnv(heterogeneous=True, infos=True, **kwargs)
+
+
+class OddInfosEnv(DyingAgentsEnv):
+    """Info entries a group cannot stack (a string, a dict, one only walker_0 reports), and one whose shape changes."""
+
+    def __init__(self, grow_at: int = 1000, **kwargs: Any) -> None:
+        super().__init__(infos=True, **kwargs)
+        self.grow_at = grow_at
+
+    def _info(self, agent: str, lucky: bool) -> dict[str, Any]:
+        info = super()._info(agent, lucky)
+        info.update(name=agent, nested={"a": 1}, grows=np.zeros(2 if self._t < self.grow_at else 3))
+        if agent == "walker_0":
+            info["only_me"] = 1.0
+        return info
 
 
 def crashing(**kwargs: Any) -> CrashingParallelEnv:

@@ -100,6 +100,15 @@ def test_masks_and_padding_of_agents_that_left() -> None:
     assert len(lengths) > 1
 
 
+def test_info_entries_a_group_cannot_stack_are_left_out_and_a_changed_one_is_an_error() -> None:
+    batch = _one_batch(PettingZoo(f.OddInfosEnv, use_mask=True), frames_per_batch=8, seed=0)
+    assert set(batch["agents", "info"].keys()) == {"left", "offset", "lucky", "grows"}
+    assert batch["next", "agents", "info", "grows"].shape == (1, 8, 3, 2)
+    assert batch["agents", "info"].batch_size == (1, 8, 3)
+    with pytest.raises(EnvOutputError, match=r"agent 'walker_0' .* info entry 'grows' .* float32 of shape \(2,\)"):
+        _one_batch(PettingZoo(f.OddInfosEnv, use_mask=True), frames_per_batch=8, env_kwargs={"grow_at": 3})
+
+
 def test_an_agent_leaving_without_use_mask_is_an_error_naming_it() -> None:
     with pytest.raises(EnvOutputError, match=r"agent 'walker_\d' .* left the episode.*use_mask=True"):
         _one_batch(PettingZoo(f.dying, done_on_any=False), frames_per_batch=60, seed=0)

@@ -103,6 +103,14 @@ CASES = {
         f.hetero_policy(),
         40,
     ),
+    # per-agent info entries ((group, "info", name), float32) and action masks from the infos
+    "infos, done on any": (f.dying_infos, {"use_mask": True}, f.categorical_policy("agents", 3), 40),
+    "infos, heterogeneous groups": (
+        f.hetero_infos,
+        {"use_mask": True, "done_on_any": False, "group_map": "one_group_per_type"},
+        f.hetero_policy(),
+        40,
+    ),
 }
 
 
@@ -123,8 +131,9 @@ def test_batches_equal_torchrl_pettingzoo_env_rollouts(case: str, num_workers: i
     _compare(batch, factory, options, 11, k, policy)
 
 
-def test_the_central_engine_gives_the_same_batches() -> None:
-    factory, options, policy, frames = CASES["heterogeneous groups"]
+@pytest.mark.parametrize("case", ["heterogeneous groups", "infos, heterogeneous groups"])
+def test_the_central_engine_gives_the_same_batches(case: str) -> None:
+    factory, options, policy, frames = CASES[case]
     k = 2
     with Collector(
         PettingZoo(factory, **options),
