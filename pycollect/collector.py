@@ -15,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from pycollect import _lifetime, plugins
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._batch.split import mark_rollout_ends, split_trajectories, stack_workers
-from pycollect._rollout.policy import Policy
+from pycollect._rollout.policy import Policy, add_group_dims
 from pycollect._rollout.seeding import torch_seed
 from pycollect.config import CollectorConfig
 from pycollect.envs.source import EnvSource
@@ -278,15 +278,18 @@ class Collector:
     def next_batch(self) -> TensorDictBase:
         """Collect and return one batch, regardless of ``total_frames``.
 
-        In order: episodes are counted (from the true episode ends), ``set_truncated`` marks
-        rollout ends, ``cat_results="stack"`` reshapes, ``split_trajs`` splits, ``postproc``
-        runs, and a ``replay_buffer`` is extended with the result, which is also returned.
+        In order: each group of agents gets its agent dimension in its sub-TensorDicts' batch size
+        (:attr:`~pycollect.envs.EnvSpecs.group_sizes`), episodes are counted (from the true
+        episode ends), ``set_truncated`` marks rollout ends, ``cat_results="stack"`` reshapes,
+        ``split_trajs`` splits, ``postproc`` runs, and a ``replay_buffer`` is extended with the
+        result, which is also returned.
         """
         self._check_open()
         config = self.config
         batch: TensorDictBase = self._engine.next_batch(
             random_actions=self.random_phase, policy_version=self.policy_version
         )
+        add_group_dims(batch, self._engine.plan.specs.group_sizes)  # [K, T, n_agents]: TorchRL's groups
         self._frames += batch.numel()
         self._batches += 1
         self.episodes.update(batch)

@@ -13,7 +13,7 @@ of an episode) on every call; the stepping loop carries them (:attr:`PolicyRunne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from pycollect._rollout.transfer import transfer_for
 from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 from pycollect.exceptions import PolicyError
 
-__all__ = ["Policy", "PolicyRunner", "parameters_device"]
+__all__ = ["Policy", "PolicyRunner", "add_group_dims", "parameters_device"]
 
 Policy = Callable[..., Any] | torch.nn.Module | None
 
@@ -135,6 +135,7 @@ class PolicyRunner:
             td = TensorDict(batch_size=[self.num_envs], device=self.device)
             for key, tensor in tensors.items():
                 td.set(key, tensor)
+            add_group_dims(td, self.specs.group_sizes)
             assert policy is not None
             return policy(td)
 
@@ -294,6 +295,20 @@ def _describe(policy: Policy) -> str:
 
 def _shapes(example: Mapping[Key, np.ndarray]) -> str:
     return ", ".join(f"{'/'.join(key)}: {tuple(value.shape)} {value.dtype}" for key, value in example.items())
+
+
+def add_group_dims(td: TensorDictBase, group_sizes: Sequence[tuple[Key, int]]) -> None:
+    """Give each group's sub-TensorDict its agent dimension, in place, as TorchRL's multi-agent envs do.
+
+    The sub-TensorDict at each ``key`` of ``group_sizes`` (and at ``("next", *key)``) gets batch
+    size ``[*td.batch_size, n]`` (:attr:`~pycollect.envs.EnvSpecs.group_sizes`); one that has it
+    already, or that ``td`` lacks, is left as it is.
+    """
+    for key, n in group_sizes:
+        for where in (key, ("next", *key)):
+            sub = td.get(where, None)
+            if isinstance(sub, TensorDictBase) and sub.batch_dims == td.batch_dims:
+                sub.batch_size = torch.Size([*td.batch_size, n])
 
 
 def parameters_device(policy: Any) -> torch.device | None:

@@ -102,9 +102,10 @@ class EnvSpecs:
 
     A single-agent env has one action field, ``("action",)``, a scalar reward and root done
     flags. A backend whose env is several agents at once (``pycollect-pettingzoo``'s) describes
-    it with the last three attributes: several action leaves under their own keys, values the
+    it with the last four attributes: several action leaves under their own keys, values the
     env reports with each step and the batch keeps only under ``"next"`` (per-agent rewards),
-    and groups of per-agent done flags the collector marks wherever it cuts a trajectory itself.
+    groups of per-agent done flags the collector marks wherever it cuts a trajectory itself, and
+    the sub-TensorDicts whose batch size carries an agent dimension.
 
     Attributes:
         observation: Every observation leaf, in a fixed order. A Box observation is the single
@@ -126,6 +127,11 @@ class EnvSpecs:
             (per-agent flags): where the collector ends a trajectory itself (a dead worker,
             ``max_frames_per_traj``, ``set_truncated``) it marks those too, as it marks the root
             flags (``truncated`` and ``done`` set, ``terminated`` kept).
+        group_sizes: Sub-TensorDicts whose batch size has one more dimension than the batch's,
+            as ``(key, n)`` pairs: the sub-TensorDict at ``key`` (and at ``("next", *key)``) of a
+            ``[K, T]`` batch has batch size ``[K, T, n]``, and the one the policy gets ``[K, n]``,
+            as TorchRL's multi-agent envs give each group of ``n`` agents. Every leaf under such a
+            key must have ``n`` as its first dimension.
     """
 
     observation: tuple[FieldSpec, ...]
@@ -135,6 +141,7 @@ class EnvSpecs:
     actions: tuple[FieldSpec, ...] = ()
     next_fields: tuple[FieldSpec, ...] = ()
     done_groups: tuple[Key, ...] = ()
+    group_sizes: tuple[tuple[Key, int], ...] = ()
 
     def observation_paths(self) -> list[tuple[Key, Key]]:
         """Pairs of (batch key, path inside the env's raw observation) for every leaf."""

@@ -8,7 +8,7 @@ import it.
 * :class:`DyingAgentsEnv`: agents that die (terminate) at seeded steps, the survivors truncated
   at ``max_steps``, so episodes end at varied lengths; homogeneous (``walker_0``, ...) or
   heterogeneous (``scout_0``, ``scout_1`` with Discrete actions, ``tank_0`` with Box actions and
-  a longer observation).
+  a longer observation); with ``infos=True`` each agent reports per-agent info entries.
 * :class:`CrashingParallelEnv`: raises at a given step (a crashing simulator), to check that a
   worker's restart cuts every agent's trajectory.
 """
@@ -37,7 +37,10 @@ class DyingAgentsEnv(ParallelEnv[str, np.ndarray, Any]):  # type: ignore[misc]  
     Observations are deterministic given the seed and the actions: ``[t / max_steps, index,
     last action's value, a seeded offset]`` (and one more ``[lifetime / max_steps]`` for tanks).
     Rewards: a Discrete agent earns 1 when its action equals ``t % n_actions``; a tank earns
-    ``-sum(action**2)``.
+    ``-sum(action**2)``. With ``infos``, each agent's reset and step infos hold ``"left"`` (an
+    int: steps to its lifetime), ``"offset"`` (float32 ``[2]``: its seeded offset, the step),
+    ``"lucky"`` (a bool: its action scored), and ``"fuel"`` (a float64) for tanks, an
+    ``"action_mask"`` (int8 ``[3]``, rolling with the step, not enforced) for Discrete agents.
 
     Args:
         n_agents: Homogeneous agents (``walker_i``); ignored when ``heterogeneous``.
@@ -45,12 +48,20 @@ class DyingAgentsEnv(ParallelEnv[str, np.ndarray, Any]):  # type: ignore[misc]  
         min_life: The shortest lifetime.
         heterogeneous: Two ``scout`` agents (Box(4) observations, Discrete(3) actions) and a
             ``tank`` (Box(5) observations, Box(-1, 1, (2,)) actions).
+        infos: Report per-agent info entries (above); otherwise the infos are empty dicts.
     """
 
     metadata: dict[str, Any] = {"name": "dying_agents_v0", "render_modes": []}  # noqa: RUF012 - PettingZoo's
 
-    def __init__(self, n_agents: int = 3, max_steps: int = 12, min_life: int = 2, heterogeneous: bool = False) -> None:
-        self.max_steps, self.min_life = max_steps, min_life
+    def __init__(
+        self,
+        n_agents: int = 3,
+        max_steps: int = 12,
+        min_life: int = 2,
+        heterogeneous: bool = False,
+        infos: bool = False,
+    ) -> None:
+        self.max_steps, self.min_life, self.infos = max_steps, min_life, infos
         if heterogeneous:
             self.possible_agents = ["scout_0", "scout_1", "tank_0"]
         else:
@@ -87,7 +98,7 @@ class DyingAgentsEnv(ParallelEnv[str, np.ndarray, Any]):  # type: ignore[misc]  
         self._t = 0
         self._lifetime = {a: int(self._rng.integers(self.min_life, self.max_steps + 4)) for a in self.agents}
         self._offset = {a: float(self._rng.uniform(-1, 1)) for a in self.agents}
-        return {a: self._observe(a, 0.0) for a in self.agents}, {a: {} for a in self.agents}
+        return {a: self._observe(a, 0.0) for a in self.agents}, {a: self._info(a, False) for a in self.agents}
 
     def step(
         self, actions: dict[str, Any]
@@ -110,9 +121,23 @@ class DyingAgentsEnv(ParallelEnv[str, np.ndarray, Any]):  # type: ignore[misc]  
             observations[agent] = self._observe(agent, value)
             terminations[agent] = self._t == self._lifetime[agent] and self._t < self.max_steps
             truncations[agent] = self._t >= self.max_steps and not terminations[agent]
-            infos[agent] = {}
+            infos[agent] = self._info(agent, rewards[agent] > 0)
         self.agents = [a for a in self.agents if not (terminations[a] or truncations[a])]
         return observations, rewards, terminations, truncations, infos
+
+    def _info(self, agent: str, lucky: bool) -> dict[str, Any]:
+        if not self.infos:
+            return {}
+        info = {
+            "left": self._lifetime[agent] - self._t,
+            "offset": np.asarray([self._offset[agent], self._t], np.float32),
+            "lucky": lucky,
+        }
+        if agent.startswith("tank"):
+            info["fuel"] = np.float64(1.0 - self._t / self.max_steps)
+        else:  # a Discrete agent: which of its 3 actions it may take (not enforced)
+            info["action_mask"] = np.roll(np.asarray([1, 1, 0], np.int8), self._t)
+        return info
 
     def _observe(self, agent: str, value: float) -> np.ndarray:
         index = float(self.possible_agents.index(agent))

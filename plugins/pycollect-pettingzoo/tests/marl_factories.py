@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 
 from pycollect.testing.multiagent import CrashingParallelEnv, DyingAgentsEnv
@@ -28,6 +30,29 @@ def dying(**kwargs: Any) -> DyingAgentsEnv:
 
 def hetero(**kwargs: Any) -> DyingAgentsEnv:
     return DyingAgentsEnv(heterogeneous=True, **kwargs)
+
+
+def dying_infos(**kwargs: Any) -> DyingAgentsEnv:
+    return DyingAgentsEnv(infos=True, **kwargs)
+
+
+def hetero_infos(**kwargs: Any) -> DyingAgentsEnv:
+    return DyingAgentsEnv(heterogeneous=True, infos=True, **kwargs)
+
+
+class OddInfosEnv(DyingAgentsEnv):
+    """Info entries a group cannot stack (a string, a dict, one only walker_0 reports), and one whose shape changes."""
+
+    def __init__(self, grow_at: int = 1000, **kwargs: Any) -> None:
+        super().__init__(infos=True, **kwargs)
+        self.grow_at = grow_at
+
+    def _info(self, agent: str, lucky: bool) -> dict[str, Any]:
+        info = super()._info(agent, lucky)
+        info.update(name=agent, nested={"a": 1}, grows=np.zeros(2 if self._t < self.grow_at else 3))
+        if agent == "walker_0":
+            info["only_me"] = 1.0
+        return info
 
 
 def crashing(**kwargs: Any) -> CrashingParallelEnv:
@@ -75,3 +100,15 @@ def turn_based(**kwargs: Any) -> Any:
     aec = parallel_to_aec(DyingAgentsEnv())
     aec.metadata = {"name": "turns_v0", "is_parallelizable": False}
     return aec
+
+
+def group_dims_policy(td: TensorDictBase) -> TensorDictBase:
+    """Action 0 for every agent of group "agents", and the group's batch dims as seen by the policy, per agent.
+
+    The action's shape is the group sub-TensorDict's batch size: ``[K, n_agents]`` when the policy
+    sees TorchRL's layout (anything else is refused as a wrong action shape).
+    """
+    group = td.get("agents")
+    td.set(("agents", "action"), torch.zeros(group.batch_size, dtype=torch.int64))
+    td.set(("agents", "seen_batch_dims"), torch.full(group.batch_size, group.batch_dims, dtype=torch.int64))
+    return td

@@ -100,6 +100,15 @@ def test_masks_and_padding_of_agents_that_left() -> None:
     assert len(lengths) > 1
 
 
+def test_info_entries_a_group_cannot_stack_are_left_out_and_a_changed_one_is_an_error() -> None:
+    batch = _one_batch(PettingZoo(f.OddInfosEnv, use_mask=True), frames_per_batch=8, seed=0)
+    assert set(batch["agents", "info"].keys()) == {"left", "offset", "lucky", "grows"}
+    assert batch["next", "agents", "info", "grows"].shape == (1, 8, 3, 2)
+    assert batch["agents", "info"].batch_size == (1, 8, 3)
+    with pytest.raises(EnvOutputError, match=r"agent 'walker_0' .* info entry 'grows' .* float32 of shape \(2,\)"):
+        _one_batch(PettingZoo(f.OddInfosEnv, use_mask=True), frames_per_batch=8, env_kwargs={"grow_at": 3})
+
+
 def test_an_agent_leaving_without_use_mask_is_an_error_naming_it() -> None:
     with pytest.raises(EnvOutputError, match=r"agent 'walker_\d' .* left the episode.*use_mask=True"):
         _one_batch(PettingZoo(f.dying, done_on_any=False), frames_per_batch=60, seed=0)
@@ -121,6 +130,48 @@ def test_async_batches_are_one_worker_rollout(engine: str) -> None:
         assert batch.shape == (2, 12)  # one worker's K envs
         assert batch["agents", "observation"].shape == (2, 12, 3, 4)
         assert batch["next", "agents", "reward"].shape == (2, 12, 3, 1)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"num_workers": 2}, {"num_workers": 2, "sync": False}, {"num_workers": 2, "engine": "central"}],
+    ids=["in-process", "workers", "workers-async", "central"],
+)
+def test_group_sub_tensordicts_carry_the_agent_dimension_for_the_policy_and_in_batches(
+    settings: dict[str, Any],
+) -> None:
+    # TorchRL's layout: a group's sub-TensorDict has batch size [..., n_agents], for the policy
+    # ([K, n]) and in batches ([K, T, n], at the root and under "next").
+    with Collector(
+        PettingZoo(f.dying, use_mask=True),
+        f.group_dims_policy,
+        frames_per_batch=24,
+        envs_per_worker=2,
+        seed=0,
+        **settings,
+    ) as collector:
+        batch = collector.next_batch()
+    rows, steps = batch.batch_size
+    assert batch["agents"].batch_size == batch["next", "agents"].batch_size == (rows, steps, 3)
+    assert batch["agents"].names == [None, "time", None]
+    assert batch["agents", "seen_batch_dims"].shape == (rows, steps, 3)
+    assert (batch["agents", "seen_batch_dims"] == 2).all()  # the policy saw [K, 3]
+    assert batch["collector"].batch_size == (rows, steps)  # other sub-TensorDicts are as they were
+    flat = batch.reshape(-1)  # what a training loop does: the agent dimension stays
+    assert flat["agents"].batch_size == (rows * steps, 3)
+
+
+def test_stacked_workers_and_split_trajectories_keep_the_agent_dimension() -> None:
+    env = PettingZoo(f.dying, use_mask=True)
+    batch = _one_batch(env, frames_per_batch=24, num_workers=2, envs_per_worker=2, cat_results="stack", seed=0)
+    assert batch.batch_size == (2, 2, 6) and batch["next", "agents"].batch_size == (2, 2, 6, 3)
+    assert batch["agents"].names == [None, None, "time", None]
+    batch = _one_batch(env, frames_per_batch=48, envs_per_worker=2, split_trajs=True, seed=0)
+    n_traj, t_max = batch.batch_size
+    assert batch["agents"].batch_size == batch["next", "agents"].batch_size == (n_traj, t_max, 3)
+    assert batch["agents"].names == [None, "time", None]
+    padded = ~batch["collector", "mask"]
+    assert padded.any() and (batch["next", "agents", "observation"][padded] == 0).all()
 
 
 def test_set_truncated_marks_every_agent_at_the_end_of_each_rollout() -> None:

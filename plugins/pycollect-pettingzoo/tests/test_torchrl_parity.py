@@ -24,6 +24,16 @@ def _keys(td: TensorDictBase) -> set[Any]:
     return {k if isinstance(k, tuple) else (k,) for k in td.keys(include_nested=True, leaves_only=True)}
 
 
+def _sub_tensordicts(td: TensorDictBase) -> dict[Any, TensorDictBase]:
+    """Every nested TensorDict of ``td`` (the root at ``()``), by key."""
+    out: dict[Any, TensorDictBase] = {(): td}
+    for key in td.keys(include_nested=True):
+        value = td.get(key)
+        if isinstance(value, TensorDictBase):
+            out[key if isinstance(key, tuple) else (key,)] = value
+    return out
+
+
 def _torchrl_rollout(factory: Any, options: dict[str, Any], seed: int, steps: int, policy: Any) -> TensorDictBase:
     group_map = options.get("group_map")
     if group_map is None or isinstance(group_map, str):
@@ -57,6 +67,11 @@ def _compare(batch: TensorDictBase, factory: Any, options: dict[str, Any], seed:
             reference = _torchrl_rollout(factory, options, int(env_seed), steps, policy)
             row = batch[w * k + i]
             assert _keys(row) - OWN_KEYS == _keys(reference), "keys"
+            # every sub-TensorDict's batch size and dim names: a group's carries its agent dimension
+            ours_tds, theirs_tds = _sub_tensordicts(row), _sub_tensordicts(reference)
+            for key, theirs_td in theirs_tds.items():
+                assert ours_tds[key].batch_size == theirs_td.batch_size, ("batch size", key)
+                assert ours_tds[key].names == theirs_td.names, ("names", key)
             for key in _keys(reference):
                 theirs, ours = reference[key], row[key]
                 assert ours.dtype == theirs.dtype, key
@@ -88,6 +103,14 @@ CASES = {
         f.hetero_policy(),
         40,
     ),
+    # per-agent info entries ((group, "info", name), float32) and action masks from the infos
+    "infos, done on any": (f.dying_infos, {"use_mask": True}, f.categorical_policy("agents", 3), 40),
+    "infos, heterogeneous groups": (
+        f.hetero_infos,
+        {"use_mask": True, "done_on_any": False, "group_map": "one_group_per_type"},
+        f.hetero_policy(),
+        40,
+    ),
 }
 
 
@@ -108,8 +131,9 @@ def test_batches_equal_torchrl_pettingzoo_env_rollouts(case: str, num_workers: i
     _compare(batch, factory, options, 11, k, policy)
 
 
-def test_the_central_engine_gives_the_same_batches() -> None:
-    factory, options, policy, frames = CASES["heterogeneous groups"]
+@pytest.mark.parametrize("case", ["heterogeneous groups", "infos, heterogeneous groups"])
+def test_the_central_engine_gives_the_same_batches(case: str) -> None:
+    factory, options, policy, frames = CASES[case]
     k = 2
     with Collector(
         PettingZoo(factory, **options),

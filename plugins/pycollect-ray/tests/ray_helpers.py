@@ -27,3 +27,17 @@ class InfoCountingEnv(CountingEnv):
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, _ = super().step(action)
         return obs, reward, terminated, truncated, {"twice": np.int64(2 * reward)}
+
+
+class _AgentsCategorical(torch.nn.Module):
+    """A deterministic discrete action per agent from its observation (a hash of its values)."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return ((observation.sum(-1) * 7.3).floor().long()) % 3
+
+
+def agents_policy() -> Any:
+    """A TensorDict policy for group "agents" of ``DyingAgentsEnv`` (3 actions): TorchRL's multi-agent keys."""
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(_AgentsCategorical(), in_keys=[("agents", "observation")], out_keys=[("agents", "action")])

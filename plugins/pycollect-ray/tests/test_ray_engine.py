@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from ray_helpers import ActsItsWeight, InfoCountingEnv
+from ray_helpers import ActsItsWeight, InfoCountingEnv, agents_policy
 from tensordict import TensorDictBase
 
 from pycollect import (
@@ -196,6 +196,40 @@ def test_async_batches_are_one_actors_rollout_as_it_comes_from_every_actor(ray_c
             return seen == {0, 1}
 
         wait_until(both_actors_delivered, timeout_s=120, what="rollouts from both actors")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_multi_agent_batches_are_the_local_ones_in_torchrl_layout(
+    ray_cluster: None, runtime_env: dict[str, Any], sync: bool
+) -> None:
+    # PettingZoo envs through pycollect-pettingzoo (installed before this plugin's tests in CI):
+    # each actor's rows are what a local collector with its derived seed collects, key by key,
+    # and every group keeps its agent dimension ([K, T, n_agents]) in the trainer's batch.
+    pettingzoo = pytest.importorskip("pycollect_pettingzoo", reason="the multi-agent test needs pycollect-pettingzoo")
+    from pycollect.testing.multiagent import DyingAgentsEnv
+
+    env = pettingzoo.PettingZoo(DyingAgentsEnv, use_mask=True, done_on_any=False)
+    settings: dict[str, Any] = {"num_workers": 1, "envs_per_worker": 2, "seed": 7, "env_kwargs": {"infos": True}}
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5, runtime_env=runtime_env)
+    with Collector(env, agents_policy(), frames_per_batch=48, sync=sync, engine=engine, **settings) as collector:
+        batch = collector.next_batch().clone()
+    rows, steps = (4, 12) if sync else (2, 24)  # async: one actor's rollout of the whole frames_per_batch
+    assert batch.batch_size == (rows, steps)
+    assert batch["agents"].batch_size == batch["next", "agents"].batch_size == (rows, steps, 3)
+    assert batch["agents"].names == [None, "time", None]
+    actors = (batch["collector", "traj_ids"] % 2)[:, 0].tolist()  # the actor of each row
+    assert actors == ([0, 0, 1, 1] if sync else [actors[0]] * 2)
+    for index in sorted(set(actors)):
+        alone = {**settings, "seed": actor_seed(7, index)}
+        with Collector(env, agents_policy(), frames_per_batch=2 * steps, **alone) as local:
+            expected = local.next_batch()
+        ours = batch[[row for row, actor in enumerate(actors) if actor == index]]
+        keys = set(expected.keys(True, True)) - {("collector", "traj_ids")}
+        assert keys == set(ours.keys(True, True)) - {("collector", "traj_ids")}
+        assert ("agents", "info", "left") in keys and ("next", "agents", "reward") in keys
+        for key in keys:
+            assert torch.equal(ours[key], expected[key]), (index, key)
 
 
 @pytest.mark.timeout(120)

@@ -11,6 +11,11 @@ batch maps onto pycollect's fields as follows (``g`` is a group):
   ``(g, "done")``, ``(g, "terminated")``, ``(g, "truncated")``: observation leaves, at the root
   and under ``"next"``, as TorchRL has them (the root ones are the previous step's, or the
   reset's: False flags, every agent alive in the mask).
+* ``(g, "info", name)``: each per-agent info entry, as TorchRL adds it: the entries of the
+  agents' infos at a reset of the env when it is built (numbers and numeric arrays that every
+  agent of the group reports with one shape), float32, observation leaves at the root and under
+  ``"next"`` (zero for an agent that reports none at a step); an ``"action_mask"`` entry is the
+  group's ``(g, "action_mask")`` instead.
 * ``(g, "action")``: one action leaf per group (:attr:`pycollect.envs.EnvSpecs.actions`).
 * ``("next", g, "reward")``: a next-only field the env reports in its step info
   (:attr:`pycollect.envs.EnvSpecs.next_fields`).
@@ -115,6 +120,7 @@ class _Group:
     mask: FieldSpec | None = None
     flags: list[FieldSpec] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
+    info: list[tuple[str, FieldSpec]] = field(default_factory=list)  # (name in an agent's info, field)
 
 
 def _stack_bounds(spaces: list[gym.spaces.Box]) -> tuple[np.ndarray, np.ndarray]:
@@ -187,6 +193,29 @@ def _nested_space(fields: list[FieldSpec]) -> gym.spaces.Dict:
     return build(tree)
 
 
+def _info_fields(group: str, agent_infos: list[Mapping[str, Any]]) -> list[tuple[str, FieldSpec]]:
+    """The group's info entries: those every agent reports, as numbers or numeric arrays of one shape.
+
+    TorchRL's ``PettingZooWrapper`` stores them as float32 (its ``Unbounded`` spec's dtype);
+    others (strings, dicts, entries some agents lack or report with another shape) it cannot
+    stack into one group's tensor, so they are left out (``"action_mask"`` is the group's action
+    mask).
+    """
+    out: list[tuple[str, FieldSpec]] = []
+    n = len(agent_infos)
+    for name in agent_infos[0] if agent_infos else ():
+        if name == "action_mask" or not isinstance(name, str) or not all(name in info for info in agent_infos):
+            continue
+        values = [np.asarray(info[name]) for info in agent_infos]
+        if any(v.dtype.kind not in "biuf" for v in values) or len({v.shape for v in values}) > 1:
+            continue
+        shape = (n, *values[0].shape)
+        key: Key = (group, "info", name)
+        low, high = np.full(shape, -np.inf), np.full(shape, np.inf)
+        out.append((name, FieldSpec(key, shape, np.dtype(np.float32), low, high, False, "info entry", key)))
+    return out
+
+
 class MultiAgentEnv:
     """A PettingZoo Parallel env behind gymnasium's ``reset``/``step``/``close``, TorchRL's keys in its fields.
 
@@ -220,12 +249,15 @@ class MultiAgentEnv:
         self.groups = group_map(options.group_map, agents, spaces, name)
         self._any = True if options.done_on_any is None else bool(options.done_on_any)
         self._action_space: dict[str, gym.Space[Any]] = {}
-        self._groups = [self._layout(group, members) for group, members in self.groups.items()]
+        # TorchRL's PettingZooWrapper learns the info entries from a reset's infos: so does this.
+        _, infos = env.reset()
+        self._groups = [self._layout(group, members, infos or {}) for group, members in self.groups.items()]
         fields: list[FieldSpec] = []
         for g in self._groups:
             fields += [spec for _, spec in g.observation]
             fields += [spec for spec in (g.action_mask, g.mask) if spec is not None]
             fields += g.flags
+            fields += [spec for _, spec in g.info]
         self._state: FieldSpec | None = None
         if options.return_state:
             self._state = self._state_field()
@@ -249,7 +281,7 @@ class MultiAgentEnv:
 
     # -- layout -----------------------------------------------------------------------------
 
-    def _layout(self, group: str, agents: list[str]) -> _Group:
+    def _layout(self, group: str, agents: list[str], infos: Mapping[str, Any]) -> _Group:
         env, n = self.env, len(agents)
         observation_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
         leaves = _observation_leaves(observation_space, (), agents[0])
@@ -283,10 +315,19 @@ class MultiAgentEnv:
                 dtype = np.dtype(space.dtype)
                 discrete = bool(np.issubdtype(dtype, np.integer) or dtype == np.bool_)
             observation.append((path, FieldSpec(key, shape, dtype, low, high, discrete, f"{space} x {n}", key)))
+        agent_infos = [infos.get(agent) or {} for agent in agents]
+        if action_mask is None and any("action_mask" in info for info in agent_infos):
+            example = next(np.asarray(info["action_mask"]) for info in agent_infos if "action_mask" in info)
+            shape = (n, *example.shape)
+            mask_key = (group, "action_mask")
+            action_mask = FieldSpec(
+                mask_key, shape, np.dtype(np.bool_), np.zeros(shape), np.ones(shape), True, "action mask", mask_key
+            )
         mask = _flag((group, "mask"), n, ()) if self.options.use_mask else None
         flags = [_flag((group, flag), n, (1,)) for flag in _FLAGS]
         index = {a: i for i, a in enumerate(agents)}
-        return _Group(group, agents, observation, action, action_mask, mask, flags, index)
+        info = _info_fields(group, agent_infos)
+        return _Group(group, agents, observation, action, action_mask, mask, flags, index, info)
 
     def _state_field(self) -> FieldSpec:
         space = getattr(self.env, "state_space", None)
@@ -295,8 +336,7 @@ class MultiAgentEnv:
             dtype = np.dtype(space.dtype)
             shape = tuple(space.shape)
             return FieldSpec(("state",), shape, dtype, low[0], high[0], False, str(space), ("state",))
-        self.env.reset()
-        example = np.asarray(self.env.state())
+        example = np.asarray(self.env.state())  # after the reset that found the info entries
         shape, dtype = tuple(example.shape), example.dtype
         return FieldSpec(
             ("state",), shape, dtype, np.full(shape, -np.inf), np.full(shape, np.inf), False, "state()", ("state",)
@@ -313,6 +353,7 @@ class MultiAgentEnv:
             actions=actions,
             next_fields=self.rewards,
             done_groups=tuple((g.name,) for g in self._groups),
+            group_sizes=tuple(((g.name,), len(g.agents)) for g in self._groups),
         )
 
     # -- stepping ---------------------------------------------------------------------------
@@ -323,11 +364,11 @@ class MultiAgentEnv:
         Returns:
             The observation (every agent alive in the mask, flags False) and an empty info dict.
         """
-        observations, _ = self.env.reset(seed=seed, options=options)
+        observations, infos = self.env.reset(seed=seed, options=options)
         alive = set(self.env.agents)
         out: dict[str, Any] = {}
         for g in self._groups:
-            node = self._observe(g, observations, alive)
+            node = self._observe(g, observations, alive, infos or {})
             for spec in g.flags:
                 node[spec.key[-1]] = np.zeros(spec.shape, np.bool_)
             out[g.name] = node
@@ -352,7 +393,7 @@ class MultiAgentEnv:
             for agent in g.agents:
                 if agent in live:
                     actions[agent] = rows[g.index[agent]]
-        observations, rewards, terminations, truncations, _ = self.env.step(actions)
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
         alive = set(self.env.agents)
         out: dict[str, Any] = {}
         info: dict[str, Any] = {}
@@ -361,7 +402,7 @@ class MultiAgentEnv:
         done_all = term_all = trunc_all = not any_mode
         for g in self._groups:
             n = len(g.agents)
-            node = self._observe(g, observations, alive)
+            node = self._observe(g, observations, alive, infos or {})
             reward = np.zeros((n, 1), np.float32)
             terminated = np.zeros((n, 1), np.bool_)
             truncated = np.zeros((n, 1), np.bool_)
@@ -398,8 +439,14 @@ class MultiAgentEnv:
         # pycollect keeps done == terminated | truncated: a done without either counts as truncated
         return out, team, term_all, trunc_all or (done_all and not term_all), info
 
-    def _observe(self, g: _Group, observations: Mapping[str, Any], alive: set[str]) -> dict[str, Any]:
-        """A group's observation leaves (zeros for agents without an observation), action mask and mask."""
+    def _observe(
+        self, g: _Group, observations: Mapping[str, Any], alive: set[str], infos: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A group's observation leaves, action mask, mask and info entries (zeros for agents without an observation).
+
+        Raises:
+            EnvOutputError: An info entry that does not fit its field (another shape, not a number).
+        """
         node: dict[str, Any] = {}
         agents = g.agents
         present = [agent in observations for agent in agents]
@@ -422,14 +469,41 @@ class MultiAgentEnv:
             else:
                 node["observation"] = value
         if g.action_mask is not None:
+            # TorchRL's order: the observation's mask, else the info's, for agents still acting; else all True
             action_mask = np.ones(g.action_mask.shape, np.bool_)
             for i, agent in enumerate(agents):
                 if present[i] and agent in alive:
-                    action_mask[i] = np.asarray(observations[agent]["action_mask"], np.bool_)
+                    raw, info = observations[agent], infos.get(agent) or {}
+                    if isinstance(raw, Mapping) and "action_mask" in raw:
+                        action_mask[i] = np.asarray(raw["action_mask"], np.bool_)
+                    elif "action_mask" in info:
+                        action_mask[i] = np.asarray(info["action_mask"], np.bool_)
             node["action_mask"] = action_mask
         if g.mask is not None:
             node["mask"] = np.fromiter((agent in alive for agent in agents), np.bool_, len(agents))
+        if g.info:
+            entries: dict[str, np.ndarray] = {}
+            for name, spec in g.info:
+                value = np.zeros(spec.shape, np.float32)
+                for i, agent in enumerate(agents):
+                    info = infos.get(agent) if present[i] else None
+                    if info and name in info:
+                        value[i] = self._info_value(agent, name, info[name], spec.shape[1:])
+                entries[name] = value
+            node["info"] = entries
         return node
+
+    def _info_value(self, agent: str, name: str, raw: Any, shape: tuple[int, ...]) -> np.ndarray:
+        try:
+            value = np.asarray(raw, np.float32)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value.shape != shape:
+            raise EnvOutputError(
+                f"agent {agent!r} of PettingZoo env {self.name!r} reported info entry {name!r} as {raw!r}; the "
+                f"batch holds it as float32 of shape {shape}, as the agents reported it at the first reset"
+            )
+        return value
 
     def close(self) -> None:
         """Close the PettingZoo env."""

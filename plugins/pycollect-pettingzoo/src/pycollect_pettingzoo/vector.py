@@ -117,13 +117,18 @@ class StackedAgentsEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Step every live agent with its row of ``action``."""
-        live = set(self.env.agents)
-        actions = {agent: action[i] for i, agent in enumerate(self.agents) if agent in live}
-        observations, rewards, terminations, truncations, _ = self.env.step(actions)
-        reward = np.array([rewards.get(agent, 0) for agent in self.agents], np.float32)
-        terminated = np.array([terminations.get(agent, False) for agent in self.agents], np.int8)
-        truncated = np.array([truncations.get(agent, False) for agent in self.agents], np.int8)
-        ended = bool(np.all([terminations[a] or truncations[a] for a in terminations]))
+        agents, env = self.agents, self.env
+        if len(env.agents) == len(agents):  # every agent live: each takes its row
+            actions = dict(zip(agents, action, strict=True))
+        else:
+            live = set(env.agents)
+            actions = {agent: action[i] for i, agent in enumerate(agents) if agent in live}
+        observations, rewards, terminations, truncations, _ = env.step(actions)
+        get_reward, get_terminated, get_truncated = rewards.get, terminations.get, truncations.get
+        reward = np.array([get_reward(agent, 0) for agent in agents], np.float32)
+        terminated = np.array([get_terminated(agent, False) for agent in agents], np.int8)
+        truncated = np.array([get_truncated(agent, False) for agent in agents], np.int8)
+        ended = all(terminations[a] or truncations[a] for a in terminations)
         observation = {
             "observation": self._stack(observations),
             "reward": reward,
@@ -174,12 +179,12 @@ class AgentVecEnv(gym.vector.VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         n = self.n_agents
         stacked = np.asarray(actions).reshape(self.vec.num_envs, n, *self._agent_shape)
         observation, _, ended, _, infos = self.vec.step(stacked)
-        observations = np.asarray(observation["observation"]).reshape(self.num_envs, *self._observation_shape).copy()
-        rewards = np.asarray(observation["reward"], np.float32).reshape(-1).copy()
-        terminated = np.asarray(observation["terminated"], np.uint8).reshape(-1).copy()
-        truncated = np.asarray(observation["truncated"], np.uint8).reshape(-1).copy()
+        observations = np.array(observation["observation"]).reshape(self.num_envs, *self._observation_shape)
+        rewards = np.array(observation["reward"], np.float32).reshape(-1)
+        terminated = np.array(observation["terminated"], np.uint8).reshape(-1)
+        truncated = np.array(observation["truncated"], np.uint8).reshape(-1)
         slot_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        if np.any(ended):
+        if ended.any():
             final = infos["final_obs"]
             for e in np.flatnonzero(ended):
                 last = final[e]
@@ -187,8 +192,9 @@ class AgentVecEnv(gym.vector.VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                 rewards[rows] = last["reward"]
                 terminated[rows] = last["terminated"]
                 truncated[rows] = last["truncated"]
+                terminal = np.array(last["observation"])
                 for i in range(n):
-                    slot_infos[e * n + i]["terminal_observation"] = np.asarray(last["observation"][i]).copy()
+                    slot_infos[e * n + i]["terminal_observation"] = terminal[i]
         return observations, rewards, terminated, truncated, slot_infos
 
     def close_extras(self, **kwargs: Any) -> None:
