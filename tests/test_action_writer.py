@@ -115,3 +115,26 @@ def test_the_writer_of_a_vector_env_casts_and_refuses_as_the_checks() -> None:
     assert (out[0] == 0.5).all()
     with pytest.raises(ActionError, match=r"action of env 1 is array\(\[2\., 0\.\]"):
         write(np.array([[0, 0], [2, 0], [0, 0]], np.float64))
+
+
+def test_a_writer_released_on_another_thread_is_freed_without_complaint() -> None:
+    """The garbage collector may free a writer on any thread (a probe's daemon thread did, in CI)."""
+    import sys
+    import threading
+
+    layout = SpaceLayout(gym.spaces.Discrete(3), "action")
+    out = layout.empty(2)
+    holder: list[Any] = [
+        _core.ActionWriter(out[0], [2], [0.0], [2.0], ELEMENT_CODES[out[0].dtype], list(ELEMENT_CODES.items()), np.ndarray)
+    ]
+    complaints: list[Any] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = complaints.append
+    try:
+        freer = threading.Thread(target=holder.clear)
+        freer.start()
+        freer.join(30)
+    finally:
+        sys.unraisablehook = previous
+    assert not freer.is_alive()
+    assert not complaints, [str(c.exc_value) for c in complaints]

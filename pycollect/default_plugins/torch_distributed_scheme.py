@@ -512,7 +512,9 @@ class _Sender(WeightSender):
         self._buffers: list[_Buffer] = []
         self._sessions: dict[int, _Session] = {}
         self._served: dict[int, tuple[int, int]] = {}  # worker -> the last (generation, session) joined
-        self._retired: list[threading.Thread] = []
+        # Every session thread not known to have ended, so close() joins those that are still
+        # finishing after their session was dropped (no longer in ``_sessions``) too.
+        self._threads: list[threading.Thread] = []
         self._skipped = _Throttled(
             "request(s) on the trainer's store that did not parse or authenticate were skipped: "
             "only the collector's own workers are served"
@@ -667,9 +669,8 @@ class _Sender(WeightSender):
             self._sessions[worker] = entry
         if previous is not None:  # that worker's earlier generation or session: let its group go
             previous.requests.put(False)
-            if previous.thread is not None:
-                self._retired.append(previous.thread)
-        self._retired = [thread for thread in self._retired if thread.is_alive()]
+        self._threads = [thread for thread in self._threads if thread.is_alive()]
+        self._threads.append(entry.thread)
         entry.thread.start()
         self._store_answer(prefix, backend)
 
@@ -735,7 +736,7 @@ class _Sender(WeightSender):
         with contextlib.suppress(RuntimeError):
             self._store.queue_push(_QUEUE_KEY, b"")  # wakes the dispatcher, which sees _closed
         self._dispatcher.join(self.timeout_s)
-        threads = [entry.thread for entry in sessions if entry.thread is not None] + self._retired
+        threads = list(self._threads)
         for thread in threads:
             thread.join(1.0)
         # Stopping the store's server fails whatever still waits on it (a rendezvous with a

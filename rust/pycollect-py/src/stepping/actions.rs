@@ -136,7 +136,7 @@ impl Value {
 
 /// Checks and writes batches of one action leaf into one array (see the module docs).
 #[derive(Debug)]
-#[pyclass(unsendable, module = "pycollect._core")]
+#[pyclass(module = "pycollect._core")]
 pub struct ActionWriter {
     out: Export,
     /// `[N, *shape]` of a batch.

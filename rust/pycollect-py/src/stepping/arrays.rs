@@ -91,11 +91,20 @@ impl std::fmt::Debug for Export {
 impl Drop for Export {
     fn drop(&mut self) {
         // SAFETY: `view` was filled by a successful PyObject_GetBuffer and is released once.
-        // Exports live inside the steppers (unsendable, dropped with the GIL held) or on the
-        // stack of a method that holds the GIL.
+        // Exports live inside the native classes (dropped by Python, so with the GIL held, on
+        // whichever thread frees them) or on the stack of a method that holds the GIL.
         unsafe { ffi::PyBuffer_Release(&mut self.view) };
     }
 }
+
+// SAFETY: a buffer export may be released on any thread that holds the GIL (CPython's buffer
+// protocol has no thread affinity), and Python frees the native classes holding exports only
+// with the GIL held: the garbage collector can free them on any thread, so they cannot be
+// `unsendable`. The bytes behind the pointer are read and written only by methods of those
+// classes, which hold the GIL and a borrow of the object, so no two threads use them at once.
+unsafe impl Send for Export {}
+// SAFETY: as for `Send`: every use of the pointer happens under the GIL and the object's borrow.
+unsafe impl Sync for Export {}
 
 /// The leading fields of numpy's array object (`PyArrayObject_fields` in
 /// `numpy/ndarraytypes.h`). numpy's inline accessors (`PyArray_DATA`, `PyArray_NDIM`,

@@ -57,7 +57,7 @@ type LeafArgs = (Vec<Py<PyAny>>, Vec<isize>, Py<PyAny>, isize);
 
 /// `K` envs of a vector env, stepped into the rows given (see the module docs).
 #[derive(Debug)]
-#[pyclass(unsendable, module = "pycollect._core")]
+#[pyclass(module = "pycollect._core")]
 pub struct GroupStepper {
     steps: Vec<Py<PyAny>>,
     resets: Vec<Py<PyAny>>,

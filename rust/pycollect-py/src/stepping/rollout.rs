@@ -32,7 +32,7 @@ type LeafArgs<'py> = (
 /// `i * T + t` of it. Rewards (float64) and the two flags (bool) go into `[T, K]` arrays, at
 /// element `t * K + i`.
 #[derive(Debug)]
-#[pyclass(unsendable, module = "pycollect._core")]
+#[pyclass(module = "pycollect._core")]
 pub struct EnvStepper {
     steps: Vec<Py<PyAny>>,
     observations: Observations,
