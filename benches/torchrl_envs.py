@@ -51,7 +51,8 @@ SERIAL = "TorchRL Collector / SerialEnv(2)"
 PYCOLLECT = "pycollect Collector (torchrl backend, 2 workers)"
 MULTISYNC = "TorchRL MultiSyncCollector (2 workers)"
 CONTENDERS = (PENV, TENV, SERIAL, PYCOLLECT, MULTISYNC)
-TARGETS = [(PENV, TENV, 3.0), (PENV, SERIAL, 0.7), (PYCOLLECT, MULTISYNC, 5.0)]  # (contender, reference, at least)
+# (contender, reference, at least): issue 30 asks 2.5x TorchRL's ParallelEnv (its goal: 3x).
+TARGETS = [(PENV, TENV, 2.5), (PENV, SERIAL, 0.7), (PYCOLLECT, MULTISYNC, 5.0)]
 STEPS = 50  # steps per env per batch, every contender
 
 

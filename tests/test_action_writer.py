@@ -125,7 +125,9 @@ def test_a_writer_released_on_another_thread_is_freed_without_complaint() -> Non
     layout = SpaceLayout(gym.spaces.Discrete(3), "action")
     out = layout.empty(2)
     holder: list[Any] = [
-        _core.ActionWriter(out[0], [2], [0.0], [2.0], ELEMENT_CODES[out[0].dtype], list(ELEMENT_CODES.items()), np.ndarray)
+        _core.ActionWriter(
+            out[0], [2], [0.0], [2.0], ELEMENT_CODES[out[0].dtype], list(ELEMENT_CODES.items()), np.ndarray
+        )
     ]
     complaints: list[Any] = []
     previous = sys.unraisablehook
