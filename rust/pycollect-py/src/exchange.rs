@@ -235,10 +235,23 @@ pub fn wait_answers(
             "wait_answers needs channels of one segment handle: channel {i} belongs to another"
         )));
     }
-    let deadline = deadline(timeout_s)?;
     let mems: Vec<StepChannelMem<ShmMailbox>> =
         channels.iter().map(|c| c.get().mem.clone()).collect();
     let waits: Vec<(&StepChannelMem<ShmMailbox>, u64)> = mems.iter().zip(seqs).collect();
+    wait_for_answers(py, &segment, &waits, any, timeout_s)
+}
+
+/// The wait of [`wait_answers`] and of `StepRequests`: until every one (or, with `any`, at
+/// least one) of `waits` (a channel and the request it waits for) is answered; the positions
+/// of the answered ones in `waits`, in order (on timeout or shutdown, those answered by then).
+pub(crate) fn wait_for_answers(
+    py: Python<'_>,
+    segment: &CoreSegment,
+    waits: &[(&StepChannelMem<ShmMailbox>, u64)],
+    any: bool,
+    timeout_s: Option<f64>,
+) -> PyResult<Vec<usize>> {
+    let deadline = deadline(timeout_s)?;
     let answered_now = || -> Vec<usize> {
         (0..waits.len())
             .filter(|&i| waits[i].0.is_answered(waits[i].1))
@@ -246,7 +259,7 @@ pub fn wait_answers(
     };
     let policy = WaitPolicy::STEPPING;
     let got = wait_sliced(py, deadline, |slice_end| {
-        match core_wait_answers(&waits, any, &policy, Some(slice_end), || {
+        match core_wait_answers(waits, any, &policy, Some(slice_end), || {
             segment.is_shutdown()
         }) {
             Ok(Waited::Ready(hit)) => Slice::Done(Ok(hit)),

@@ -11,13 +11,12 @@ use std::sync::Arc;
 
 use pycollect_core::exchange::ShmMailbox;
 use pycollect_core::exchange::STATUS_OK;
-use pycollect_core::{wait_answers, Segment as CoreSegment, StepChannelMem, WaitPolicy, Waited};
+use pycollect_core::{Segment as CoreSegment, StepChannelMem};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::blocking::{deadline, wait_sliced, Slice};
 use crate::errors::{config_error, py_err};
-use crate::exchange::StepChannel;
+use crate::exchange::{wait_for_answers, StepChannel};
 
 /// An answer that says more than "done": `(worker, generation, status, payload)`.
 type Unusual<'py> = (usize, u64, u32, Bound<'py, PyBytes>);
@@ -45,37 +44,12 @@ impl StepRequests {
         any: bool,
         timeout_s: Option<f64>,
     ) -> PyResult<Vec<usize>> {
-        let deadline = deadline(timeout_s)?;
         let waits: Vec<(&StepChannelMem<ShmMailbox>, u64)> = workers
             .iter()
             .map(|&w| (&self.mems[w], self.channel(w).with_trainer(|t| t.posted())))
             .collect();
-        let policy = WaitPolicy::STEPPING;
-        let segment = &self.segment;
-        let answered_now = || -> Vec<usize> {
-            waits
-                .iter()
-                .zip(workers)
-                .filter(|((mem, seq), _)| mem.is_answered(*seq))
-                .map(|(_, &w)| w)
-                .collect()
-        };
-        let got = wait_sliced(py, deadline, |slice_end| {
-            match wait_answers(&waits, any, &policy, Some(slice_end), || {
-                segment.is_shutdown()
-            }) {
-                Ok(Waited::Ready(hit)) => {
-                    Slice::Done(Ok(hit.into_iter().map(|i| workers[i]).collect()))
-                }
-                Ok(Waited::Aborted) => Slice::Done(Ok(answered_now())),
-                Ok(Waited::TimedOut) => Slice::Continue,
-                Err(e) => Slice::Done(Err(e)),
-            }
-        })?;
-        match got {
-            Some(result) => result.map_err(py_err),
-            None => Ok(answered_now()),
-        }
+        let answered = wait_for_answers(py, &self.segment, &waits, any, timeout_s)?;
+        Ok(answered.into_iter().map(|i| workers[i]).collect())
     }
 
     /// `workers` checked (in range, ascending, each once), or every worker.

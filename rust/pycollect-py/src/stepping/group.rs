@@ -18,11 +18,12 @@
 //! envs' `ended` flags and episode `lengths` live in arrays both sides share.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyFloat, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
 
 use super::arrays::Export;
 use super::infos::{InfoFieldArgs, InfoFields, Plan, Target};
 use super::observation::{LeafLayout, Observations, Sources};
+use super::result::common_step;
 use crate::blocking::{wait_sliced, Slice};
 use crate::control::WorkerControl;
 use crate::errors::{config_error, py_err};
@@ -123,30 +124,17 @@ impl GroupStepper {
 
     /// A `step` result's parts, if it is the common case.
     fn step_parts<'py>(&self, result: &Bound<'py, PyAny>) -> PyResult<Option<StepParts<'py>>> {
-        let Ok(tuple) = result.cast::<PyTuple>() else {
+        let Some(step) = common_step(&self.observations, result)? else {
             return Ok(None);
         };
-        if tuple.len() != 5 {
-            return Ok(None);
-        }
-        let (reward, term, trunc) = (tuple.get_item(1)?, tuple.get_item(2)?, tuple.get_item(3)?);
-        if !(reward.is_exact_instance_of::<PyFloat>()
-            && term.is_exact_instance_of::<PyBool>()
-            && trunc.is_exact_instance_of::<PyBool>())
-        {
-            return Ok(None);
-        }
-        let Some(sources) = self.observations.sources(&tuple.get_item(0)?) else {
-            return Ok(None);
-        };
-        let Some(plan) = self.infos.plan(&tuple.get_item(4)?) else {
+        let Some(plan) = self.infos.plan(&step.info) else {
             return Ok(None);
         };
         Ok(Some(StepParts {
-            sources,
-            reward: reward.cast::<PyFloat>()?.value(),
-            terminated: term.is_truthy()?,
-            truncated: trunc.is_truthy()?,
+            sources: step.sources,
+            reward: step.reward,
+            terminated: step.terminated,
+            truncated: step.truncated,
             plan,
         }))
     }

@@ -6,14 +6,15 @@
 //!   their info fields (`pycollect._steps.group`), and the step worker's request loop.
 //! * [`actions`]: `ActionWriter`, a batch of actions checked and written in one pass.
 //!
-//! [`arrays`], [`observation`] and [`infos`] are what they share: reading numpy objects,
-//! storing observation leaves, storing info entries.
+//! [`arrays`], [`observation`], [`result`] and [`infos`] are what they share: reading numpy
+//! objects, storing observation leaves, reading a step result, storing info entries.
 
 mod actions;
 mod arrays;
 mod group;
 mod infos;
 mod observation;
+mod result;
 mod rollout;
 
 pub use actions::ActionWriter;

@@ -11,10 +11,11 @@
 //! step counts and the trajectory limit are Python's.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyTuple, PyType};
+use pyo3::types::PyType;
 
 use super::arrays::Export;
 use super::observation::{LeafLayout, Observations};
+use super::result::common_step;
 use crate::errors::config_error;
 
 /// One leaf as the constructor takes it: `(path, frames, shape, dtype, itemsize)`.
@@ -51,31 +52,17 @@ impl EnvStepper {
     /// not (nothing written), else whether the step ended the env's episode (the flags are
     /// stored as they came: the trajectory limit is applied by the caller).
     fn store(&self, result: &Bound<'_, PyAny>, env: usize, t: usize) -> PyResult<Option<bool>> {
-        let Ok(tuple) = result.cast::<PyTuple>() else {
-            return Ok(None);
-        };
-        if tuple.len() != 5 {
-            return Ok(None);
-        }
-        let (reward, term, trunc) = (tuple.get_item(1)?, tuple.get_item(2)?, tuple.get_item(3)?);
-        if !(reward.is_exact_instance_of::<PyFloat>()
-            && term.is_exact_instance_of::<PyBool>()
-            && trunc.is_exact_instance_of::<PyBool>())
-        {
-            return Ok(None);
-        }
-        let Some(sources) = self.observations.sources(&tuple.get_item(0)?) else {
+        let Some(step) = common_step(&self.observations, result)? else {
             return Ok(None);
         };
         // SAFETY: the exports were checked in `new` to hold `K * T` frames, and frame
         // `env * T + t` is one of them because `env < K` and `t < T` (checked by `step`).
         unsafe {
             self.observations
-                .copy(&sources, &self.frames, env * self.steps_per_row + t)
+                .copy(&step.sources, &self.frames, env * self.steps_per_row + t)
         };
         let cell = t * self.steps.len() + env;
-        let reward = reward.cast::<PyFloat>()?.value();
-        let (term, trunc) = (term.is_truthy()?, trunc.is_truthy()?);
+        let (reward, term, trunc) = (step.reward, step.terminated, step.truncated);
         // SAFETY: `cell < steps_per_row * K` (`step` checked `t`, and `env < K`), and the three
         // exports were checked in `new` to hold that many float64 and bool elements; unaligned
         // writes make no assumption about alignment.
