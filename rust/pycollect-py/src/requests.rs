@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use pycollect_core::exchange::ShmMailbox;
 use pycollect_core::exchange::STATUS_OK;
-use pycollect_core::{Segment as CoreSegment, StepChannelMem};
+use pycollect_core::sync::{AtomicU32, Ordering};
+use pycollect_core::{Segment as CoreSegment, StepChannelMem, StepWaits};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -28,6 +29,9 @@ pub struct StepRequests {
     channels: Vec<Py<StepChannel>>,
     mems: Vec<StepChannelMem<ShmMailbox>>,
     segment: Arc<CoreSegment>,
+    /// 1 if the last wait outlasted the yield window ([`StepWaits`]), else 0: a hint for the
+    /// next wait, which publishes nothing, hence `Relaxed`.
+    last_wait_long: AtomicU32,
 }
 
 impl StepRequests {
@@ -48,7 +52,11 @@ impl StepRequests {
             .iter()
             .map(|&w| (&self.mems[w], self.channel(w).with_trainer(|t| t.posted())))
             .collect();
-        let answered = wait_for_answers(py, &self.segment, &waits, any, timeout_s)?;
+        let step_waits = StepWaits::after(self.last_wait_long.load(Ordering::Relaxed) == 1);
+        let (answered, step_waits) =
+            wait_for_answers(py, &self.segment, &waits, any, timeout_s, step_waits)?;
+        self.last_wait_long
+            .store(u32::from(step_waits.last_was_long()), Ordering::Relaxed);
         Ok(answered.into_iter().map(|i| workers[i]).collect())
     }
 
@@ -91,6 +99,7 @@ impl StepRequests {
             channels,
             mems,
             segment,
+            last_wait_long: AtomicU32::new(0),
         })
     }
 
