@@ -11,7 +11,7 @@ from test_vector_workers import CrashingEnv
 
 from pycollect import ActionError, ConfigError
 from pycollect.testing import wait_until
-from pycollect.testing.envs import CountingEnv
+from pycollect.testing.envs import CountingEnv, MultiBinaryActionEnv
 from pycollect.vector import make_vec
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,6 +51,29 @@ def test_a_pool_serves_every_env_and_each_steps_its_own_episodes() -> None:
         assert served.min() >= 1, served
     finally:
         env.close()
+
+
+def test_each_env_of_a_pool_steps_with_the_action_sent_for_it() -> None:
+    """One worker per recv(): its actions are written where that worker reads them (natively for
+    an exact array, through the checks for a list), and no other worker's."""
+    env = make_vec(MultiBinaryActionEnv, 6, num_workers=3, batch_size=2)
+    sent: dict[int, list[float]] = {}  # each env's last action, which its next observation echoes
+    checked = 0
+    try:
+        env.async_reset(seed=0)
+        for step in range(40):
+            obs, _, _, _, _, ids = env.recv()
+            for row, i in enumerate(ids.tolist()):
+                if i in sent:
+                    assert obs[row].tolist() == sent[i], (step, i)
+                    checked += 1
+            actions = np.array([[(i >> b) & 1 for b in range(3)] + [step & 1] for i in ids.tolist()], np.int8)
+            for row, i in enumerate(ids.tolist()):
+                sent[i] = actions[row].astype(float).tolist()
+            env.send(actions.tolist() if step % 3 == 0 else actions, ids)
+    finally:
+        env.close()
+    assert sorted(sent) == list(range(6)) and checked >= 30
 
 
 def test_the_pool_api_on_a_synchronous_vector_env_is_reset_and_step() -> None:

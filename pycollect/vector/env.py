@@ -77,6 +77,17 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._pool = self.batch_size < self.num_envs  # recv() serves the first workers ready
         self._batch_actions = ActionChecker(backend.action, self.batch_size) if self._pool else self._actions
         self._envs_per_worker = config.envs_per_worker
+        # A pool serving one worker per recv() writes its actions where that worker reads them,
+        # checked as the synchronous step's are (natively in the common case).
+        k = self._envs_per_worker
+        self._worker_writers = (
+            [
+                self._batch_actions.writer([array[w * k : (w + 1) * k] for array in backend.actions])
+                for w in range(self.num_envs // k)
+            ]
+            if self._pool and self.batch_size == k
+            else None
+        )
         self._rows: dict[tuple[int, ...], np.ndarray] = {}  # the env ids of a set of workers, for recv()
         self._received_workers: list[int] = []  # the workers the last recv() returned, in order
         self._received: np.ndarray | None = None  # the env ids the last recv() returned
@@ -234,7 +245,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         received = self._received
         if received is None:
             raise ConfigError(f"send() on {self._name} without a recv() before it: send the envs recv() returned")
-        if env_ids is not None and not np.array_equal(np.asarray(env_ids), received):
+        if env_ids is not None and not _same_ids(env_ids, received):
             raise ActionError(
                 f"send() for env_ids {np.asarray(env_ids).tolist()}, but the last recv() returned env_ids "
                 f"{received.tolist()}: send exactly those, in that order"
@@ -243,8 +254,13 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             self.step_async(actions)
             self._received = None
             return
-        checked = self._batch_actions.check(actions)
-        self._backend.pool_send(self._received_workers, checked)  # type: ignore[attr-defined]
+        backend: Any = self._backend
+        if self._worker_writers is not None:
+            [worker] = self._received_workers
+            self._worker_writers[worker](actions)  # ActionError: nothing written, nothing sent
+            backend.pool_post(self._received_workers)
+        else:
+            backend.pool_send(self._received_workers, self._batch_actions.check(actions))
         self._received = None
 
     def step_async(self, actions: Any) -> None:
@@ -498,3 +514,10 @@ def start_backend(
     else:
         backend = WorkerStepBackend.start(source, config)
     return backend, source.describe()
+
+
+def _same_ids(env_ids: Any, received: np.ndarray) -> bool:
+    """Whether ``env_ids`` are ``received`` (int32), in order; cheaply for the ids recv() returned."""
+    if isinstance(env_ids, np.ndarray) and env_ids.dtype == received.dtype and env_ids.shape == received.shape:
+        return env_ids.tobytes() == received.tobytes()
+    return bool(np.array_equal(np.asarray(env_ids), received))

@@ -305,6 +305,11 @@ class WorkerStepBackend:
         for leaf, block in zip(actions, self.actions, strict=True):
             for position, w in enumerate(workers):
                 block[w * k : (w + 1) * k] = leaf[position * k : (position + 1) * k]
+        self.pool_post(workers)
+
+    def pool_post(self, workers: Sequence[int]) -> None:
+        """Post the next step of ``workers``, whose actions are already in :attr:`actions`."""
+        self._live()
         posted = sorted(workers)
         self._requests.post_all(protocol.STEP, self._generations, None, posted)
         seqs = self._requests.seqs()
