@@ -76,6 +76,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self.batch_size = config.batch_size
         self._pool = self.batch_size < self.num_envs  # recv() serves the first workers ready
         self._batch_actions = ActionChecker(backend.action, self.batch_size) if self._pool else self._actions
+        self._batch_infos = InfoMerger(self.batch_size) if self._pool else self._infos
         self._envs_per_worker = config.envs_per_worker
         # A pool serving one worker per recv() writes its actions where that worker reads them,
         # checked as the synchronous step's are (natively in the common case).
@@ -223,7 +224,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         terminated, truncated = backend.terminated[rows], backend.truncated[rows]
         parts = [(position * k, materials[w]) for position, w in enumerate(workers) if materials[w]]
         final = backend.final_observations
-        infos = InfoMerger(self.batch_size).merge(
+        infos = self._batch_infos.merge(
             parts,
             None if final is None else (lambda row: layout.single(final, int(rows[row]))),
             backend.info,

@@ -52,7 +52,7 @@ pub use layout::{DType, Field, Layout, LayoutError, LayoutParams};
 pub use ring::{Claim, ClaimBatch, Consumer, Producer, RingError, RingMem, SlotRef};
 #[cfg(not(loom))]
 pub use segment::{AttachOptions, Backing, Mapping, Segment, SegmentError};
-pub use wait::{wait_until, StepWaits, WaitOutcome, WaitPolicy, Waited};
+pub use wait::{step_wait_policy, wait_until, WaitOutcome, WaitPolicy, Waited};
 pub use weights::{WeightsError, WeightsMem, WeightsReader, WeightsWriter};
 pub use worker::{WorkerCtl, WorkerState};
 

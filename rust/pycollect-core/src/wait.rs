@@ -75,7 +75,7 @@ impl WaitPolicy {
     }
 }
 
-/// Chooses a step exchange's next wait from how long the waiter's last one took.
+/// A step exchange's policy for the next wait, from how long the waiter's last one took.
 ///
 /// Yielding pays when the peer answers within [`STEP_YIELD`] (a CartPole step: tens of
 /// microseconds). When the peer's turn is long (an Atari step of several envs, a CNN over a
@@ -83,34 +83,11 @@ impl WaitPolicy {
 /// looks busy, so the scheduler does not move the peer, or a third process, onto it. So after a
 /// wait that outlasted the window the next one sleeps after the default short spin
 /// ([`WaitPolicy::default`]), and after a short one it yields again ([`WaitPolicy::STEPPING`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StepWaits {
-    last_was_long: bool,
-}
-
-impl StepWaits {
-    /// The policy for the next wait.
-    pub fn policy(self) -> WaitPolicy {
-        if self.last_was_long {
-            WaitPolicy::default()
-        } else {
-            WaitPolicy::STEPPING
-        }
-    }
-
-    /// Records how long a wait took.
-    pub fn record(&mut self, waited: Duration) {
-        self.last_was_long = waited > STEP_YIELD;
-    }
-
-    /// Whether the last wait outlasted the yield window (to keep the state elsewhere).
-    pub fn last_was_long(self) -> bool {
-        self.last_was_long
-    }
-
-    /// The state after a last wait that was (or was not) long.
-    pub fn after(last_was_long: bool) -> Self {
-        Self { last_was_long }
+pub fn step_wait_policy(last_wait: Duration) -> WaitPolicy {
+    if last_wait > STEP_YIELD {
+        WaitPolicy::default()
+    } else {
+        WaitPolicy::STEPPING
     }
 }
 
@@ -324,13 +301,8 @@ mod tests {
 
     #[test]
     fn a_long_wait_makes_the_next_one_sleep_sooner() {
-        let mut waits = StepWaits::default();
-        assert_eq!(waits.policy(), WaitPolicy::STEPPING);
-        waits.record(STEP_YIELD * 3);
-        assert_eq!(waits.policy(), WaitPolicy::default());
-        assert!(waits.last_was_long());
-        assert_eq!(StepWaits::after(true), waits);
-        waits.record(STEP_YIELD / 10);
-        assert_eq!(waits.policy(), WaitPolicy::STEPPING);
+        assert_eq!(step_wait_policy(Duration::ZERO), WaitPolicy::STEPPING);
+        assert_eq!(step_wait_policy(STEP_YIELD * 3), WaitPolicy::default());
+        assert_eq!(step_wait_policy(STEP_YIELD / 10), WaitPolicy::STEPPING);
     }
 }

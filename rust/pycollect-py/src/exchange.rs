@@ -12,12 +12,12 @@
 //! generation the supervisor started it as) and stamps it on every answer.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pycollect_core::exchange::ShmMailbox;
 use pycollect_core::{
     wait_answers as core_wait_answers, Segment as CoreSegment, StepChannelMem, StepTrainer,
-    StepWaits, StepWorker, WaitPolicy, Waited, WorkerCtl,
+    StepWorker, WaitPolicy, Waited, WorkerCtl,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -239,21 +239,22 @@ pub fn wait_answers(
     let mems: Vec<StepChannelMem<ShmMailbox>> =
         channels.iter().map(|c| c.get().mem.clone()).collect();
     let waits: Vec<(&StepChannelMem<ShmMailbox>, u64)> = mems.iter().zip(seqs).collect();
-    wait_for_answers(py, &segment, &waits, any, timeout_s, StepWaits::default()).map(|(hit, _)| hit)
+    let policy = WaitPolicy::STEPPING;
+    wait_for_answers(py, &segment, &waits, any, timeout_s, &policy).map(|(hit, _)| hit)
 }
 
 /// The wait of [`wait_answers`] and of `StepRequests`: until every one (or, with `any`, at
 /// least one) of `waits` (a channel and the request it waits for) is answered; the positions
 /// of the answered ones in `waits`, in order (on timeout or shutdown, those answered by then),
-/// and `step_waits` with this wait recorded.
+/// and how long the wait took.
 pub(crate) fn wait_for_answers(
     py: Python<'_>,
     segment: &CoreSegment,
     waits: &[(&StepChannelMem<ShmMailbox>, u64)],
     any: bool,
     timeout_s: Option<f64>,
-    mut step_waits: StepWaits,
-) -> PyResult<(Vec<usize>, StepWaits)> {
+    policy: &WaitPolicy,
+) -> PyResult<(Vec<usize>, Duration)> {
     let deadline = deadline(timeout_s)?;
     let began = Instant::now();
     let answered_now = || -> Vec<usize> {
@@ -261,9 +262,8 @@ pub(crate) fn wait_for_answers(
             .filter(|&i| waits[i].0.is_answered(waits[i].1))
             .collect()
     };
-    let policy = step_waits.policy();
     let got = wait_sliced(py, deadline, |slice_end| {
-        match core_wait_answers(waits, any, &policy, Some(slice_end), || {
+        match core_wait_answers(waits, any, policy, Some(slice_end), || {
             segment.is_shutdown()
         }) {
             Ok(Waited::Ready(hit)) => Slice::Done(Ok(hit)),
@@ -272,10 +272,10 @@ pub(crate) fn wait_for_answers(
             Err(e) => Slice::Done(Err(e)),
         }
     })?;
-    step_waits.record(began.elapsed());
+    let waited = began.elapsed();
     let hit = match got {
         Some(result) => result.map_err(py_err)?,
         None => answered_now(),
     };
-    Ok((hit, step_waits))
+    Ok((hit, waited))
 }

@@ -8,11 +8,12 @@
 //! so requests posted here and through a channel are one sequence.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use pycollect_core::exchange::ShmMailbox;
 use pycollect_core::exchange::STATUS_OK;
-use pycollect_core::sync::{AtomicU32, Ordering};
-use pycollect_core::{Segment as CoreSegment, StepChannelMem, StepWaits};
+use pycollect_core::sync::{AtomicU64, Ordering};
+use pycollect_core::{step_wait_policy, Segment as CoreSegment, StepChannelMem};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -29,9 +30,9 @@ pub struct StepRequests {
     channels: Vec<Py<StepChannel>>,
     mems: Vec<StepChannelMem<ShmMailbox>>,
     segment: Arc<CoreSegment>,
-    /// 1 if the last wait outlasted the yield window ([`StepWaits`]), else 0: a hint for the
-    /// next wait, which publishes nothing, hence `Relaxed`.
-    last_wait_long: AtomicU32,
+    /// Nanoseconds the last wait took, which choose the next one's policy
+    /// ([`step_wait_policy`]): a hint that publishes nothing, hence `Relaxed`.
+    last_wait_ns: AtomicU64,
 }
 
 impl StepRequests {
@@ -52,11 +53,12 @@ impl StepRequests {
             .iter()
             .map(|&w| (&self.mems[w], self.channel(w).with_trainer(|t| t.posted())))
             .collect();
-        let step_waits = StepWaits::after(self.last_wait_long.load(Ordering::Relaxed) == 1);
-        let (answered, step_waits) =
-            wait_for_answers(py, &self.segment, &waits, any, timeout_s, step_waits)?;
-        self.last_wait_long
-            .store(u32::from(step_waits.last_was_long()), Ordering::Relaxed);
+        let last = Duration::from_nanos(self.last_wait_ns.load(Ordering::Relaxed));
+        let policy = step_wait_policy(last);
+        let (answered, waited) =
+            wait_for_answers(py, &self.segment, &waits, any, timeout_s, &policy)?;
+        let waited_ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.last_wait_ns.store(waited_ns, Ordering::Relaxed);
         Ok(answered.into_iter().map(|i| workers[i]).collect())
     }
 
@@ -99,7 +101,7 @@ impl StepRequests {
             channels,
             mems,
             segment,
-            last_wait_long: AtomicU32::new(0),
+            last_wait_ns: AtomicU64::new(0),
         })
     }
 

@@ -17,7 +17,7 @@
 //! work is handed back to Python with the raw result, which Python checks and stores. The
 //! envs' `ended` flags and episode `lengths` live in arrays both sides share.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
@@ -32,7 +32,7 @@ use crate::errors::{config_error, py_err};
 use crate::exchange::StepChannel;
 use pycollect_core::exchange::{CMD_STEP, STATUS_OK};
 use pycollect_core::worker::monotonic_ns;
-use pycollect_core::{StepWaits, Waited};
+use pycollect_core::{step_wait_policy, Waited};
 
 /// An env whose step Python finishes: the raw `step` result, nothing of it stored.
 pub(crate) const LEFT_STEPPED: u8 = 0;
@@ -459,11 +459,11 @@ impl GroupStepper {
     ) -> PyResult<(u64, Option<Handed<'py>>)> {
         let channel = channel.get();
         let control = control.get();
-        let mut waits = StepWaits::default();
+        let mut last_wait = Duration::ZERO;
         let mut served = 0;
         loop {
             control.inner().beat(monotonic_ns());
-            let (policy, began) = (waits.policy(), Instant::now());
+            let (policy, began) = (step_wait_policy(last_wait), Instant::now());
             let got = wait_sliced(py, None, |slice_end| {
                 match channel.with_worker(|w| {
                     w.wait_request(&policy, Some(slice_end), || channel.is_shutdown())
@@ -477,7 +477,7 @@ impl GroupStepper {
                     Err(e) => Slice::Done(Err(e)),
                 }
             })?;
-            waits.record(began.elapsed());
+            last_wait = began.elapsed();
             let Some(request) = got.transpose().map_err(py_err)?.flatten() else {
                 return Ok((served, None));
             };
