@@ -7,8 +7,9 @@ shared-memory segment holds everything a step moves, one step deep: per field, t
 every worker side by side, so the trainer's ``[num_envs, ...]`` result arrays are single views
 of it and the actions go in with one copy per action leaf.
 Each worker has a step channel (:mod:`.step_protocol`); a step posts one request to every
-worker, then waits for all the answers on the segment's doorbell (spinning briefly, then
-sleeping), looking at the supervisor's events between waits.
+worker, then waits for all the answers (spinning briefly, yielding, then sleeping on the
+futex; after a long wait the next one sleeps sooner: ``step_wait_policy`` in the core crate),
+looking at the supervisor's events between waits.
 
 Faults follow the restart policy. A worker given up on (``restart="never"``, or past
 ``max_restarts``) makes the waiting call raise :class:`~pycollect.WorkerCrashedError` with
