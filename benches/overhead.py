@@ -17,7 +17,8 @@ round):
    1,024 frames a batch, with each collector's frames/s and the workers' CPU per frame. From
    these follows the most 2 CPUs can give: ``1 / max(trainer, worker)`` frames per second with
    one worker (the two overlap), ``2 / (trainer + worker)`` with two.
-3. **The native stepper** (``_core.EnvStepper``) on 8 envs whose step costs nothing, against a
+3. **The native stepper** (``_core.GroupStepper`` bound to a rollout, as the collector's
+   stepping loop binds it) on 8 envs whose step costs nothing, against a
    Python loop that stores nothing and one that stores what the stepper stores (observation,
    reward, flags): what storing a step costs, apart from any env.
 4. **The trainer's part of a vector env's step** (``make_vec("CartPole-v1", 16, num_workers=2)``,
@@ -31,7 +32,7 @@ round):
     python benches/overhead.py --rounds 3 --part copies   # or loop, stepper, vector
 
 The timing wraps private methods (``EnvRunner._step``, ``_restart``, ``_reset_env``,
-``WorkerPool._assemble`` and the per-batch parts) and drives ``_core.EnvStepper`` directly: a
+``WorkerPool._assemble`` and the per-batch parts) and drives the rollout's native step directly: a
 diagnostic of this version, not an API (``tests/test_overhead_bench.py`` keeps it running).
 """
 
@@ -52,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import synthetic_env
 
-from pycollect import Collector, _core
+from pycollect import Collector
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._engines import inprocess
 from pycollect._engines.workers import pool
@@ -183,15 +184,13 @@ def stepper_round(steps: int = 1024) -> None:
     env_steps = [env.step for env in envs]
     frames = np.zeros((K, steps, 4), np.float32)
     rewards, terminated, truncated = np.zeros((steps, K)), np.zeros((steps, K), bool), np.zeros((steps, K), bool)
-    stepper = _core.EnvStepper(
-        env_steps, [([], frames, [4], frames.dtype, 4)], steps, np.ndarray, rewards, terminated, truncated
-    )
+    stepper = runner._NativeStep(env_steps, [((), frames, (4,), frames.dtype)], rewards, terminated, truncated)
     actions = np.random.default_rng(0).integers(0, 2, (steps, K))
     listed = [list(row) for row in actions]
 
     def native() -> None:
         for t in range(steps):
-            stepper.step(t, actions[t])
+            stepper(t, actions[t])
 
     def plain() -> None:
         for t in range(steps):

@@ -65,6 +65,14 @@ STEP_STATUS_RESTARTED: int
 """2: the request was posted to a worker generation that died; its successor did not serve it
 (:meth:`StepChannel.skip_pending`). Reserved: :meth:`StepChannel.respond` refuses it."""
 
+# GroupStepper's autoreset modes (gymnasium's ``AutoresetMode``, numbered).
+AUTORESET_NEXT_STEP: int
+"""0: an env whose episode ended at its last step is reset instead of stepped."""
+AUTORESET_SAME_STEP: int
+"""1: an env whose episode ends is reset in the same step (its last observation in the final rows)."""
+AUTORESET_DISABLED: int
+"""2: never reset by the stepper (a collector's rollout resets its envs itself)."""
+
 FieldDef: TypeAlias = tuple[str, str, tuple[int, ...]]
 """A :class:`pycollect.envs.Field` as the native layer takes it (Rust's ``layout::Field``):
 (name: its key joined by ``/``, dtype name, per-step shape). dtype names: uint8 int8 int16 int32
@@ -705,58 +713,12 @@ class Supervisor:
         """
 
 @final
-class EnvStepper:
-    """One step of every environment of a rollout, the common case of its results stored natively.
-
-    A strict subset of the Python path of :class:`pycollect._rollout.runner.EnvRunner`: for
-    an env whose result is the common case (every observation leaf exactly a C-contiguous
-    ``numpy.ndarray`` whose dtype is its field's dtype object and whose shape is its field's,
-    found through exact ``dict``, ``collections.OrderedDict`` and ``tuple`` containers where the
-    Python path looks, a ``float`` reward and ``bool`` flags) each leaf is copied into frame
-    ``(i, t)`` of its array and the reward and flags, as the env returned them, into element
-    ``(t, i)`` of their arrays; every other env is handed back with its result, for the caller
-    to check and store. It counts nothing: step counts and the trajectory limit are the caller's.
-    """
-
-    def __init__(
-        self,
-        steps: Sequence[Callable[[object], object]],
-        leaves: Sequence[tuple[Sequence[object], object, Sequence[int], object, int]],
-        steps_per_row: int,
-        ndarray: type,
-        rewards: object,
-        terminated: object,
-        truncated: object,
-    ) -> None:
-        """Bind the envs' ``step`` methods to a rollout's arrays (numpy arrays or other buffer exporters).
-
-        ``leaves``: one ``(path, frames, shape, dtype, itemsize)`` per observation leaf;
-        ``path`` the Dict keys and Tuple indices leading to it (empty: the observation itself),
-        ``frames`` its ``[K, steps_per_row, *shape]`` array of the numpy ``dtype`` (``itemsize``
-        bytes an element). ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are
-        ``[steps_per_row, K]``; all writable and C-contiguous. An info is not looked at (a
-        rollout keeps none unless asked, and then steps in Python).
-
-        Raises:
-            ConfigError: No leaf, an array is not such a buffer, or its size does not fit the layout.
-        """
-    def step(self, t: int, actions: Sequence[object]) -> tuple[list[int], list[tuple[int, object]]]:
-        """Step every env once, in order, at step ``t``; return ``(ended, left)``.
-
-        ``ended``: the envs whose result was stored and whose flags end their episode.
-        ``left``: the envs whose result was not stored, each as ``(env index, its step
-        result)``, unchecked. Both in env order.
-
-        ``actions`` is iterated once (one item an env, in order).
-
-        Raises:
-            ConfigError: ``t`` is outside the rollout, or ``actions`` has fewer items than envs.
-        """
-
 class GroupStepper:
-    """A vector env's ``K`` envs stepped with gymnasium's autoreset semantics, the common case natively.
+    """``K`` envs stepped with gymnasium's autoreset semantics, the common case natively (the one native stepper).
 
-    The native side of :class:`pycollect._steps.group.EnvGroup`: per env it does what
+    The native side of :class:`pycollect._steps.group.EnvGroup` (a vector env's rows, one step
+    column) and of a collector's rollout (:mod:`pycollect._rollout.runner`: ``[K, T]`` arrays,
+    step ``t`` into column ``t``, ``DISABLED`` mode). Per env it does what
     ``SyncVectorEnv`` does in the autoreset mode (``NEXT_STEP`` resets an env that ended at its
     last step instead of stepping it; ``SAME_STEP`` resets an env whose episode ends, or reaches
     ``max_episode_steps``, in the same step, its last observation in the final rows and its info
@@ -764,6 +726,9 @@ class GroupStepper:
     the native store takes, a ``float`` reward, ``bool`` flags, an info whose kept entries all
     fit the info fields) into the rows, and handing every other env back with its raw result.
     ``ended`` and ``lengths`` are shared with the Python side.
+
+    Every per-step array has ``T`` step columns (``steps_per_row``): env ``i``'s frame at column
+    ``t`` is frame ``i * T + t`` of its leaf's rows, its reward and flags element ``t * K + i``.
     """
 
     def __init__(
@@ -784,31 +749,42 @@ class GroupStepper:
         max_episode_steps: int | None,
         info_keys: Sequence[str] | None,
         info_fields: Sequence[tuple[object, ...]],
+        steps_per_row: int = 1,
     ) -> None:
-        """Bind the envs' ``step`` and ``reset`` methods to the arrays a vector env reads.
+        """Bind the envs' ``step`` and ``reset`` methods to the arrays they are stepped into.
 
-        ``leaves``: ``(path, shape, dtype, itemsize)`` per observation leaf; ``rows`` (and
-        ``finals``, exactly in ``SAME_STEP`` mode) one writable C-contiguous ``[K, *shape]`` array
-        per leaf; ``rewards`` float64, ``terminated``, ``truncated``, ``ended`` bool and
-        ``lengths`` int64, each ``[K]``. ``mode``: 0 ``NEXT_STEP``, 1 ``SAME_STEP``, 2
-        ``DISABLED``. ``info_keys``: the entries kept (``None``: all). ``info_fields``: ``(key,
-        kind, type or dtype, shape, itemsize, values, mask, final values, final mask)`` per field
+        ``leaves``: ``(path, shape, dtype, itemsize)`` per observation leaf, ``path`` the Dict
+        keys and Tuple indices leading to it (empty: the observation itself); ``rows`` (and
+        ``finals``, exactly in ``SAME_STEP`` mode) one writable C-contiguous ``[K, T, *shape]``
+        array per leaf; ``rewards`` float64, ``terminated`` and ``truncated`` bool, each ``[T,
+        K]``; ``ended`` bool and ``lengths`` int64, each ``[K]``; ``T`` is ``steps_per_row``.
+        ``mode``: one of :data:`AUTORESET_NEXT_STEP`, :data:`AUTORESET_SAME_STEP`,
+        :data:`AUTORESET_DISABLED`. ``info_keys``: the entries kept (``None``: all).
+        ``info_fields``: ``(key, kind, type or dtype, shape, itemsize, values, mask, final
+        values, final mask)`` per field, each ``[K]``: an env's latest entries
         (:meth:`pycollect._steps.info_fields.InfoArrays.native_args`).
 
         Raises:
             ConfigError: An array that does not fit its role, an unknown mode or kind.
         """
     def step(
-        self, actions: Iterable[object], start: int = 0, stop: int | None = None
+        self, actions: Iterable[object], start: int = 0, stop: int | None = None, t: int = 0
     ) -> list[tuple[int, int, object]] | None:
-        """Step envs ``start..stop`` (default: all) with ``actions``, one per env of the range.
+        """Step envs ``start..stop`` (default: all) with ``actions``, one per env of the range, into step column ``t``.
+
+        An env whose episode ended and that was not reset here gets its ``ended`` flag.
 
         Returns ``None`` when every env was stored, else ``(env, kind, raw result)`` for each env
         Python finishes (kinds: :data:`pycollect._steps.group.LEFT_STEPPED`, ``LEFT_RESET``,
         ``LEFT_ENDED_RESET``), in env order.
 
         Raises:
-            ConfigError: A bad range, or fewer actions than envs in it.
+            ConfigError: A bad range or column, or fewer actions than envs in the range.
+        """
+    def take_ended(self) -> list[int]:
+        """The envs whose ``ended`` flag is set, in env order, their flags cleared.
+
+        What a caller that resets ended envs itself (a rollout, ``DISABLED`` mode) takes after a step.
         """
     def serve(
         self,
@@ -827,6 +803,9 @@ class GroupStepper:
         the steps it answered, and the request left to Python as ``(seq, command, arg,
         payload, left)`` (``left`` as :meth:`step` returns it; ``None`` when nothing was
         stepped), or ``None`` once the segment shuts down.
+
+        Raises:
+            ConfigError: The stepper has more than one step column (a worker's group has one).
         """
 
 class ActionWriter:

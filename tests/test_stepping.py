@@ -1,4 +1,4 @@
-"""The native stepper (``_core.EnvStepper``) stores exactly what the Python loop stores.
+"""The native stepper (``_core.GroupStepper``, bound to a rollout) stores exactly what the Python loop stores.
 
 The runner hands the common case of a step result (numpy observation leaves of their fields'
 dtypes and shapes, in exact dict, OrderedDict and tuple containers for Dict and Tuple
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from pycollect import Collector, ConfigError, EnvOutputError, _core
+from pycollect import Collector, ConfigError, EnvOutputError
+from pycollect._rollout.runner import _NativeStep
 from pycollect.testing.envs import CountingEnv, SpacesEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -153,26 +154,26 @@ def _flags(steps: int, envs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros((steps, envs)), np.zeros((steps, envs), bool), np.zeros((steps, envs), bool)
 
 
+def _leaf(frames: np.ndarray, path: tuple[Any, ...] = ()) -> tuple[Any, np.ndarray, tuple[int, ...], np.dtype[Any]]:
+    """A leaf as ``_NativeStep`` takes it: its frames are ``[K, T, *shape]``."""
+    return path, frames, frames.shape[2:], frames.dtype
+
+
 def test_the_stepper_refuses_arrays_it_cannot_write() -> None:
     env = gym.make("CartPole-v1")
     steps, frames = [env.step], np.zeros((1, 4, 4), np.float32)
-    frame = ([4], np.dtype(np.float32), 4)
-    with pytest.raises(ConfigError, match="frames of leaf 0 must be a writable C-contiguous"):
-        _core.EnvStepper(steps, [([], frames[:, ::2], *frame)], 2, np.ndarray, *_flags(2, 1))
-    with pytest.raises(ConfigError, match="frames of leaf 1 holds 64 bytes, not 1 envs x 3 steps"):
-        _core.EnvStepper(
-            steps, [([], np.zeros((1, 3, 4), np.float32), *frame), ([], frames, *frame)], 3, np.ndarray, *_flags(3, 1)
-        )
+    with pytest.raises(ConfigError, match="rows of leaf 0 must be a writable C-contiguous"):
+        _NativeStep(steps, [((), frames[:, ::2], (4,), frames.dtype)], *_flags(2, 1))
+    with pytest.raises(ConfigError, match="rows of leaf 1 holds 64 bytes, not 1 envs x 3 steps x 16 bytes"):
+        _NativeStep(steps, [_leaf(np.zeros((1, 3, 4), np.float32)), _leaf(frames)], *_flags(3, 1))
     with pytest.raises(ConfigError, match="an observation has at least one leaf"):
-        _core.EnvStepper(steps, [], 4, np.ndarray, *_flags(4, 1))
+        _NativeStep(steps, [], *_flags(4, 1))
     rewards, terminated, truncated = _flags(4, 1)
     with pytest.raises(ConfigError, match="rewards must have buffer format"):
-        _core.EnvStepper(
-            steps, [([], frames, *frame)], 4, np.ndarray, rewards.astype(np.float32), terminated, truncated
-        )
+        _NativeStep(steps, [_leaf(frames)], rewards.astype(np.float32), terminated, truncated)
     terminated.flags.writeable = False
     with pytest.raises(ConfigError, match="terminated must be a writable C-contiguous"):
-        _core.EnvStepper(steps, [([], frames, *frame)], 4, np.ndarray, rewards, terminated, truncated)
+        _NativeStep(steps, [_leaf(frames)], rewards, terminated, truncated)
     env.close()
 
 
@@ -182,31 +183,24 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
         env.reset(seed=0)
     frames = np.full((2, 3, 2), -1.0, np.float32)
     rewards, terminated, truncated = _flags(3, 2)
-    stepper = _core.EnvStepper(
-        [env.step for env in envs],
-        [([], frames, [2], np.dtype(np.float32), 4)],
-        3,
-        np.ndarray,
-        rewards,
-        terminated,
-        truncated,
-    )
-    assert stepper.step(1, np.zeros(2, np.int64)) == ([], [])
+    stepper = _NativeStep([env.step for env in envs], [_leaf(frames)], rewards, terminated, truncated)
+    assert stepper(1, np.zeros(2, np.int64)) == ([], [])
     assert frames[:, 1, 1].tolist() == [1.0, 1.0] and (frames[:, [0, 2]] == -1).all()
     assert rewards[1].tolist() == [1.0, 1.0] and not rewards[[0, 2]].any()
     assert not terminated.any() and not truncated.any()
-    assert stepper.step(2, np.zeros(2, np.int64)) == ([0, 1], [])  # both episodes ended, both stored
+    assert stepper(2, np.zeros(2, np.int64)) == ([0, 1], [])  # both episodes ended, both stored
     assert terminated[2].tolist() == [True, True] and not truncated.any()  # as the envs returned them
     assert frames[:, 2, 1].tolist() == [2.0, 2.0]
-    with pytest.raises(ConfigError, match="step 3 is outside a rollout of 3 steps"):
-        stepper.step(3, np.zeros(2, np.int64))
-    with pytest.raises(ConfigError, match="1 actions for 2 envs"):
-        stepper.step(0, np.zeros(1, np.int64))
+    assert stepper(2, np.zeros(2, np.int64))[0] == [0, 1]  # ended again: the flags were taken, not kept
+    with pytest.raises(ConfigError, match="step column 3 of arrays with 3 columns"):
+        stepper(3, np.zeros(2, np.int64))
+    with pytest.raises(ConfigError, match="1 actions for envs 0..2"):
+        stepper(0, np.zeros(1, np.int64))
 
 
 # -- the contract of the two step paths ------------------------------------------------------
 #
-# The native step (EnvStepper.step) is a strict subset of the Python one (_Rollout.step_python):
+# The native step (_NativeStep) is a strict subset of the Python one (_Rollout.step_python):
 # it stores only the common case, returns the stored envs whose episode ended and every other
 # env with its result, and counts nothing; the trajectory limit is applied in Python after either
 # path.
@@ -246,16 +240,8 @@ def test_the_native_step_returns_exactly_the_envs_it_does_not_store() -> None:
     steps, k = 2, len(names)
     frames = np.full((k, steps, 2), -1.0, np.float32)
     rewards, terminated, truncated = np.full((steps, k), -7.0), np.zeros((steps, k), bool), np.zeros((steps, k), bool)
-    stepper = _core.EnvStepper(
-        [_returning(results[n]) for n in names],
-        [([], frames, [2], np.dtype(np.float32), 4)],
-        steps,
-        np.ndarray,
-        rewards,
-        terminated,
-        truncated,
-    )
-    ended, left = stepper.step(1, np.zeros(k, np.int64))
+    stepper = _NativeStep([_returning(results[n]) for n in names], [_leaf(frames)], rewards, terminated, truncated)
+    ended, left = stepper(1, np.zeros(k, np.int64))
     assert [names[i] for i in ended] == ends
     assert [names[i] for i, _ in left] == [n for n in names if n not in stored]  # in env order
     assert all(result is results[names[i]] for i, result in left)  # the env's own result, untouched
@@ -405,17 +391,18 @@ def test_both_paths_raise_the_same_error(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "env 1" in messages[0] and "at step 3 of this rollout" in messages[0] and "reward" in messages[0]
 
 
-def test_a_rollout_stepper_stores_a_step_whatever_its_info() -> None:
+def test_a_rollout_stepper_stores_a_step_whatever_its_info_dict_holds() -> None:
     obs = np.array([1.0, 2.0], np.float32)
 
-    def env(info: dict[str, Any]) -> Any:
+    def env(info: Any) -> Any:
         return lambda action: (obs, 0.5, False, False, info)
 
-    steps = [env({}), env({"lives": 3}), env({})]
-    frames = np.zeros((3, 1, 2), np.float32)
-    rollout = _core.EnvStepper(steps, [([], frames, [2], np.dtype(np.float32), 4)], 1, np.ndarray, *_flags(1, 3))
-    assert rollout.step(0, np.zeros(3, np.int64)) == ([], [])  # a rollout keeps no info: all three stored
-    assert (frames[:, 0] == obs).all()
+    steps = [env({}), env({"lives": 3, "episode": {"r": 1.0}}), env({}), env(None)]
+    frames = np.zeros((4, 1, 2), np.float32)
+    rollout = _NativeStep(steps, [_leaf(frames)], *_flags(1, 4))
+    ended, left = rollout(0, np.zeros(4, np.int64))
+    assert ended == [] and [i for i, _ in left] == [3]  # a rollout keeps no info entry: every dict is stored
+    assert (frames[:3, 0] == obs).all() and not frames[3].any()  # an info that is no dict: the Python path's
 
 
 def test_the_stepper_stores_every_leaf_of_a_nested_observation_or_none() -> None:
@@ -423,10 +410,10 @@ def test_the_stepper_stores_every_leaf_of_a_nested_observation_or_none() -> None
     position, velocity = np.full((6, 1, 2), -1, f32), np.full((6, 1, 3), -1, f64)
     count, image = np.full((6, 1, 1), -1, i64), np.full((6, 1, 2, 2), 9, u8)
     leaves = [
-        (["position"], position, [2], f32, 4),
-        (["inner", "velocity"], velocity, [3], f64, 8),
-        (["pair", 0], count, [1], i64, 8),
-        (["pair", 1], image, [2, 2], u8, 1),
+        _leaf(position, ("position",)),
+        _leaf(velocity, ("inner", "velocity")),
+        _leaf(count, ("pair", 0)),
+        _leaf(image, ("pair", 1)),
     ]
 
     def obs(mapping: Any = dict, **replace: Any) -> Any:
@@ -453,8 +440,8 @@ def test_the_stepper_stores_every_leaf_of_a_nested_observation_or_none() -> None
     names = list(results)
     rewards, terminated, truncated = _flags(1, len(names))
     steps = [_returning((results[n], 1.0, False, False, {})) for n in names]
-    stepper = _core.EnvStepper(steps, leaves, 1, np.ndarray, rewards, terminated, truncated)
-    ended, left = stepper.step(0, np.zeros(len(names), np.int64))
+    stepper = _NativeStep(steps, leaves, rewards, terminated, truncated)
+    ended, left = stepper(0, np.zeros(len(names), np.int64))
     assert ended == [] and [names[i] for i, _ in left] == [
         "missing key",
         "list leaf",

@@ -7,13 +7,15 @@ A rollout reads top to bottom in :meth:`EnvRunner.rollout`. It binds a ``_Rollou
 output arrays once, then at each step: the weights hook, the policy's actions (``act``), the
 envs' steps, the episode ends, the observation the policy reads next, the resets. The envs are
 stepped one of two ways, which store the same values. ``step_python`` checks and stores any
-``env.step`` result (through :mod:`pycollect._rollout.checks`). ``step_native``
-(``_core.EnvStepper``) is a strict subset of it: where no ``info_keys`` are kept, it steps
-every env, stores the common case (an observation whose leaves, the observation itself or
-those of a Dict or Tuple observation, are exactly numpy arrays of their fields' dtypes and
-shapes, a ``float`` reward, ``bool`` flags) exactly as the Python path would, and returns the other envs with
-their results, which ``step_python`` then takes. Each path returns the envs whose episode
-ended among those it stored. Neither counts steps: the step counts and
+``env.step`` result (through :mod:`pycollect._rollout.checks`). The native way is a strict
+subset of it: where no ``info_keys`` are kept, ``_core.GroupStepper`` (pycollect's one native
+stepper, the vector env's too) steps every env into column ``t`` of the rollout's arrays, in
+``DISABLED`` autoreset mode (the episode ends are this loop's), stores the common case (an
+observation whose leaves, the observation itself or those of a Dict or Tuple observation, are
+exactly numpy arrays of their fields' dtypes and shapes, a ``float`` reward, ``bool`` flags, a
+``dict`` info) exactly as the Python path would, and returns the other envs with their
+results, which ``step_python`` then takes. Each path gives the envs whose episode ended among
+those it stored. Neither counts steps: the step counts and
 ``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
 path.
 
@@ -275,6 +277,69 @@ class _ObsOut(NamedTuple):
     shape: tuple[int, ...]
 
 
+class _NativeStep:
+    """``_core.GroupStepper`` over a rollout's arrays: step ``t`` of every env, the common case stored.
+
+    ``DISABLED`` mode and no info entries: the stepper stores each env's observation at frame
+    ``(i, t)`` of the ``("next", ...)`` arrays and its reward and flags, as the env returned them,
+    at ``(t, i)`` of the ``[T, K]`` ones, and flags the stored envs whose episode ended (taken
+    after each step). It resets nothing and counts nothing: the runner does, after its trajectory limit.
+
+    Args:
+        steps: Each env's ``step``.
+        leaves: ``(path, frames, shape, dtype)`` per observation leaf: ``path`` the Dict keys and
+            Tuple indices leading to it in the raw observation, ``frames`` its writable,
+            C-contiguous ``[K, T, *shape]`` array of ``dtype``.
+        rewards: ``[T, K]`` float64.
+        terminated: ``[T, K]`` bool.
+        truncated: ``[T, K]`` bool.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[Callable[[Any], Any]],
+        leaves: Sequence[tuple[Key, np.ndarray, tuple[int, ...], np.dtype[Any]]],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> None:
+        count = len(steps)
+        self._stepper = _core.GroupStepper(
+            list(steps),
+            [_resets_nothing] * count,  # never called in DISABLED mode
+            [(list(path), list(shape), dtype, dtype.itemsize) for path, _, shape, dtype in leaves],
+            [frames for _, frames, _, _ in leaves],
+            None,
+            np.ndarray,
+            rewards,
+            terminated,
+            truncated,
+            np.zeros(count, np.bool_),  # ended, read by take_ended
+            np.zeros(count, np.int64),
+            mode=_core.AUTORESET_DISABLED,
+            max_episode_steps=None,
+            info_keys=[],
+            info_fields=[],
+            steps_per_row=rewards.shape[0],
+        )
+
+    def __call__(self, t: int, actions: Any) -> tuple[list[int], list[tuple[int, Any]]]:
+        """Step every env at step ``t``: the stored envs whose episode ended, and the others with their results.
+
+        Both in env order; the others' ``step`` results are unchecked (the rollout's Python path takes them).
+
+        Raises:
+            ConfigError: ``t`` is outside the rollout, or ``actions`` has fewer items than envs.
+        """
+        left = self._stepper.step(actions, 0, None, t)
+        ended = self._stepper.take_ended()
+        return ended, [] if left is None else [(i, raw) for i, _, raw in left]
+
+
+def _resets_nothing() -> Any:
+    raise RuntimeError("a rollout's native stepper resets no env: the runner does")
+
+
 class _Rollout:
     """What one :meth:`EnvRunner.rollout` writes, bound once before its first step.
 
@@ -352,8 +417,8 @@ class _Rollout:
             array[...] = 0  # slots are reused
         return actions
 
-    def _native_step(self) -> Callable[[int, Any], tuple[list[int], list[tuple[int, object]]]] | None:
-        """The native stepper's ``step`` for this rollout: every observation leaf, no info entries kept.
+    def _native_step(self) -> _NativeStep | None:
+        """The native stepper bound to this rollout: every observation leaf, no info entries kept.
 
         ``info_keys`` take the Python path only.
         """
@@ -361,16 +426,8 @@ class _Rollout:
             return None
         if not all(o.next_obs.flags.c_contiguous and o.next_obs.flags.writeable for o in self.obs_out):
             return None
-        stepper = _core.EnvStepper(
-            self.env_steps,
-            [(list(o.path), o.next_obs, list(o.shape), o.dtype, o.dtype.itemsize) for o in self.obs_out],
-            self.steps,
-            np.ndarray,
-            self.rewards,
-            self.terminated,
-            self.truncated,
-        )
-        return stepper.step
+        leaves = [(o.path, o.next_obs, o.shape, o.dtype) for o in self.obs_out]
+        return _NativeStep(self.env_steps, leaves, self.rewards, self.terminated, self.truncated)
 
     def use_version(self, version: int, t: int) -> None:
         """New weights were applied before step ``t``: the frames from it on record ``version``."""

@@ -80,7 +80,11 @@ instead of stepped (``NEXT_STEP``), reward and flags written, its raw ``reset`` 
 ``reset`` result.
 """
 
-_MODE_CODES = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.DISABLED: 2}
+_MODE_CODES = {
+    AutoresetMode.NEXT_STEP: _core.AUTORESET_NEXT_STEP,
+    AutoresetMode.SAME_STEP: _core.AUTORESET_SAME_STEP,
+    AutoresetMode.DISABLED: _core.AUTORESET_DISABLED,
+}
 
 
 class _GroupChecks(OutputChecks):

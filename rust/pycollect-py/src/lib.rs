@@ -35,9 +35,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;
-    m.add_class::<stepping::EnvStepper>()?;
     m.add_class::<stepping::GroupStepper>()?;
     m.add_class::<stepping::ActionWriter>()?;
+    // `GroupStepper`'s autoreset modes (gymnasium's `AutoresetMode`, numbered).
+    m.add("AUTORESET_NEXT_STEP", stepping::AUTORESET_NEXT_STEP)?;
+    m.add("AUTORESET_SAME_STEP", stepping::AUTORESET_SAME_STEP)?;
+    m.add("AUTORESET_DISABLED", stepping::AUTORESET_DISABLED)?;
     m.add_class::<requests::StepRequests>()?;
     m.add_class::<events::WorkerEvent>()?;
     m.add_class::<events::WorkerExit>()?;

@@ -1,9 +1,9 @@
 //! Reading numpy arrays and scalars without numpy's C API, and holding buffer exports.
 //!
-//! The steppers test an env's output many times per step (is this exactly a numpy array of this
-//! dtype and shape?), so they read numpy's object headers directly rather than export a buffer
+//! The stepper tests an env's output many times per step (is this exactly a numpy array of this
+//! dtype and shape?), so it reads numpy's object headers directly rather than export a buffer
 //! for every fresh array (numpy builds buffer information per export, which cost more than the
-//! rest of a small env's step). The arrays a stepper writes into are exported once, when it is
+//! rest of a small env's step). The arrays the stepper writes into are exported once, when it is
 //! built, and held for its lifetime.
 
 use std::ffi::{c_char, c_int, CStr};

@@ -1,5 +1,10 @@
-//! `GroupStepper`: a vector env's `K` envs stepped with gymnasium's autoreset semantics, the
-//! common case natively; and `serve`, a step worker's request loop around it.
+//! `GroupStepper`: `K` envs stepped with gymnasium's autoreset semantics, the common case
+//! natively; and `serve`, a step worker's request loop around it.
+//!
+//! It is pycollect's one native stepper: a vector env's group steps into `[K]` rows
+//! (`pycollect._steps.group.EnvGroup`), and a collector's rollout into the `[K, T]` arrays of
+//! a rollout, one column `t` per step (`pycollect._rollout.runner`, in `DISABLED` mode: the
+//! rollout resets ended envs itself, after its trajectory limit).
 //!
 //! Per env it does what `gymnasium.vector.SyncVectorEnv` does in each autoreset mode (and what
 //! `pycollect._steps.group.EnvGroup`, its Python side, does for the envs it hands back):
@@ -48,6 +53,11 @@ type Left = Vec<(usize, u8, Py<PyAny>)>;
 /// The status a worker answers a request for another generation with (`step_protocol.NOT_MINE`).
 const STATUS_NOT_MINE: u32 = 3;
 
+/// The autoreset modes as the constructor takes them (`_core.AUTORESET_*`).
+pub const AUTORESET_NEXT_STEP: u8 = 0;
+pub const AUTORESET_SAME_STEP: u8 = 1;
+pub const AUTORESET_DISABLED: u8 = 2;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     NextStep,
@@ -58,18 +68,23 @@ enum Mode {
 /// One leaf as the constructor takes it: `(path, shape, dtype, itemsize)`.
 type LeafArgs = (Vec<Py<PyAny>>, Vec<isize>, Py<PyAny>, isize);
 
-/// `K` envs of a vector env, stepped into the rows given (see the module docs).
+/// `K` envs, stepped into the rows given (see the module docs).
+///
+/// Every per-step array has `T` columns (`steps_per_row`; a vector env's group has one): env
+/// `env`'s frame at step column `t` is frame `env * T + t` of its leaf's rows, and its reward
+/// and flags are element `t * K + env` of theirs (a rollout's `[T, K]` layout). `ended`,
+/// `lengths` and the info fields hold one value per env.
 #[derive(Debug)]
 #[pyclass(module = "pycollect._core")]
 pub struct GroupStepper {
     steps: Vec<Py<PyAny>>,
     resets: Vec<Py<PyAny>>,
     observations: Observations,
-    /// `[K, *shape]` per leaf: the observations (after a `SAME_STEP` end, the reset one).
+    /// `[K, T, *shape]` per leaf: the observations (after a `SAME_STEP` end, the reset one).
     rows: Vec<Export>,
-    /// `[K, *shape]` per leaf, `SAME_STEP` mode: the observations episodes ended with.
+    /// `[K, T, *shape]` per leaf, `SAME_STEP` mode: the observations episodes ended with.
     finals: Option<Vec<Export>>,
-    /// `[K]` float64 and bools.
+    /// `[T, K]` float64 and bools.
     rewards: Export,
     terminated: Export,
     truncated: Export,
@@ -82,6 +97,8 @@ pub struct GroupStepper {
     mode: Mode,
     max_episode_steps: Option<i64>,
     infos: InfoFields,
+    /// `T`: the step columns of every per-step array.
+    steps_per_row: usize,
 }
 
 /// What a step result holds, checked: the observation's leaves, reward, flags and info plan.
@@ -98,14 +115,22 @@ impl GroupStepper {
         self.steps.len()
     }
 
-    fn flag(export: &Export, env: usize) -> bool {
-        // SAFETY: `env < K` (every caller's loop bound) and the export holds `K` bools.
-        unsafe { export.ptr().add(env).read() != 0 }
+    /// Env `env`'s frame at column `t` of the rows (`env < K`, `t < T`).
+    fn frame(&self, env: usize, t: usize) -> usize {
+        env * self.steps_per_row + t
     }
 
-    fn set_flag(export: &Export, env: usize, value: bool) {
+    /// Bool `index` of `export`: an env's (`ended`, `[K]`) or a cell's (`[T, K]` flags).
+    fn flag(export: &Export, index: usize) -> bool {
+        // SAFETY: every caller passes `env < K` for a `[K]` export or `t * K + env < T * K`
+        // for a `[T, K]` one (its loop bounds, `t < T` checked in `step_range`), and `new`
+        // checked each export's size.
+        unsafe { export.ptr().add(index).read() != 0 }
+    }
+
+    fn set_flag(export: &Export, index: usize, value: bool) {
         // SAFETY: as for `flag`.
-        unsafe { export.ptr().add(env).write(u8::from(value)) }
+        unsafe { export.ptr().add(index).write(u8::from(value)) }
     }
 
     /// Steps env `env` took since its last reset.
@@ -161,25 +186,39 @@ impl GroupStepper {
             .map(|plan| (sources, plan)))
     }
 
-    /// Writes env `env`'s reward and flags.
-    fn write_step(&self, env: usize, reward: f64, terminated: bool, truncated: bool) {
-        // SAFETY: `env < K` and the exports hold `K` float64 and bools (checked in `new`).
+    /// Writes env `env`'s reward and flags at column `t`.
+    fn write_step(&self, env: usize, t: usize, reward: f64, terminated: bool, truncated: bool) {
+        let cell = t * self.count() + env;
+        // SAFETY: `env < K` and `t < T` (every caller's bounds), and the exports hold `T * K`
+        // float64 and bools (checked in `new`).
         unsafe {
             (self.rewards.ptr() as *mut f64)
-                .add(env)
+                .add(cell)
                 .write_unaligned(reward)
         };
-        Self::set_flag(&self.terminated, env, terminated);
-        Self::set_flag(&self.truncated, env, truncated);
+        Self::set_flag(&self.terminated, cell, terminated);
+        Self::set_flag(&self.truncated, cell, truncated);
     }
 
-    /// Resets env `env` and stores what the reset returned, or hands it back as `kind`.
-    fn reset_env(&self, py: Python<'_>, env: usize, kind: u8, left: &mut Left) -> PyResult<()> {
+    /// Resets env `env` and stores what the reset returned at column `t`, or hands it back as
+    /// `kind`.
+    fn reset_env(
+        &self,
+        py: Python<'_>,
+        env: usize,
+        t: usize,
+        kind: u8,
+        left: &mut Left,
+    ) -> PyResult<()> {
         let raw = self.resets[env].bind(py).call0()?;
         match self.reset_parts(&raw)? {
             Some((sources, plan)) => {
-                // SAFETY: `env < K` and every row export holds `K` frames (checked in `new`).
-                unsafe { self.observations.copy(&sources, &self.rows, env) };
+                // SAFETY: `env < K` and `t < T`, and every row export holds `K * T` frames
+                // (checked in `new`).
+                unsafe {
+                    self.observations
+                        .copy(&sources, &self.rows, self.frame(env, t))
+                };
                 self.infos.write(&plan, Target::Info, env)?;
             }
             None => left.push((env, kind, raw.unbind())),
@@ -187,20 +226,21 @@ impl GroupStepper {
         Ok(())
     }
 
-    /// One env's part of a step (see the module docs).
+    /// One env's part of a step at column `t` (see the module docs).
     fn step_env(
         &self,
         py: Python<'_>,
         env: usize,
+        t: usize,
         action: &Bound<'_, PyAny>,
         left: &mut Left,
     ) -> PyResult<()> {
         self.infos.clear(env);
         if self.mode == Mode::NextStep && Self::flag(&self.ended, env) {
-            self.write_step(env, 0.0, false, false);
+            self.write_step(env, t, 0.0, false, false);
             Self::set_flag(&self.ended, env, false);
             self.set_length(env, 0);
-            return self.reset_env(py, env, LEFT_RESET, left);
+            return self.reset_env(py, env, t, LEFT_RESET, left);
         }
         let mut due = false;
         if let Some(limit) = self.max_episode_steps {
@@ -215,20 +255,23 @@ impl GroupStepper {
         };
         let truncated = parts.truncated || due;
         let ends = parts.terminated || truncated;
-        self.write_step(env, parts.reward, parts.terminated, truncated);
+        self.write_step(env, t, parts.reward, parts.terminated, truncated);
+        let frame = self.frame(env, t);
         if self.mode == Mode::SameStep && ends {
             let finals = self
                 .finals
                 .as_ref()
                 .ok_or_else(|| config_error("SAME_STEP without final rows"))?;
-            // SAFETY: `env < K` and every final row export holds `K` frames (checked in `new`).
-            unsafe { self.observations.copy(&parts.sources, finals, env) };
+            // SAFETY: `env < K` and `t < T`, and every final row export holds `K * T` frames
+            // (checked in `new`).
+            unsafe { self.observations.copy(&parts.sources, finals, frame) };
             self.infos.write(&parts.plan, Target::Final, env)?;
             self.set_length(env, 0);
-            return self.reset_env(py, env, LEFT_ENDED_RESET, left);
+            return self.reset_env(py, env, t, LEFT_ENDED_RESET, left);
         }
-        // SAFETY: `env < K` and every row export holds `K` frames (checked in `new`).
-        unsafe { self.observations.copy(&parts.sources, &self.rows, env) };
+        // SAFETY: `env < K` and `t < T`, and every row export holds `K * T` frames (checked in
+        // `new`).
+        unsafe { self.observations.copy(&parts.sources, &self.rows, frame) };
         self.infos.write(&parts.plan, Target::Info, env)?;
         if ends && self.mode != Mode::SameStep {
             Self::set_flag(&self.ended, env, true);
@@ -236,18 +279,26 @@ impl GroupStepper {
         Ok(())
     }
 
-    /// Steps envs `start..stop` with `actions` (one per env of the range); see `step`.
+    /// Steps envs `start..stop` with `actions` (one per env of the range) at column `t`; see
+    /// `step`.
     fn step_range(
         &self,
         py: Python<'_>,
         actions: &Bound<'_, PyAny>,
         start: usize,
         stop: usize,
+        t: usize,
     ) -> PyResult<Left> {
         if start > stop || stop > self.count() {
             return Err(config_error(format!(
                 "envs {start}..{stop} of a group of {} envs",
                 self.count()
+            )));
+        }
+        if t >= self.steps_per_row {
+            return Err(config_error(format!(
+                "step column {t} of arrays with {} columns",
+                self.steps_per_row
             )));
         }
         let mut left = Vec::new();
@@ -259,7 +310,7 @@ impl GroupStepper {
                     env - start
                 )));
             };
-            self.step_env(py, env, &action, &mut left)?;
+            self.step_env(py, env, t, &action, &mut left)?;
         }
         Ok(left)
     }
@@ -298,17 +349,19 @@ type Handed<'py> = (u64, u32, u64, Bound<'py, PyBytes>, Option<Left>);
 
 #[pymethods]
 impl GroupStepper {
-    /// Binds `K` envs (their `step` and `reset` methods) to the arrays a vector env reads.
+    /// Binds `K` envs (their `step` and `reset` methods) to the arrays they are stepped into.
     ///
-    /// `leaves`: `(path, shape, dtype, itemsize)` per observation leaf (see `EnvStepper`);
-    /// `rows` (and `finals`, exactly in `SAME_STEP` mode) one writable C-contiguous
-    /// `[K, *shape]` array per leaf. `rewards` float64, `terminated`, `truncated`, `ended` bool
-    /// and `lengths` int64, each `[K]`. `mode`: 0 `NEXT_STEP`, 1 `SAME_STEP`, 2 `DISABLED`.
-    /// `info_keys`: the entries kept (`None`: all); `info_fields`: `(key, kind, type or dtype,
-    /// shape, itemsize, values, mask, final values, final mask)` per field.
+    /// `leaves`: `(path, shape, dtype, itemsize)` per observation leaf, `path` the `dict` keys
+    /// and `tuple` indices that lead to it (empty: the observation itself); `rows` (and
+    /// `finals`, exactly in `SAME_STEP` mode) one writable C-contiguous `[K, T, *shape]` array
+    /// per leaf. `rewards` float64, `terminated` and `truncated` bool, each `[T, K]`; `ended`
+    /// bool and `lengths` int64, each `[K]`. `T` is `steps_per_row` (default 1). `mode`: one of
+    /// the `AUTORESET_*` codes. `info_keys`: the entries kept (`None`: all);
+    /// `info_fields`: `(key, kind, type or dtype, shape, itemsize, values, mask, final values,
+    /// final mask)` per field, each `[K]` (they hold the entries of an env's latest step).
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (steps, resets, leaves, rows, finals, ndarray, rewards, terminated, truncated, ended, lengths, *, mode, max_episode_steps, info_keys, info_fields))]
+    #[pyo3(signature = (steps, resets, leaves, rows, finals, ndarray, rewards, terminated, truncated, ended, lengths, *, mode, max_episode_steps, info_keys, info_fields, steps_per_row = 1))]
     fn new(
         py: Python<'_>,
         steps: Vec<Py<PyAny>>,
@@ -326,8 +379,13 @@ impl GroupStepper {
         max_episode_steps: Option<i64>,
         info_keys: Option<Vec<Py<PyString>>>,
         info_fields: Vec<InfoFieldArgs<'_>>,
+        steps_per_row: usize,
     ) -> PyResult<Self> {
         let count = steps.len();
+        if steps_per_row == 0 {
+            return Err(config_error("steps_per_row must be positive"));
+        }
+        let cells = count * steps_per_row;
         if resets.len() != count {
             return Err(config_error(format!(
                 "{} resets for {count} envs",
@@ -335,9 +393,9 @@ impl GroupStepper {
             )));
         }
         let mode = match mode {
-            0 => Mode::NextStep,
-            1 => Mode::SameStep,
-            2 => Mode::Disabled,
+            AUTORESET_NEXT_STEP => Mode::NextStep,
+            AUTORESET_SAME_STEP => Mode::SameStep,
+            AUTORESET_DISABLED => Mode::Disabled,
             other => return Err(config_error(format!("unknown autoreset mode {other}"))),
         };
         if max_episode_steps.is_some() && mode != Mode::SameStep {
@@ -371,8 +429,11 @@ impl GroupStepper {
                         &format!("{what} of leaf {n}"),
                         array,
                         None,
-                        leaf.frame_bytes * count,
-                        &format!("{count} envs x {} bytes", leaf.frame_bytes),
+                        leaf.frame_bytes * cells,
+                        &format!(
+                            "{count} envs x {steps_per_row} steps x {} bytes",
+                            leaf.frame_bytes
+                        ),
                     )
                 })
                 .collect()
@@ -384,16 +445,20 @@ impl GroupStepper {
             (_, None) => None,
             (_, Some(_)) => return Err(config_error("final rows are for SAME_STEP mode only")),
         };
-        let flags =
-            |name: &str, array: &Bound<'_, PyAny>, format: Option<&std::ffi::CStr>, size: usize| {
-                Export::writable(
-                    name,
-                    array,
-                    format,
-                    size * count,
-                    &format!("{count} x {size} bytes"),
-                )
-            };
+        // Per step (`[T, K]`, `cells` elements) or per env (`[K]`, `count`).
+        let flags = |name: &str,
+                     array: &Bound<'_, PyAny>,
+                     format: Option<&std::ffi::CStr>,
+                     size: usize,
+                     elements: usize| {
+            Export::writable(
+                name,
+                array,
+                format,
+                size * elements,
+                &format!("{elements} x {size} bytes"),
+            )
+        };
         let infos = InfoFields::new(
             info_keys,
             info_fields,
@@ -407,34 +472,50 @@ impl GroupStepper {
             observations,
             rows,
             finals,
-            rewards: flags("rewards", rewards, Some(c"d"), 8)?,
-            terminated: flags("terminated", terminated, Some(c"?"), 1)?,
-            truncated: flags("truncated", truncated, Some(c"?"), 1)?,
-            ended: flags("ended", ended, Some(c"?"), 1)?,
+            rewards: flags("rewards", rewards, Some(c"d"), 8, cells)?,
+            terminated: flags("terminated", terminated, Some(c"?"), 1, cells)?,
+            truncated: flags("truncated", truncated, Some(c"?"), 1, cells)?,
+            ended: flags("ended", ended, Some(c"?"), 1, count)?,
             // int64 is "l" or "q" as the platform names it: its size is what matters.
-            lengths: flags("lengths", lengths, None, 8)?,
+            lengths: flags("lengths", lengths, None, 8, count)?,
             mode,
             max_episode_steps,
             infos,
+            steps_per_row,
         })
     }
 
     /// Steps envs `start..stop` (default: all) with `actions`, one per env of the range, in env
-    /// order, autoresetting as the mode says; each env's info fields are rewritten.
+    /// order, into step column `t`, autoresetting as the mode says; each env's info fields are
+    /// rewritten. An env whose episode ended (and was not reset here) gets its `ended` flag.
     ///
     /// Returns `None` when every env was stored, else `(env, kind, raw result)` for the envs
     /// Python finishes (kinds: 0 stepped, nothing stored; 1 a `NEXT_STEP` reset to store; 2 a
     /// `SAME_STEP` end stored, its reset to store), in env order.
-    #[pyo3(signature = (actions, start = 0, stop = None))]
+    #[pyo3(signature = (actions, start = 0, stop = None, t = 0))]
     fn step(
         &self,
         py: Python<'_>,
         actions: &Bound<'_, PyAny>,
         start: usize,
         stop: Option<usize>,
+        t: usize,
     ) -> PyResult<Option<Left>> {
-        let left = self.step_range(py, actions, start, stop.unwrap_or(self.count()))?;
+        let left = self.step_range(py, actions, start, stop.unwrap_or(self.count()), t)?;
         Ok((!left.is_empty()).then_some(left))
+    }
+
+    /// The envs whose `ended` flag is set, in env order, their flags cleared: what a caller that
+    /// resets ended envs itself (a rollout, `DISABLED` mode) takes after a step.
+    fn take_ended(&self) -> Vec<usize> {
+        let mut ended = Vec::new();
+        for env in 0..self.count() {
+            if Self::flag(&self.ended, env) {
+                Self::set_flag(&self.ended, env, false);
+                ended.push(env);
+            }
+        }
+        ended
     }
 
     /// A step worker's request loop: serves the trainer's STEP requests natively until one
@@ -457,6 +538,12 @@ impl GroupStepper {
         generation: u64,
         actions: &Bound<'py, PyAny>,
     ) -> PyResult<(u64, Option<Handed<'py>>)> {
+        if self.steps_per_row != 1 {
+            return Err(config_error(format!(
+                "a step worker's group answers into one row per env, not {}",
+                self.steps_per_row
+            )));
+        }
         let channel = channel.get();
         let control = control.get();
         let mut last_wait = Duration::ZERO;
@@ -506,7 +593,7 @@ impl GroupStepper {
                 return Ok(handed(None));
             }
             let step_actions = actions.call1((start, stop))?;
-            let left = self.step_range(py, &step_actions, start, stop)?;
+            let left = self.step_range(py, &step_actions, start, stop, 0)?;
             if !left.is_empty() {
                 return Ok(handed(Some(left)));
             }

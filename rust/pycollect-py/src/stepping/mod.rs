@@ -1,9 +1,8 @@
-//! Native steppers: where an env's step result is stored without Python in the common case.
+//! The native stepper: where an env's step result is stored without Python in the common case.
 //!
-//! * [`rollout`]: `EnvStepper`, one step of a rollout's envs into `[K, T]` arrays (the
-//!   collector's stepping loop, `pycollect._rollout.runner`).
-//! * [`group`]: `GroupStepper`, a vector env's envs with gymnasium's autoreset semantics and
-//!   their info fields (`pycollect._steps.group`), and the step worker's request loop.
+//! * [`group`]: `GroupStepper`, the one stepper: envs with gymnasium's autoreset semantics
+//!   and their info fields, into a vector env's rows (`pycollect._steps.group`) or a rollout's
+//!   `[K, T]` arrays (`pycollect._rollout.runner`), and the step worker's request loop.
 //! * [`actions`]: `ActionWriter`, a batch of actions checked and written in one pass.
 //!
 //! [`arrays`], [`observation`], [`result`] and [`infos`] are what they share: reading numpy
@@ -15,8 +14,6 @@ mod group;
 mod infos;
 mod observation;
 mod result;
-mod rollout;
 
 pub use actions::ActionWriter;
-pub use group::GroupStepper;
-pub use rollout::EnvStepper;
+pub use group::{GroupStepper, AUTORESET_DISABLED, AUTORESET_NEXT_STEP, AUTORESET_SAME_STEP};

@@ -1,4 +1,4 @@
-//! Reading an env's `step` result in the common case, for both steppers.
+//! Reading an env's `step` result in the common case (for [`GroupStepper`](super::GroupStepper)).
 //!
 //! The common case is what gymnasium's envs return almost always: a 5-tuple of an observation
 //! the [`Observations`] store takes, a `float` reward, `bool` flags and an info. Anything else
