@@ -406,17 +406,25 @@ class StepRequests:
 
         Returns ``False`` when ``timeout_s`` passed first or the segment shut down.
         """
-    def wait_any(self, workers: Sequence[int], *, timeout_s: float | None) -> list[int]:
-        """Wait like :meth:`wait_all` until at least one of ``workers`` (ascending) has answered its latest request.
-
-        Returns those of them that have, in order (none on timeout or shutdown).
-        """
-    def answered(self, workers: Sequence[int]) -> list[int]:
-        """Those of ``workers`` (ascending) whose latest request is answered, now."""
     def unusual(self, workers: Sequence[int] | None = None) -> list[tuple[int, int, int, bytes]]:
         """Each latest answer that is not "OK, no payload": ``(worker, generation, status, payload)``.
 
         Of every worker, or of ``workers``; in worker order.
+        """
+    def oldest_answered(
+        self, queue: Sequence[int], count: int, *, timeout_s: float | None
+    ) -> tuple[list[int], list[tuple[int, int, int, bytes]]]:
+        """A pool's receive: the first ``count`` workers of ``queue`` that have answered.
+
+        ``queue``: the workers with a request in flight, the longest waiting first. Returns
+        those taken in queue order, with the answers among them that are not "OK, no payload"
+        (as :meth:`unusual` gives them). Waits (GIL released, sliced, Ctrl-C raises) until
+        ``count`` have answered; if ``timeout_s`` passes first, or the segment shuts down,
+        returns ``([], [])`` (nothing is taken: a later call finds the same answers).
+
+        Raises:
+            ConfigError: ``queue`` names a worker twice or one out of range, or ``count`` is 0
+                or more than ``len(queue)``.
         """
 
 def wait_answers(

@@ -257,6 +257,44 @@ def test_waits_time_out_and_wait_answers_checks_its_arguments() -> None:
         _core.wait_answers([a], [1], timeout_s=-1)
 
 
+def _serve(channel: _core.StepChannel, status: int = _core.STEP_STATUS_OK, payload: bytes = b"") -> None:
+    """Answer the request waiting on ``channel``, as its worker would."""
+    assert channel.wait_request(timeout_s=1) is not None
+    channel.respond(status, payload)
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_takes_the_longest_waiting_of_the_answered_workers_first() -> None:
+    segment = _segment(workers=3)
+    channels = [segment.step_channel(w) for w in range(3)]
+    requests = _core.StepRequests(channels)
+    requests.post_all(_core.STEP_CMD_STEP, [0, 0, 0])
+    queue = [2, 1, 0]  # the pool's order: worker 2's request was posted first, then 1's, then 0's
+    assert requests.oldest_answered(queue, 1, timeout_s=0.05) == ([], [])  # none answered: nothing taken
+    _serve(channels[0])
+    _serve(channels[1], 42, b"more")
+    more = (1, 0, 42, b"more")  # (worker, generation, status, payload) of an answer that says more than "done"
+    assert requests.oldest_answered(queue, 1, timeout_s=1) == ([1], [more])  # 1 waited longer than 0
+    assert requests.oldest_answered(queue, 2, timeout_s=1) == ([1, 0], [more])
+    assert requests.oldest_answered(queue, 3, timeout_s=0.05) == ([], [])  # 2 has not answered
+    # A wait for more than have answered returns once they have (the GIL is released meanwhile).
+    late = threading.Thread(target=_serve, args=(channels[2],))
+    late.start()
+    try:
+        assert requests.oldest_answered(queue, 3, timeout_s=30) == ([2, 1, 0], [more])
+    finally:
+        late.join(timeout=30)
+    assert requests.oldest_answered(queue, 1, timeout_s=0) == ([2], [])
+    for bad_queue, count, match in [
+        (queue, 0, "oldest_answered of 0 workers out of 3"),
+        ([0], 2, "oldest_answered of 2 workers out of 1"),
+        ([1, 1], 1, "each once"),
+        ([3], 1, "below 3"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            requests.oldest_answered(bad_queue, count, timeout_s=0)
+
+
 @pytest.mark.timeout(60)
 def test_shutdown_ends_a_waiting_worker_and_a_waiting_trainer() -> None:
     segment = _segment()

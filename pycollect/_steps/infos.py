@@ -63,6 +63,8 @@ class InfoMerger(gym.vector.VectorEnv[Any, Any, np.ndarray]):
                 ``None``: the material says it (an entry whose final info is not ``None`` ended).
             rows: The rows of ``fields`` that are these ``num_envs`` envs (``None``: all).
         """
+        if not parts and ended is None and (fields is None or not fields.fields):
+            return {}  # no material, no field, no final observation: the common step of an env without infos
         infos: dict[str, Any] = fields.infos(rows=rows) if fields is not None else {}
         from_fields = {False: set(infos), True: set()}
         if ended is not None and ended.any():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -89,7 +89,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             if self._pool and self.batch_size == k
             else None
         )
-        self._rows: dict[tuple[int, ...], np.ndarray] = {}  # the env ids of a set of workers, for recv()
+        self._rows: dict[tuple[int, ...], _Rows] = {}  # the rows of a set of workers, for recv()
         self._received_workers: list[int] = []  # the workers the last recv() returned, in order
         self._received: np.ndarray | None = None  # the env ids the last recv() returned
         self._reset_result: tuple[Any, dict[str, Any]] | None = None  # async_reset's, for recv (no pool)
@@ -217,22 +217,22 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         workers, materials = backend.pool_recv(self.batch_size // k)  # type: ignore[attr-defined]
         rows = self._rows.get(key := tuple(workers))
         if rows is None:
-            rows = self._rows[key] = np.concatenate([np.arange(w * k, (w + 1) * k) for w in workers]).astype(np.int32)
+            rows = self._rows[key] = _Rows.of(workers, k)
         self._received_workers = workers
-        layout = backend.observation
-        obs = layout.batched([array[rows] for array in backend.observations], copy=False)  # fancy indexing: copies
-        terminated, truncated = backend.terminated[rows], backend.truncated[rows]
+        layout, ids, take = backend.observation, rows.ids, rows.take
+        obs = layout.batched([take(array) for array in backend.observations], copy=False)
+        terminated, truncated = take(backend.terminated), take(backend.truncated)
         parts = [(position * k, materials[w]) for position, w in enumerate(workers) if materials[w]]
         final = backend.final_observations
         infos = self._batch_infos.merge(
             parts,
-            None if final is None else (lambda row: layout.single(final, int(rows[row]))),
+            None if final is None else (lambda row: layout.single(final, int(ids[row]))),
             backend.info,
             terminated | truncated if self._same_step else None,
-            rows,
+            rows.index,
         )
-        self._received = rows
-        return obs, backend.rewards[rows], terminated, truncated, infos, rows.copy()
+        self._received = ids
+        return obs, take(backend.rewards), terminated, truncated, infos, ids.copy()
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Send the actions of the envs the last :meth:`recv` returned (``env_ids``: those, in that order).
@@ -515,6 +515,27 @@ def start_backend(
     else:
         backend = WorkerStepBackend.start(source, config)
     return backend, source.describe()
+
+
+class _Rows(NamedTuple):
+    """The rows of the result arrays that a set of workers' envs fill, in the order ``recv()`` returns them.
+
+    ``ids``: the env ids (int32); ``index``: what selects them from a ``[num_envs, ...]`` array
+    (a slice where they are consecutive, as one worker's are: cheaper than a fancy index);
+    ``take``: a fresh array of those rows of an array.
+    """
+
+    ids: np.ndarray
+    index: slice | np.ndarray
+    take: Callable[[np.ndarray], np.ndarray]
+
+    @classmethod
+    def of(cls, workers: Sequence[int], k: int) -> _Rows:
+        ids = np.concatenate([np.arange(w * k, (w + 1) * k) for w in workers]).astype(np.int32)
+        if (np.diff(ids) == 1).all():
+            index = slice(int(ids[0]), int(ids[-1]) + 1)
+            return cls(ids, index, lambda array: array[index].copy())
+        return cls(ids, ids, lambda array: array[ids])  # fancy indexing copies
 
 
 def _same_ids(env_ids: Any, received: np.ndarray) -> bool:

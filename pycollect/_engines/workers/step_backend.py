@@ -78,13 +78,11 @@ class WorkerStepBackend:
         self._k = k
         self._generations = [1] * self.num_workers  # the generation of each worker requests are meant for
         self._workers_posted: list[int] | None = None  # the workers step_async posted to (None: all)
-        # The pool (recv/send): requests in flight by worker, the resets among them (their
-        # seeds, to post again to a restarted worker), and when each was posted (the longest
-        # waiting is served first).
+        # The pool (recv/send): the seq of each worker's request in flight, in the order they
+        # were posted (a dict keeps its insertion order: the longest waiting is served first),
+        # and the resets among them (their seeds, to post again to a restarted worker).
         self._in_flight: dict[int, int] = {}
         self._resets: dict[int, Sequence[int | None]] = {}
-        self._posted_at: dict[int, int] = {}  # the pool's posting clock when each request in flight was posted
-        self._clock = 0
         self._closed = False
         # The seeds of a restarted worker's envs, by (worker, generation) (None: fresh entropy);
         # the central engine derives them from the collector's seed, as the workers engine does.
@@ -244,8 +242,6 @@ class WorkerStepBackend:
             for w, channel in enumerate(channels)
         }
         self._resets = {w: seeds[w * k : (w + 1) * k] for w in range(self.num_workers)}
-        self._posted_at = dict.fromkeys(self._in_flight, self._clock)
-        self._clock += 1
 
     def pool_recv(self, count: int) -> tuple[list[int], dict[int, Material]]:
         """Wait until ``count`` workers have answered; return them and their info material.
@@ -265,38 +261,33 @@ class WorkerStepBackend:
                 f"recv() of {count * self._k} envs, but only {len(self._in_flight) * self._k} have a step or reset in "
                 "flight: send() the actions of the envs the last recv() returned first"
             )
-        while True:
-            answered = requests.answered(sorted(self._in_flight))
-            if len(answered) >= count:
-                break
-            if not requests.wait_any(sorted(self._in_flight), timeout_s=_POLL_S):
-                self._wait_checks(list(self._in_flight))
-        answered.sort(key=lambda w: (self._posted_at[w], w))  # the longest waiting first
-        # The answers that say more than "done, nothing to add", read in one call.
-        said = {w: (status, payload) for w, _, status, payload in requests.unusual(sorted(answered))}
         picked: list[int] = []
         materials: dict[int, Material] = {}
-        for w in answered:
-            if len(picked) == count:
-                break
-            status, payload = said.get(w, (protocol.OK, b""))
-            resetting = w in self._resets
-            answer = self._answer(w, status, payload, retry=resetting)
-            if answer is _AGAIN:  # a reset its restarted worker did not serve: post it again
-                seeds = self._resets[w]
-                self._in_flight[w] = channels[w].post(
-                    protocol.RESET, self._generations[w], protocol.dumps((list(seeds), None, None))
-                )
-                self._posted_at[w], self._clock = self._clock, self._clock + 1
+        while len(picked) < count:
+            ready, unusual = requests.oldest_answered(list(self._in_flight), count - len(picked), timeout_s=_POLL_S)
+            if not ready:
+                self._wait_checks(list(self._in_flight))
                 continue
-            del self._in_flight[w]
-            self._resets.pop(w, None)
-            materials[w] = self._cut(w) if answer is _RESTARTED else answer
-            picked.append(w)
-        if len(picked) < count:  # a reset was posted again: wait for it too
-            more, extra = self.pool_recv(count - len(picked))
-            picked += more
-            materials.update(extra)
+            said = {w: (status, payload) for w, _, status, payload in unusual}
+            for w in ready:
+                if w not in said:  # done, nothing to add: the common step
+                    del self._in_flight[w]
+                    self._resets.pop(w, None)
+                    materials[w] = None
+                    picked.append(w)
+                    continue
+                reset = self._resets.get(w)
+                answer = self._answer(w, *said[w], retry=reset is not None)  # raises: w stays in flight
+                del self._in_flight[w]
+                if answer is _AGAIN:  # a reset its restarted worker did not serve: post it again, last
+                    assert reset is not None
+                    self._in_flight[w] = channels[w].post(
+                        protocol.RESET, self._generations[w], protocol.dumps((list(reset), None, None))
+                    )
+                    continue
+                self._resets.pop(w, None)
+                materials[w] = self._cut(w) if answer is _RESTARTED else answer
+                picked.append(w)
         return picked, materials
 
     def pool_send(self, workers: Sequence[int], actions: Sequence[np.ndarray]) -> None:
@@ -314,10 +305,8 @@ class WorkerStepBackend:
         posted = sorted(workers)
         self._requests.post_all(protocol.STEP, self._generations, None, posted)
         seqs = self._requests.seqs()
-        for w in posted:
+        for w in posted:  # after every request in flight, in worker order
             self._in_flight[w] = seqs[w]
-            self._posted_at[w] = self._clock
-        self._clock += 1
 
     def call(
         self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None

@@ -4,11 +4,13 @@
 //! answers are "done, nothing to add" (status OK, no payload: the results are in the
 //! segment's fields). Doing that through each worker's `StepChannel` costs a Python call per
 //! worker and per answer; here it is one call to post, one to wait, and one that returns only
-//! the answers that say more. The channels' trainer ends are the `StepChannel` objects' own,
+//! the answers that say more. A pool (`recv`/`send`) takes the workers that answered first, in
+//! the order their requests were posted, with their unusual answers, in one call
+//! (`oldest_answered`). The channels' trainer ends are the `StepChannel` objects' own,
 //! so requests posted here and through a channel are one sequence.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pycollect_core::exchange::ShmMailbox;
 use pycollect_core::exchange::STATUS_OK;
@@ -60,6 +62,32 @@ impl StepRequests {
         let waited_ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
         self.last_wait_ns.store(waited_ns, Ordering::Relaxed);
         Ok(answered.into_iter().map(|i| workers[i]).collect())
+    }
+
+    /// The answers of `workers` (each's latest request answered) that are not "OK, no payload",
+    /// in the order given.
+    fn unusual_of<'py>(&self, py: Python<'py>, workers: &[usize]) -> PyResult<Vec<Unusual<'py>>> {
+        let mut out = Vec::new();
+        for &w in workers {
+            let got = self
+                .channel(w)
+                .with_trainer(|t| -> PyResult<Option<Unusual<'py>>> {
+                    let response = t.response().map_err(py_err)?;
+                    if response.status == STATUS_OK && response.len == 0 {
+                        return Ok(None);
+                    }
+                    let payload = PyBytes::new_with(py, response.len, |dst| {
+                        t.read_response(&response, dst).map_err(py_err)
+                    })?;
+                    Ok(Some((w, response.generation, response.status, payload)))
+                })?;
+            out.extend(got);
+        }
+        Ok(out)
+    }
+
+    fn is_answered(&self, worker: usize) -> bool {
+        self.channel(worker).with_trainer(|t| t.pending().is_none())
     }
 
     /// `workers` checked (in range, ascending, each once), or every worker.
@@ -167,30 +195,6 @@ impl StepRequests {
         Ok(self.wait(py, &every, false, timeout_s)?.len() == every.len())
     }
 
-    /// Waits like `wait_all`, but until at least one of `workers` (ascending) has answered its
-    /// latest request; returns those of them that have (in order), empty on timeout or shutdown.
-    #[pyo3(signature = (workers, *, timeout_s))]
-    fn wait_any(
-        &self,
-        py: Python<'_>,
-        workers: Vec<usize>,
-        timeout_s: Option<f64>,
-    ) -> PyResult<Vec<usize>> {
-        let workers = self.chosen(Some(workers))?;
-        if workers.is_empty() {
-            return Err(config_error("wait_any needs at least one worker"));
-        }
-        self.wait(py, &workers, true, timeout_s)
-    }
-
-    /// Those of `workers` (ascending) whose latest request is answered, now.
-    fn answered(&self, workers: Vec<usize>) -> PyResult<Vec<usize>> {
-        let workers = self.chosen(Some(workers))?;
-        Ok(workers
-            .into_iter()
-            .filter(|&w| self.channel(w).with_trainer(|t| t.pending().is_none()))
-            .collect())
-    }
     /// The answers to the latest requests of every worker (or those of `workers`) that are not
     /// "OK, no payload", as `(worker, generation, status, payload)` in worker order; those latest
     /// requests must be answered.
@@ -200,22 +204,63 @@ impl StepRequests {
         py: Python<'py>,
         workers: Option<Vec<usize>>,
     ) -> PyResult<Vec<Unusual<'py>>> {
-        let mut out = Vec::new();
-        for w in self.chosen(workers)? {
-            let got = self
-                .channel(w)
-                .with_trainer(|t| -> PyResult<Option<Unusual<'py>>> {
-                    let response = t.response().map_err(py_err)?;
-                    if response.status == STATUS_OK && response.len == 0 {
-                        return Ok(None);
-                    }
-                    let payload = PyBytes::new_with(py, response.len, |dst| {
-                        t.read_response(&response, dst).map_err(py_err)
-                    })?;
-                    Ok(Some((w, response.generation, response.status, payload)))
-                })?;
-            out.extend(got);
+        let workers = self.chosen(workers)?;
+        self.unusual_of(py, &workers)
+    }
+
+    /// A pool's receive: of `queue` (workers with a request in flight, the longest waiting
+    /// first), the first `count` whose latest request is answered, and the answers among them
+    /// that are not "OK, no payload" (as `unusual` gives them, in the order picked).
+    ///
+    /// Waits (GIL released, sliced, Ctrl-C raises KeyboardInterrupt) until `count` of them
+    /// have answered; if `timeout_s` passes first, or the segment shuts down, returns two
+    /// empty lists (nothing is taken: a later call finds the same answers).
+    #[pyo3(signature = (queue, count, *, timeout_s))]
+    fn oldest_answered<'py>(
+        &self,
+        py: Python<'py>,
+        queue: Vec<usize>,
+        count: usize,
+        timeout_s: Option<f64>,
+    ) -> PyResult<(Vec<usize>, Vec<Unusual<'py>>)> {
+        let mut sorted = queue.clone();
+        sorted.sort_unstable();
+        self.chosen(Some(sorted))?; // each a worker, each once
+        if count == 0 || count > queue.len() {
+            return Err(config_error(format!(
+                "oldest_answered of {count} workers out of {} in the queue",
+                queue.len()
+            )));
         }
-        Ok(out)
+        let deadline = timeout_s.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+        loop {
+            let ready: Vec<usize> = queue
+                .iter()
+                .copied()
+                .filter(|&w| self.is_answered(w))
+                .take(count)
+                .collect();
+            let left = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+            if ready.len() == count {
+                let unusual = self.unusual_of(py, &ready)?;
+                return Ok((ready, unusual));
+            }
+            if left.is_some_and(|left| left.is_zero()) {
+                return Ok((Vec::new(), Vec::new()));
+            }
+            let mut waiting: Vec<usize> = queue
+                .iter()
+                .copied()
+                .filter(|&w| !self.is_answered(w))
+                .collect();
+            waiting.sort_unstable();
+            if waiting.is_empty() {
+                continue; // answered in between: look again
+            }
+            let answered = self.wait(py, &waiting, true, left.map(|d| d.as_secs_f64()))?;
+            if answered.is_empty() && self.segment.is_shutdown() {
+                return Ok((Vec::new(), Vec::new()));
+            }
+        }
     }
 }
