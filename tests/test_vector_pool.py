@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from typing import Any
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 from test_vector_workers import CrashingEnv
 
 from pycollect import ActionError, ConfigError
+from pycollect._engines.workers import contract
 from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv, MultiBinaryActionEnv
 from pycollect.vector import make_vec
@@ -120,6 +123,44 @@ def test_a_crash_in_a_pool_cuts_that_workers_episodes() -> None:
     finally:
         env.close()
     assert cuts == [[2, 3]]  # worker 1's envs, once
+
+
+class ResetCrashingEnv(CountingEnv):
+    """Exits its worker process at its first seeded reset, in worker 1's first generation only."""
+
+    def __init__(self) -> None:
+        super().__init__(length=100)
+        here = int(os.environ.get(contract.ENV_WORKER, "-1")), int(os.environ.get(contract.ENV_GENERATION, "0"))
+        self.armed = here == (1, 1)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        if self.armed and seed is not None:
+            os._exit(3)
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_reset_a_crash_left_unserved_is_posted_again_to_the_restarted_worker() -> None:
+    env = make_vec(ResetCrashingEnv, 4, num_workers=2, batch_size=2)
+    seen: dict[int, list[tuple[float, float, float, bool]]] = {0: [], 2: []}
+
+    def step_until_worker_1_is_back() -> bool:
+        obs, reward, _, truncated, infos, ids = env.recv()
+        assert "worker_restarted" not in infos  # nothing was cut: the reset was served again
+        seen[int(ids[0])].append((float(obs[0, 0]), float(obs[0, 1]), float(reward[0]), bool(truncated[0])))
+        env.send(np.zeros(2, np.int64))
+        return bool(seen[2])
+
+    try:
+        env.async_reset(seed=[10, 11, 12, 13])
+        # Worker 0 is served meanwhile; worker 1 dies in its reset, and its successor serves it.
+        wait_until(step_until_worker_1_is_back, timeout_s=60, what="worker 1's envs to come back reset", poll_s=0)
+        assert [w.generation for w in env.workers] == [1, 2]
+        assert seen[2][0] == (_base(12), 0.0, 0.0, False)  # reset with the seed it was given
+        assert seen[0][0] == (_base(10), 0.0, 0.0, False) and len(seen[0]) >= 1
+        steps = [t for _, t, _, _ in seen[0]]  # worker 0 stepped on meanwhile (its episodes last 100 steps)
+        assert all(after in (before + 1, 0.0) for before, after in itertools.pairwise(steps))
+    finally:
+        env.close()
 
 
 def test_pool_misuse_is_refused_by_name() -> None:
