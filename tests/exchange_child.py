@@ -9,6 +9,7 @@ Modes (the segment's fd on the command line, inherited through ``pass_fds``):
                      until killed: a worker that dies while serving
     wait-answers     post a request to worker 0 (which nobody serves) and wait for its answer
                      without a deadline (for the Ctrl-C test)
+    oldest-answered  the same, waiting as a pool's recv() does (StepRequests.oldest_answered)
 """
 
 from __future__ import annotations
@@ -57,12 +58,16 @@ def main() -> None:
         assert got is not None, "no request within 60 s"
         print(f"took {got[0]}", flush=True)
         time.sleep(600)
-    elif mode == "wait-answers":
+    elif mode in ("wait-answers", "oldest-answered"):  # a trainer's wait for an answer that never comes
         channel = segment.step_channel(0)
-        seq = channel.post(_core.STEP_CMD_STEP, 0)
+        requests = _core.StepRequests([channel])
+        requests.post_all(_core.STEP_CMD_STEP, [0])
         print("waiting", flush=True)
         try:
-            _core.wait_answers([channel], [seq], timeout_s=None)
+            if mode == "wait-answers":
+                _core.wait_answers([channel], [channel.pending], timeout_s=None)
+            else:  # a pool's recv()
+                requests.oldest_answered([0], 1, timeout_s=None)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             raise

@@ -318,13 +318,14 @@ def _blocked_in_futex(pid: int) -> bool:
 
 
 @pytest.mark.timeout(60)
-def test_ctrl_c_interrupts_a_trainer_waiting_for_answers() -> None:
+@pytest.mark.parametrize("wait", ["wait-answers", "oldest-answered"])
+def test_ctrl_c_interrupts_a_trainer_waiting_for_answers(wait: str) -> None:
     segment = _segment()
     with _children() as children:
-        children.append(_child("wait-answers", segment, stderr=subprocess.PIPE))
+        children.append(_child(wait, segment, stderr=subprocess.PIPE))
         child = children[0]
         assert _line(child) == "waiting"
-        wait_until(lambda: _blocked_in_futex(child.pid), timeout_s=30, what="the child to block in wait_answers()")
+        wait_until(lambda: _blocked_in_futex(child.pid), timeout_s=30, what=f"the child to block in its wait ({wait})")
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)
         assert "interrupted" in out and "KeyboardInterrupt" in err
