@@ -229,7 +229,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             None if final is None else (lambda row: layout.single(final, int(ids[row]))),
             backend.info,
             terminated | truncated if self._same_step else None,
-            rows.index,
+            rows.select,
         )
         self._received = ids
         return obs, take(backend.rewards), terminated, truncated, infos, ids.copy()
@@ -520,21 +520,21 @@ def start_backend(
 class _Rows(NamedTuple):
     """The rows of the result arrays that a set of workers' envs fill, in the order ``recv()`` returns them.
 
-    ``ids``: the env ids (int32); ``index``: what selects them from a ``[num_envs, ...]`` array
+    ``ids``: the env ids (int32); ``select``: what selects them from a ``[num_envs, ...]`` array
     (a slice where they are consecutive, as one worker's are: cheaper than a fancy index);
     ``take``: a fresh array of those rows of an array.
     """
 
     ids: np.ndarray
-    index: slice | np.ndarray
+    select: slice | np.ndarray
     take: Callable[[np.ndarray], np.ndarray]
 
     @classmethod
     def of(cls, workers: Sequence[int], k: int) -> _Rows:
         ids = np.concatenate([np.arange(w * k, (w + 1) * k) for w in workers]).astype(np.int32)
         if (np.diff(ids) == 1).all():
-            index = slice(int(ids[0]), int(ids[-1]) + 1)
-            return cls(ids, index, lambda array: array[index].copy())
+            block = slice(int(ids[0]), int(ids[-1]) + 1)
+            return cls(ids, block, lambda array: array[block].copy())
         return cls(ids, ids, lambda array: array[ids])  # fancy indexing copies
 
 

@@ -243,7 +243,7 @@ class WorkerStepBackend:
         }
         self._resets = {w: seeds[w * k : (w + 1) * k] for w in range(self.num_workers)}
 
-    def pool_recv(self, count: int) -> tuple[list[int], dict[int, Material]]:
+    def pool_recv(self, count: int) -> tuple[list[int], dict[int, Material | None]]:
         """Wait until ``count`` workers have answered; return them and their info material.
 
         Among the workers that have answered, the one whose request was posted first is served
@@ -262,7 +262,7 @@ class WorkerStepBackend:
                 "flight: send() the actions of the envs the last recv() returned first"
             )
         picked: list[int] = []
-        materials: dict[int, Material] = {}
+        materials: dict[int, Material | None] = {}
         while len(picked) < count:
             ready, unusual = requests.oldest_answered(list(self._in_flight), count - len(picked), timeout_s=_POLL_S)
             if not ready:
