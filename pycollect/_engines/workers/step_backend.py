@@ -270,14 +270,10 @@ class WorkerStepBackend:
                 continue
             said = {w: (status, payload) for w, _, status, payload in unusual}
             for w in ready:
-                if w not in said:  # done, nothing to add: the common step
-                    del self._in_flight[w]
-                    self._resets.pop(w, None)
-                    materials[w] = None
-                    picked.append(w)
-                    continue
                 reset = self._resets.get(w)
-                answer = self._answer(w, *said[w], retry=reset is not None)  # raises: w stays in flight
+                answer = None  # done, nothing to add: the common step
+                if w in said:
+                    answer = self._answer(w, *said[w], retry=reset is not None)  # raises: w stays in flight
                 del self._in_flight[w]
                 if answer is _AGAIN:  # a reset its restarted worker did not serve: post it again, last
                     assert reset is not None

@@ -135,7 +135,7 @@ impl StepRequests {
 
     /// Whether any worker has a request that is not answered yet.
     fn any_pending(&self) -> bool {
-        (0..self.channels.len()).any(|w| self.channel(w).with_trainer(|t| t.pending().is_some()))
+        (0..self.channels.len()).any(|w| !self.is_answered(w))
     }
 
     /// Posts `command` with `payload` (bytes, the same for every worker; none by default) to
@@ -234,28 +234,18 @@ impl StepRequests {
         }
         let deadline = timeout_s.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
         loop {
-            let ready: Vec<usize> = queue
-                .iter()
-                .copied()
-                .filter(|&w| self.is_answered(w))
-                .take(count)
-                .collect();
-            let left = deadline.map(|at| at.saturating_duration_since(Instant::now()));
-            if ready.len() == count {
+            // One look at every worker, in queue order; with fewer than `count` answered, the
+            // rest (at least one, as `count <= queue.len()`) are the ones to wait for.
+            let (mut ready, waiting): (Vec<usize>, Vec<usize>) =
+                queue.iter().copied().partition(|&w| self.is_answered(w));
+            if ready.len() >= count {
+                ready.truncate(count);
                 let unusual = self.unusual_of(py, &ready)?;
                 return Ok((ready, unusual));
             }
+            let left = deadline.map(|at| at.saturating_duration_since(Instant::now()));
             if left.is_some_and(|left| left.is_zero()) {
                 return Ok((Vec::new(), Vec::new()));
-            }
-            let mut waiting: Vec<usize> = queue
-                .iter()
-                .copied()
-                .filter(|&w| !self.is_answered(w))
-                .collect();
-            waiting.sort_unstable();
-            if waiting.is_empty() {
-                continue; // answered in between: look again
             }
             let answered = self.wait(py, &waiting, true, left.map(|d| d.as_secs_f64()))?;
             if answered.is_empty() && self.segment.is_shutdown() {
