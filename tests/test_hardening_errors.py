@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -27,9 +28,12 @@ from pycollect import (
     PyCollectWarning,
     SupervisionConfig,
     TransportError,
+    VectorEnvClosedError,
+    make_vec,
 )
 from pycollect.config import MAX_SECONDS
 from pycollect.testing.envs import CountingEnv
+from pycollect.vector import SB3VecEnv
 from pycollect.weights import ReceiverContext, SenderContext, WeightReceiver, WeightSender, WeightSyncScheme
 
 pytestmark = pytest.mark.timeout(180)
@@ -228,9 +232,19 @@ def _pycollect_fds() -> list[str]:
     return found
 
 
+def _new_segments(before: tuple[list[str], list[str]]) -> tuple[list[str], list[str]]:
+    """The segment mappings and descriptors this process holds now that it did not hold at ``before``.
+
+    Compared by identity, not by count: an owner an earlier test left for the garbage collector
+    may let go of its own mapping at any moment while this test runs.
+    """
+    maps, fds = before
+    return [m for m in _pycollect_mappings() if m not in maps], [f for f in _pycollect_fds() if f not in fds]
+
+
 @pytest.mark.parametrize("zero_copy", [False, True])
 def test_shutdown_releases_the_segment_while_the_collector_is_referenced(zero_copy: bool) -> None:
-    before_maps, before_fds = _pycollect_mappings(), _pycollect_fds()
+    before = _pycollect_mappings(), _pycollect_fds()
     net = torch.nn.Linear(2, 3)
     collector = Collector(
         CountingEnv,
@@ -242,10 +256,46 @@ def test_shutdown_releases_the_segment_while_the_collector_is_referenced(zero_co
     )
     batch = collector.next_batch()
     collector.update_policy_weights_()
-    assert len(_pycollect_mappings()) > len(before_maps)
+    assert _new_segments(before)[0]
     del batch  # a zero-copy batch is a view of the segment, which keeps it mapped (safely)
     collector.shutdown()
-    assert _pycollect_mappings() == before_maps
-    assert _pycollect_fds() == before_fds
+    assert _new_segments(before) == ([], [])
     assert collector.stats().frames == 8 and len(collector.stats().workers) == 2  # what was, still told
     assert "closed" in repr(collector)
+
+
+def test_a_central_collector_releases_its_segment_at_shutdown_while_referenced() -> None:
+    before = _pycollect_mappings(), _pycollect_fds()
+    net = torch.nn.Linear(2, 3)
+    collector = Collector(
+        CountingEnv, lambda td: net(td["observation"]).argmax(-1), engine="central", frames_per_batch=8, num_workers=2
+    )
+    collector.next_batch()
+    assert _new_segments(before)[0]
+    collector.shutdown()
+    assert _new_segments(before) == ([], [])
+    assert collector.stats().frames == 8
+
+
+@pytest.mark.parametrize("kind", ["sync", "pool", "sb3"])
+def test_a_closed_vector_env_releases_its_segment_while_referenced(kind: str) -> None:
+    before = _pycollect_mappings(), _pycollect_fds()
+    if kind == "sb3":
+        envs: Any = SB3VecEnv(CountingEnv, 4, num_workers=2)
+        envs.reset()
+        observations, *_ = envs.step(np.array([envs.action_space.sample() for _ in range(4)]))
+    elif kind == "sync":
+        envs = make_vec(CountingEnv, 4, num_workers=2)
+        envs.reset(seed=0)
+        observations, *_ = envs.step(envs.action_space.sample())
+    else:
+        envs = make_vec(CountingEnv, 4, num_workers=2, batch_size=2)
+        envs.async_reset(seed=0)
+        observations = envs.recv()[0]
+    assert _new_segments(before)[0]
+    envs.close()
+    assert _new_segments(before) == ([], [])
+    assert observations.shape[0] in (2, 4)  # a result copied out stays readable after close
+    if kind != "sb3":
+        with pytest.raises(VectorEnvClosedError):
+            envs.step(envs.action_space.sample())

@@ -64,7 +64,6 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self.single_action_space = backend.action.space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self._actions = ActionChecker(backend.action, self.num_envs)
-        self._write_actions = self._actions.writer(backend.actions)  # checks, then writes where the envs read
         self.action_space = self._actions.space
         self.metadata = dict(backend.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
@@ -78,26 +77,13 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._batch_actions = ActionChecker(backend.action, self.batch_size) if self._pool else self._actions
         self._batch_infos = InfoMerger(self.batch_size) if self._pool else self._infos
         self._envs_per_worker = config.envs_per_worker
-        # A pool serving one worker per recv() writes its actions where that worker reads them,
-        # checked as the synchronous step's are (natively in the common case).
-        k = self._envs_per_worker
-        self._worker_writers = (
-            [
-                self._batch_actions.writer([array[w * k : (w + 1) * k] for array in backend.actions])
-                for w in range(self.num_envs // k)
-            ]
-            if self._pool and self.batch_size == k
-            else None
-        )
+        self._bind_writers()
         self._rows: dict[tuple[int, ...], _Rows] = {}  # the rows of a set of workers, for recv()
         self._received_workers: list[int] = []  # the workers the last recv() returned, in order
         self._received: np.ndarray | None = None  # the env ids the last recv() returned
         self._reset_result: tuple[Any, dict[str, Any]] | None = None  # async_reset's, for recv (no pool)
-        self._final_obs: Callable[[int], Any] | None = None
         self._same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        if backend.final_observations is not None:
-            final, layout = backend.final_observations, backend.observation
-            self._final_obs = lambda env: layout.single(final, env)
+        self._final_obs = self._final_observation if backend.final_observations is not None else None
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: Mapping[str, Any] | None = None
@@ -356,6 +342,28 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
     def close_extras(self, **kwargs: Any) -> None:
         """Close the envs (and whatever the backend holds)."""
         self._backend.close()
+        self._bind_writers()  # the writers' views held the backend's shared memory
+
+    def _final_observation(self, env: int) -> Any:
+        """Env ``env``'s final observation of the last step (``SAME_STEP`` mode)."""
+        final = self._backend.final_observations
+        assert final is not None  # only bound when the backend has them
+        return self._backend.observation.single(final, env)
+
+    def _bind_writers(self) -> None:
+        """The native action writers, over where the envs read their actions (checks, then writes)."""
+        backend, k = self._backend, self._envs_per_worker
+        self._write_actions = self._actions.writer(backend.actions)
+        # A pool serving one worker per recv() writes its actions where that worker reads them,
+        # checked as the synchronous step's are (natively in the common case).
+        self._worker_writers = (
+            [
+                self._batch_actions.writer([array[w * k : (w + 1) * k] for array in backend.actions])
+                for w in range(self.num_envs // k)
+            ]
+            if self._pool and self.batch_size == k
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"pycollect.vector.VectorEnv({self._name}, num_envs={self.num_envs})"

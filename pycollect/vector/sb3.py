@@ -237,6 +237,7 @@ class SB3VecEnv(VecEnv):
             return
         self.closed = True
         self._backend.close()
+        self._write_actions = self._checker.writer(self._backend.actions)  # the old one's views held the segment
 
     # -- the envs' attributes ---------------------------------------------------------------
 

@@ -100,8 +100,9 @@ class WorkerStepBackend:
             "weights_buffers": WEIGHT_BUFFERS,
             "mailbox_bytes": MAILBOX_BYTES,
         }
+        self._spec = spec
         self._processes = WorkerProcesses(segment_layout, config.supervision)
-        self.segment = self._processes.segment
+        self.segment: Any = self._processes.segment
         try:
 
             def block(role: str) -> list[np.ndarray]:
@@ -109,11 +110,8 @@ class WorkerStepBackend:
                 views = [self.segment.batch_view(name, 0, writable=True) for name, _, _ in fields[role]]
                 return [np.asarray(view)[:, 0] for view in views]
 
-            self.observations = block("observation")
-            self.final_observations = block("final") if config.final_observations else None
-            self.actions = block("action")
-            self.rewards, self.terminated, self.truncated = block("flags")
-            self.info = info_arrays(spec, block)
+            self._views = {role: block(role) for role in fields}
+            self._bind(self._views.__getitem__)
             self._channels = [self.segment.step_channel(w) for w in range(self.num_workers)]
             self._requests = _core.StepRequests(self._channels)
             # owner: closed at interpreter exit and on SIGTERM, and forgotten by a fork child, as a Collector is
@@ -122,6 +120,14 @@ class WorkerStepBackend:
         except BaseException:
             self.close()
             raise
+
+    def _bind(self, arrays: Callable[[str], list[np.ndarray]]) -> None:
+        """Point the result attributes at ``arrays(role)`` (the roles of :func:`step_fields`)."""
+        self.observations = arrays("observation")
+        self.final_observations = arrays("final") if self._spec.config.final_observations else None
+        self.actions = arrays("action")
+        self.rewards, self.terminated, self.truncated = arrays("flags")
+        self.info = info_arrays(self._spec, arrays)
 
     @classmethod
     def start(cls, source: EnvSource, config: VectorConfig, probe: Any = None) -> WorkerStepBackend:
@@ -356,6 +362,20 @@ class WorkerStepBackend:
         self._closed = True
         self._processes.close()
         self._channels = []
+        self._release()
+
+    def _release(self) -> None:
+        """Let go of the segment now, not when this backend is collected.
+
+        A closed vector env the program still refers to would otherwise keep the segment mapped.
+        The result attributes become copies of their own (the last results stay readable); the
+        views a caller took from them keep what they view mapped by themselves, safely.
+        """
+        if hasattr(self, "_views"):
+            self._views = {role: [view.copy() for view in views] for role, views in self._views.items()}
+            self._bind(self._views.__getitem__)
+        self.__dict__.pop("_requests", None)  # StepRequests holds the segment
+        self.segment = None
 
     def shutdown(self) -> None:
         """:meth:`close`, under the name process-exit handling calls (``pycollect._lifetime``)."""
@@ -475,7 +495,8 @@ class WorkerStepBackend:
         for w in workers:
             if log.stopped(w):
                 raise log.stopped_error(w, "and a vector env needs every worker")
-        if self.segment.is_shutdown:
+        segment = self.segment  # None once closed (from another thread, by a signal or at exit)
+        if segment is None or segment.is_shutdown:
             raise VectorEnvClosedError("the vector env is shutting down")
 
     def _wait(self, channels: list[Any], posted: dict[int, int]) -> None:
