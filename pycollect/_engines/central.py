@@ -424,12 +424,13 @@ class CentralRunner(EnvRunner):
                 parts = backend.step_wait()
                 cut = sorted({*cut, *backend.last_restarted})
             observations = [self._gather(backend.observations[n]) for n in self._leaves]
-            final = backend.final_observations
-            assert final is not None  # SAME_STEP mode
-            finals = [self._gather(final[n]) for n in self._leaves]
             rewards, terminated, truncated = (
                 self._gather(a) for a in (backend.rewards, backend.terminated, backend.truncated)
             )
+            ended = np.flatnonzero(terminated | truncated)
+            final = backend.final_observations
+            assert final is not None  # SAME_STEP mode
+            finals = [final[n][self.rows[ended]] for n in self._leaves]  # the ended envs' only
             infos = self._infos(parts, terminated | truncated) if run.info_out else {}
         for w in cut:  # the group's envs of these workers were cut (truncated) at this step
             generation = backend.generation(w)
@@ -437,11 +438,10 @@ class CentralRunner(EnvRunner):
             self.cuts.append((t, w, generation))
             self.actions._draws.restart(w, generation)
         self._now = observations
-        ended = np.flatnonzero(terminated | truncated)
         for obs_out, now, last in zip(run.obs_out, observations, finals, strict=True):
             obs_out.next_obs[:, t] = now
             if len(ended):
-                obs_out.next_obs[ended, t] = last[ended]  # the final observation, not the reset one
+                obs_out.next_obs[ended, t] = last  # the final observation, not the reset one
         for w in cut:  # the env's own (per-agent) flags are cut too
             for flags in run.own_flags:
                 flags[w * self._kg : (w + 1) * self._kg, t] = True
