@@ -233,6 +233,11 @@ def main() -> None:
         name: {
             "fps": statistics.median(e["fps"] for e in entries),
             "cpu_us_per_frame": statistics.median(e["cpu_seconds"] / e["frames"] * 1e6 for e in entries),
+            # of the machine's 2 CPUs: how many this run kept busy, and this process (the trainer) alone
+            "cpus": statistics.median(e["cpu_seconds"] / e["seconds"] for e in entries),
+            "trainer_cpus": statistics.median(
+                (e["trainer_user_s"] + e["trainer_sys_s"]) / e["seconds"] for e in entries
+            ),
             "others_cpus": statistics.median(e["others_cpus"] for e in entries),
             "x best other": _median(e["x best other"] for e in entries),
             "x central": _median(e["x central"] for e in entries),
@@ -241,12 +246,15 @@ def main() -> None:
         for name, entries in runs.items()
     }
     print(f"\nPong, {WORKERS} workers x {args.envs} envs, Nature CNN, medians of {rounds} rounds")
-    print(f"  {'contender':40} {'frames/s':>9} {'x central':>9} {'CPU us/frame':>12} {'others':>6}")
+    print(
+        f"  {'contender':40} {'frames/s':>9} {'x central':>9} {'CPU us/frame':>12} {'CPUs':>5} {'trainer':>7}"
+        f" {'others':>6}"
+    )
     for name, row in summary.items():
         x_central = f"{row['x central']:.2f}" if row["x central"] is not None else "-"
         print(
-            f"  {name:40} {row['fps']:>9,.0f} {x_central:>9} {row['cpu_us_per_frame']:>12,.0f}"
-            f" {row['others_cpus']:>6.2f}"
+            f"  {name:40} {row['fps']:>9,.0f} {x_central:>9} {row['cpu_us_per_frame']:>12,.0f} {row['cpus']:>5.2f}"
+            f" {row['trainer_cpus']:>7.2f} {row['others_cpus']:>6.2f}"
         )
     target = summary.get(CENTRAL, {}).get("x best other")
     if target is not None:
