@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+import pycollect.testing
 from pycollect import (
     Collector,
     CollectorConfig,
@@ -299,3 +300,17 @@ def test_a_closed_vector_env_releases_its_segment_while_referenced(kind: str) ->
     if kind != "sb3":
         with pytest.raises(VectorEnvClosedError):
             envs.step(envs.action_space.sample())
+
+
+def test_the_leftover_check_finds_a_mapping_kept_by_a_view_and_none_once_it_is_garbage() -> None:
+    before = pycollect.testing.snapshot()
+    envs = make_vec(CountingEnv, 2, num_workers=1, copy=False)
+    observations, _ = envs.reset(seed=0)  # copy=False: a view of the segment, which keeps it mapped (safely)
+    envs.close()
+    found = pycollect.testing.leftovers(before, timeout_s=0)
+    assert not found.processes and len(found.mappings) == 1
+    assert "still maps" in found.describe()
+    cycle: list[Any] = [observations]
+    cycle.append(cycle)  # only the garbage collector frees it, which the check runs
+    del observations, cycle
+    assert not pycollect.testing.leftovers(before, timeout_s=0)

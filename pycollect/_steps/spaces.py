@@ -179,6 +179,10 @@ class SpaceLayout:
             self._views = _build(self.tree, arrays)
         return self._views
 
+    def forget_views(self) -> None:
+        """Drop the structure :meth:`batched` built over arrays (it keeps the memory they view alive)."""
+        self._views, self._viewed = None, ()
+
     def single(self, arrays: Sequence[np.ndarray], index: int) -> Any:
         """Env ``index``'s value in the single space's structure, copied out of the leaf arrays.
 

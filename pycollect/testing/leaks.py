@@ -3,13 +3,17 @@
 A collector that shuts down reaps every worker and unmaps its segment. These helpers let a
 test (or the ``pycollect_no_leftovers`` fixture of the pytest plugin) check that: take a
 :func:`snapshot` before, and :func:`leftovers` after, which waits a little for processes that
-are already exiting.
+are already exiting. Besides processes and named segments, they find the segments this process
+still maps: once the garbage collector has run, one left mapped means that something the test
+made still refers to it (an owner that did not let go of it at ``close()``, or a cycle that
+kept an open one alive).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import signal
 import time
@@ -17,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Leftovers", "Snapshot", "child_processes", "leftovers", "shm_segments", "snapshot"]
+__all__ = ["Leftovers", "Snapshot", "child_processes", "leftovers", "segment_mappings", "shm_segments", "snapshot"]
 
 # Interpreter-wide helpers that multiprocessing starts once and keeps for the whole session
 # (torchrl's replay buffers start the resource tracker); they are not a test's leftovers.
@@ -89,12 +93,23 @@ def shm_segments(pid: int | None = None) -> set[str]:
         return set()
 
 
+def segment_mappings() -> set[str]:
+    """This process's mappings of pycollect segments (memfd or ``/dev/shm``), as ``/proc/self/maps`` lines.
+
+    A line names the mapping's address range and file, so two mappings of one segment, or a
+    segment mapped again at another address, are told apart.
+    """
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    return {line for line in lines if "memfd:pycollect" in line or ("/dev/shm/" in line and "pycollect" in line)}
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """The processes and segments that existed at one moment."""
+    """The processes, segments and this process's segment mappings that existed at one moment."""
 
     processes: frozenset[int]
     segments: frozenset[str]
+    mappings: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -105,20 +120,26 @@ class Leftovers:
     segments: frozenset[str]
     commands: Mapping[int, str] = field(default_factory=dict)
     """The command line of each process, read when it was found (a killed one has none)."""
+    mappings: frozenset[str] = frozenset()
+    """Segments this process still maps after a garbage collection (``/proc/self/maps`` lines)."""
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.segments)
+        return bool(self.processes or self.segments or self.mappings)
 
     def describe(self) -> str:
-        """One line per leftover: each process with its command line, each segment."""
+        """One line per leftover: each process with its command line, each segment, each mapping."""
         lines = [f"process {pid}: {self.commands.get(pid) or _cmdline(pid) or '?'}" for pid in sorted(self.processes)]
         lines += [f"shared-memory segment /dev/shm/{name}" for name in sorted(self.segments)]
+        lines += [
+            f"a segment this process still maps (something still refers to its owner or a view of it): {line}"
+            for line in sorted(self.mappings)
+        ]
         return "\n".join(lines)
 
 
 def snapshot() -> Snapshot:
-    """The child processes and pycollect segments of this process, now."""
-    return Snapshot(frozenset(child_processes()), frozenset(shm_segments()))
+    """The child processes, pycollect segments and segment mappings of this process, now."""
+    return Snapshot(frozenset(child_processes()), frozenset(shm_segments()), frozenset(segment_mappings()))
 
 
 def leftovers(before: Snapshot, *, timeout_s: float = 5.0, kill: bool = True) -> Leftovers:
@@ -129,7 +150,15 @@ def leftovers(before: Snapshot, *, timeout_s: float = 5.0, kill: bool = True) ->
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        found = Leftovers(frozenset(child_processes() - before.processes), frozenset(shm_segments() - before.segments))
+        mappings = segment_mappings() - before.mappings
+        if mappings:
+            gc.collect()  # an owner in a reference cycle lets go of its mapping only when collected
+            mappings = segment_mappings() - before.mappings
+        found = Leftovers(
+            frozenset(child_processes() - before.processes),
+            frozenset(shm_segments() - before.segments),
+            mappings=frozenset(mappings),
+        )
         if not found or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # polling for processes that are still exiting, under the deadline

@@ -2,7 +2,8 @@
 
 It adds the fixture ``pycollect_no_leftovers``, which fails a test that leaves a child
 process or a pycollect shared-memory segment behind (after giving exiting processes a few
-seconds), and kills what it found so the next test starts clean. Use it per test
+seconds), or a segment the test process still maps once the garbage collector has run, and
+kills the processes it found so the next test starts clean. Use it per test
 (``@pytest.mark.usefixtures("pycollect_no_leftovers")``) or for a whole suite with the ini
 option::
 
@@ -30,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def pycollect_no_leftovers() -> Iterator[None]:
-    """Fail the test if it leaves a child process or a pycollect segment behind."""
+    """Fail the test if it leaves a child process, a pycollect segment or a mapping of one behind."""
     before = snapshot()
     yield
     found = leftovers(before)

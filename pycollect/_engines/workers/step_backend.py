@@ -374,6 +374,7 @@ class WorkerStepBackend:
         if hasattr(self, "_views"):
             self._views = {role: [view.copy() for view in views] for role, views in self._views.items()}
             self._bind(self._views.__getitem__)
+        self.observation.forget_views()  # copy=False results are built over the segment's views
         self.__dict__.pop("_requests", None)  # StepRequests holds the segment
         self.segment = None
 
