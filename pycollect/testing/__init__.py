@@ -7,10 +7,11 @@
   crashing, hanging, ...), importable by spawned workers.
 * :func:`wait_until`: wait for a condition under a deadline instead of sleeping.
 * :mod:`pycollect.testing.settings`: checking that a config travels whole (for engine authors).
-* :func:`snapshot` / :func:`leftovers`: the processes and shared-memory segments a test left.
+* :func:`snapshot` / :func:`leftovers`: the processes and shared-memory segments a test left,
+  and the segments its process still maps.
 * A pytest plugin (loaded automatically through the ``pytest11`` entry point) with the
-  fixture ``pycollect_no_leftovers``, which fails a test that leaves a process or a
-  shared-memory segment behind; ``pycollect_check_leftovers = true`` applies it to every test.
+  fixture ``pycollect_no_leftovers``, which fails a test that leaves a process, a
+  shared-memory segment or a mapping of one behind; ``pycollect_check_leftovers = true`` applies it to every test.
 
 Names are imported on first use: the pytest plugin imports this package in every pytest run
 where pycollect is installed, and only the checkers need torch.
