@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from trainer_process import alive, start_trainer, wait_gone
 import pycollect
 from pycollect import ActionError, ConfigError, VectorEnvClosedError, WorkerCrashedError
 from pycollect._engines.workers import contract
+from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv, HangingEnv, RaisingEnv
 from pycollect.testing.leaks import child_processes
 from pycollect.vector import default_num_workers, make_vec
@@ -161,6 +163,28 @@ def test_a_hung_env_is_caught_by_its_heartbeat() -> None:
             env.step(np.zeros(2, np.int64))
     finally:
         env.close()
+
+
+def test_a_close_from_another_thread_ends_a_step_waiting_on_a_hung_worker() -> None:
+    env = make_vec(HangingEnv, 2, num_workers=1, env_kwargs={"hang_at": 7})  # the probe's 4 steps pass
+    env.reset(seed=0)
+    _steps(env, 6)
+    env.step_async(np.zeros(2, np.int64))  # step 7: the worker never answers
+    raised: list[BaseException] = []
+
+    def collect() -> None:
+        try:
+            env.step_wait()
+        except BaseException as exc:  # what the waiting thread got, for the assertion below
+            raised.append(exc)
+
+    waiter = threading.Thread(target=collect)
+    waiter.start()
+    wait_until(lambda: not env._stepping, timeout_s=10, what="step_wait() to start waiting")
+    env.close()  # the waiter holds the requests it waits on: it sees the shutdown, not a missing attribute
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], VectorEnvClosedError), raised
 
 
 def test_errors_of_call_get_attr_set_attr_come_back_as_the_envs_own() -> None:

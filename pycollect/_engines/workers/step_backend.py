@@ -89,6 +89,7 @@ class WorkerStepBackend:
         self.restart_seeds: Callable[[int, int], Sequence[int | None]] | None = None
         self.last_restarted: list[int] = []  # the workers step_wait found restarted (their envs cut)
         self._channels: list[Any] = []
+        self._requests: Any = None  # _core.StepRequests over the channels, while open
         fields = step_fields(spec)
         segment_layout = {
             "fields": [field for role in fields.values() for field in role],
@@ -204,12 +205,12 @@ class WorkerStepBackend:
         if actions is not None:
             for block, leaf in zip(self.actions, actions, strict=True):
                 block[...] = leaf
-        channels = self._live()
-        if self._requests.any_pending():
+        channels, requests = self._open()
+        if requests.any_pending():
             self._drain(channels)
         payload = None if envs is None else protocol.step_range(envs.start, envs.stop)
         self._workers_posted = None if workers is None else list(workers)
-        self._requests.post_all(protocol.STEP, self._generations, payload, self._workers_posted)
+        requests.post_all(protocol.STEP, self._generations, payload, self._workers_posted)
 
     def step_wait(self) -> InfoParts:
         """Wait for every worker's answer to the step :meth:`step_async` posted.
@@ -218,12 +219,12 @@ class WorkerStepBackend:
         (the results, info fields included, are in the segment). Anything else goes through
         the handling of :meth:`_answer`.
         """
-        channels = self._live()
-        if not self._requests.wait_all(timeout_s=_POLL_S):
-            self._wait(channels, dict(enumerate(self._requests.seqs())))
+        channels, requests = self._open()
+        if not requests.wait_all(timeout_s=_POLL_S):
+            self._wait(channels, dict(enumerate(requests.seqs())))
         parts: InfoParts = []
         self.last_restarted = []
-        for w, _generation, status, payload in self._requests.unusual(self._workers_posted):
+        for w, _generation, status, payload in requests.unusual(self._workers_posted):
             if status != protocol.OK:
                 material = self._answer(w, status, payload, retry=False)
                 if material is _RESTARTED:
@@ -261,7 +262,7 @@ class WorkerStepBackend:
             ConfigError: Fewer than ``count`` workers have a request in flight (send first).
             WorkerCrashedError, VectorEnvClosedError: as :meth:`step_wait`.
         """
-        channels, requests = self._live(), self._requests
+        channels, requests = self._open()
         if len(self._in_flight) < count:
             raise ConfigError(
                 f"recv() of {count * self._k} envs, but only {len(self._in_flight) * self._k} have a step or reset in "
@@ -303,10 +304,10 @@ class WorkerStepBackend:
 
     def pool_post(self, workers: Sequence[int]) -> None:
         """Post the next step of ``workers``, whose actions are already in :attr:`actions`."""
-        self._live()
+        _, requests = self._open()
         posted = sorted(workers)
-        self._requests.post_all(protocol.STEP, self._generations, None, posted)
-        seqs = self._requests.seqs()
+        requests.post_all(protocol.STEP, self._generations, None, posted)
+        seqs = requests.seqs()
         for w in posted:  # after every request in flight, in worker order
             self._in_flight[w] = seqs[w]
 
@@ -375,7 +376,7 @@ class WorkerStepBackend:
             self._views = {role: [view.copy() for view in views] for role, views in self._views.items()}
             self._bind(self._views.__getitem__)
         self.observation.forget_views()  # copy=False results are built over the segment's views
-        self.__dict__.pop("_requests", None)  # StepRequests holds the segment
+        self._requests = None  # it holds the segment
         self.segment = None
 
     def shutdown(self) -> None:
@@ -559,6 +560,18 @@ class WorkerStepBackend:
         if self._closed or not self._channels:
             raise VectorEnvClosedError("the vector env is closed")
         return self._channels
+
+    def _open(self) -> tuple[list[Any], Any]:
+        """The channels and their ``StepRequests``, while open.
+
+        Taken together, so that a close from another thread leaves the caller's references
+        working until its wait sees the shutdown (and raises :class:`VectorEnvClosedError`).
+        """
+        requests = self._requests
+        channels = self._live()
+        if requests is None:
+            raise VectorEnvClosedError("the vector env is closed")
+        return channels, requests
 
 
 def _dumps(value: Any, what: str) -> bytes:
