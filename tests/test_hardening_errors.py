@@ -11,7 +11,6 @@ import re
 import threading
 from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from pycollect import (
 )
 from pycollect.config import MAX_SECONDS
 from pycollect.testing.envs import CountingEnv
+from pycollect.testing.leaks import segment_mappings
 from pycollect.vector import SB3VecEnv
 from pycollect.weights import ReceiverContext, SenderContext, WeightReceiver, WeightSender, WeightSyncScheme
 
@@ -211,17 +211,12 @@ def test_the_default_device_policy_in_process_says_nothing(recwarn: pytest.Warni
 # -- 19. a shut-down collector releases its segment ----------------------------------------------
 
 
-def _pycollect_mappings() -> list[str]:
-    """This process's mappings of pycollect segments (memfd or /dev/shm)."""
-    lines = Path("/proc/self/maps").read_text().splitlines()
-    return [line for line in lines if _is_segment(line)]
-
-
 def _is_segment(path: str) -> bool:
     return "memfd:pycollect" in path or ("/dev/shm/" in path and "pycollect" in path)
 
 
 def _pycollect_fds() -> list[str]:
+    """This process's descriptors of pycollect segments, as ``"fd -> target"`` (every memfd has one name)."""
     found = []
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -229,7 +224,7 @@ def _pycollect_fds() -> list[str]:
         except OSError:
             continue  # closed while listing
         if _is_segment(target):
-            found.append(target)
+            found.append(f"{fd} -> {target}")
     return found
 
 
@@ -240,12 +235,12 @@ def _new_segments(before: tuple[list[str], list[str]]) -> tuple[list[str], list[
     may let go of its own mapping at any moment while this test runs.
     """
     maps, fds = before
-    return [m for m in _pycollect_mappings() if m not in maps], [f for f in _pycollect_fds() if f not in fds]
+    return [m for m in sorted(segment_mappings()) if m not in maps], [f for f in _pycollect_fds() if f not in fds]
 
 
 @pytest.mark.parametrize("zero_copy", [False, True])
 def test_shutdown_releases_the_segment_while_the_collector_is_referenced(zero_copy: bool) -> None:
-    before = _pycollect_mappings(), _pycollect_fds()
+    before = sorted(segment_mappings()), _pycollect_fds()
     net = torch.nn.Linear(2, 3)
     collector = Collector(
         CountingEnv,
@@ -266,7 +261,7 @@ def test_shutdown_releases_the_segment_while_the_collector_is_referenced(zero_co
 
 
 def test_a_central_collector_releases_its_segment_at_shutdown_while_referenced() -> None:
-    before = _pycollect_mappings(), _pycollect_fds()
+    before = sorted(segment_mappings()), _pycollect_fds()
     net = torch.nn.Linear(2, 3)
     collector = Collector(
         CountingEnv, lambda td: net(td["observation"]).argmax(-1), engine="central", frames_per_batch=8, num_workers=2
@@ -280,7 +275,7 @@ def test_a_central_collector_releases_its_segment_at_shutdown_while_referenced()
 
 @pytest.mark.parametrize("kind", ["sync", "pool", "sb3"])
 def test_a_closed_vector_env_releases_its_segment_while_referenced(kind: str) -> None:
-    before = _pycollect_mappings(), _pycollect_fds()
+    before = sorted(segment_mappings()), _pycollect_fds()
     if kind == "sb3":
         envs: Any = SB3VecEnv(CountingEnv, 4, num_workers=2)
         envs.reset()

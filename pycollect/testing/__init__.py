@@ -11,7 +11,8 @@
   and the segments its process still maps.
 * A pytest plugin (loaded automatically through the ``pytest11`` entry point) with the
   fixture ``pycollect_no_leftovers``, which fails a test that leaves a process, a
-  shared-memory segment or a mapping of one behind; ``pycollect_check_leftovers = true`` applies it to every test.
+  shared-memory segment or a mapping of one behind; ``pycollect_check_leftovers = true``
+  applies it to every test.
 
 Names are imported on first use: the pytest plugin imports this package in every pytest run
 where pycollect is installed, and only the checkers need torch.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from torchrl.envs import SerialEnv
 
 import pycollect.torchrl
 from pycollect import ConfigError, WorkerCrashedError
+from pycollect.testing.leaks import segment_mappings
 from pycollect_torchrl import ParallelEnv
 
 pytestmark = [pytest.mark.usefixtures("pycollect_no_leftovers"), pytest.mark.timeout(240)]
@@ -117,23 +117,18 @@ def test_with_restarts_a_crashed_env_reports_its_episode_truncated_and_resets() 
         env.close()
 
 
-def _segment_mappings() -> set[str]:
-    """This process's mappings of pycollect's shared memory."""
-    return {line for line in Path("/proc/self/maps").read_text().splitlines() if "memfd:pycollect" in line}
-
-
 def test_close_is_final_until_the_next_use_and_pickles_rebuild_it() -> None:
-    before = _segment_mappings()
+    before = segment_mappings()
     env = ParallelEnv(2, f.tiny, max_restarts=2)
     td = env.reset()
     assert not env.is_closed and len(env.workers) == 2
-    assert _segment_mappings() - before
+    assert segment_mappings() - before
     clone = pickle.loads(pickle.dumps(env))  # how a collector's process gets it: rebuilt, not started
     assert clone.is_closed and clone.batch_size == env.batch_size
     env.close()
     env.close()
     assert env.is_closed and env.workers == ()
-    assert not _segment_mappings() - before  # released at close, though env (and a reset's output) are still held
+    assert not segment_mappings() - before  # released at close, though env (and a reset's output) are still held
     assert td.batch_size == torch.Size([2])
     td = clone.rollout(3)
     assert td.batch_size == torch.Size([2, 3])
