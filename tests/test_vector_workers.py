@@ -200,6 +200,20 @@ def test_errors_of_call_get_attr_set_attr_come_back_as_the_envs_own() -> None:
         env.close()
 
 
+def test_a_vector_env_that_fails_to_build_after_its_workers_started_stops_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("an action checker that cannot be built")
+
+    monkeypatch.setattr("pycollect.vector.env.ActionChecker", broken)
+    before = child_processes()
+    with pytest.raises(RuntimeError, match="cannot be built") as raised:
+        make_vec(CountingEnv, 4, num_workers=2)
+    # The error's traceback keeps make_vec's frame, and so its backend, alive: the workers must be stopped already.
+    assert child_processes() - before == set(), raised.traceback
+
+
 def test_close_stops_every_worker_and_a_closed_env_refuses_to_step() -> None:
     env = make_vec(CountingEnv, 4, num_workers=2)
     env.reset(seed=0)

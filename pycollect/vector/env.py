@@ -490,7 +490,11 @@ def make_vec(
         supervision=settings,
     )
     backend, name = start_backend(env, config, env_kwargs)
-    return VectorEnv(backend, config, name=name)
+    try:
+        return VectorEnv(backend, config, name=name)
+    except BaseException:
+        backend.close()  # its workers are running: stop them now, not at the process's exit
+        raise
 
 
 _MAKE_VEC_ARGUMENTS = (
