@@ -427,11 +427,12 @@ class CentralRunner(EnvRunner):
             rewards, terminated, truncated = (
                 self._gather(a) for a in (backend.rewards, backend.terminated, backend.truncated)
             )
-            ended = np.flatnonzero(terminated | truncated)
+            done = terminated | truncated
+            ended = np.flatnonzero(done)
             final = backend.final_observations
             assert final is not None  # SAME_STEP mode
             finals = [final[n][self.rows[ended]] for n in self._leaves]  # the ended envs' only
-            infos = self._infos(parts, terminated | truncated) if run.info_out else {}
+            infos = self._infos(parts, done) if run.info_out else {}
         for w in cut:  # the group's envs of these workers were cut (truncated) at this step
             generation = backend.generation(w)
             self._seen[w] = generation

@@ -150,20 +150,18 @@ def leftovers(before: Snapshot, *, timeout_s: float = 5.0, kill: bool = True) ->
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        mappings = segment_mappings() - before.mappings
-        if mappings:
-            gc.collect()  # an owner in a reference cycle lets go of its mapping only when collected
-            mappings = segment_mappings() - before.mappings
-        found = Leftovers(
-            frozenset(child_processes() - before.processes),
-            frozenset(shm_segments() - before.segments),
-            mappings=frozenset(mappings),
-        )
+        found = Leftovers(frozenset(child_processes() - before.processes), frozenset(shm_segments() - before.segments))
         if not found or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # polling for processes that are still exiting, under the deadline
+    mappings = segment_mappings() - before.mappings
+    if mappings:  # waiting does not release a mapping; collecting may (an owner in a reference cycle)
+        gc.collect()
+        mappings = segment_mappings() - before.mappings
     # Read before any kill: the command line of a killed process is gone.
-    found = dataclasses.replace(found, commands={pid: _cmdline(pid) for pid in found.processes})
+    found = dataclasses.replace(
+        found, commands={pid: _cmdline(pid) for pid in found.processes}, mappings=frozenset(mappings)
+    )
     if kill:
         for pid in found.processes:
             with contextlib.suppress(ProcessLookupError):
