@@ -191,6 +191,14 @@ def sweep_stale_segments() -> list[str]:
 def set_parent_death_signal(signum: int) -> None:
     """Arm ``PR_SET_PDEATHSIG`` with ``signum`` for this process (a worker forked by the fork server)."""
 
+def guard_process_group() -> int | None:
+    """Fork the guardian of this worker's process group; its pid (``None``: this process leads no group).
+
+    When this process ends, however it ends, the guardian SIGKILLs the group, so what the
+    worker's envs started in it cannot outlive the worker (a SIGKILLed trainer included).
+    Raises SupervisorError if the fork fails.
+    """
+
 @final
 class SlotView:
     """Buffer-protocol exporter over part of a segment.

@@ -413,7 +413,9 @@ class Collector:
             expected = dict(TensorDict.from_module(target).flatten_keys(".").items())
             given = dict(source.flatten_keys(".").items())
             WeightsLayout.from_state_dict(expected).check(given, policy=policy, dtypes=False)
-            source.to_module(target)
+            # Copied into the policy's own tensors: without inplace, to_module swaps them for
+            # the source's, and training the source in place would change the policy acting.
+            source.to_module(target, inplace=True)
         elif isinstance(source, Mapping):
             WeightsLayout.from_state_dict(target.state_dict()).check(source, policy=policy, dtypes=False)
             target.load_state_dict(source)

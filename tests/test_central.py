@@ -559,6 +559,67 @@ def test_a_killed_worker_with_restart_never_raises_worker_crashed_error() -> Non
             collector.next_batch()
 
 
+class _IndexedEnv(CountingEnv):
+    """A CountingEnv whose observation is its index among its worker's envs (group ``g`` of 2
+    steps env ``g``), and that raises at step ``fail_at`` in env ``fail_in``, if given."""
+
+    made = 0
+
+    def __init__(self, fail_in: int | None = None, fail_at: int = 3) -> None:
+        super().__init__(length=1000)
+        self.index = type(self).made
+        type(self).made += 1
+        self.fail_in, self.fail_at = fail_in, fail_at
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.index == self.fail_in and self._t + 1 == self.fail_at:
+            raise ZeroDivisionError(f"env {self.index} failed at step {self.fail_at}")
+        return super().step(action)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.index, self._t], np.float32)
+
+
+class _GroupPolicyError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("group", [0, 1])
+def test_a_policy_error_in_either_group_reaches_the_caller_as_itself(group: int) -> None:
+    """The group that fails first decides what the caller sees: never a generic error of the
+    other group's round in its place."""
+    steps = {"n": 0}
+
+    def policy(td: TensorDictBase) -> torch.Tensor:
+        observation = td["observation"]
+        steps["n"] += 1
+        if steps["n"] > 8 and (observation[:, 0] == group).all():
+            raise _GroupPolicyError(f"the policy failed on group {group}'s observations")
+        return torch.zeros(len(observation), dtype=torch.int64)
+
+    kwargs = {"frames_per_batch": 2 * 2 * 10, "envs_per_worker": 2, "num_workers": 2}
+    with Collector(_IndexedEnv, policy, engine="central", **kwargs) as collector:
+        with pytest.raises(_GroupPolicyError, match=f"group {group}'s observations") as info:
+            collector.next_batch()
+        assert any(entry.name == "policy" for entry in info.traceback)  # its own traceback, down to the raise
+
+
+@pytest.mark.parametrize("group", [0, 1])
+def test_an_env_error_in_either_group_with_restart_never_is_the_first_calls_worker_crashed_error(group: int) -> None:
+    kwargs = {"frames_per_batch": 2 * 2 * 10, "envs_per_worker": 2, "num_workers": 2}
+    with (
+        Collector(
+            _IndexedEnv,
+            engine="central",
+            restart="never",
+            env_kwargs={"fail_in": group, "fail_at": 3},
+            **kwargs,
+        ) as collector,
+        pytest.raises(WorkerCrashedError, match=f"env {group} failed at step 3"),
+    ):
+        collector.next_batch()
+
+
 # -- bad input, before any worker starts -------------------------------------------------------
 
 

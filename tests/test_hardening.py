@@ -279,6 +279,56 @@ def test_sigterm_tears_down_like_ctrl_c_and_chains_to_the_users_handler(chain: b
     wait_gone(tree, timeout_s=60)  # every worker and every env child, closed in order
 
 
+SIGKILL_TRAINER = """
+import os, sys
+import numpy as np, pycollect
+from pycollect.testing.envs import OrphanChildEnv
+kwargs = {{"pid_file": sys.argv[1], "ignore_sigterm": True}}
+if {vector!r}:
+    env = pycollect.make_vec(OrphanChildEnv, 4, num_workers=2, env_kwargs=kwargs)
+    env.reset(seed=0)
+    step = lambda: env.step(np.zeros(4, np.int64))
+else:
+    c = pycollect.Collector(OrphanChildEnv, frames_per_batch=8, envs_per_worker=2, num_workers=2, env_kwargs=kwargs)
+    step = c.next_batch
+step()
+print("stepping", flush=True)
+while True:
+    step()
+"""
+
+
+@pytest.mark.parametrize("fork_server", ["1", "0"], ids=["fork-server", "exec"])
+@pytest.mark.parametrize("vector", [False, True], ids=["collector", "make_vec"])
+def test_a_sigkilled_trainer_leaves_no_process_its_envs_started(vector: bool, fork_server: str, tmp_path: Path) -> None:
+    """kill -9 of the trainer: the workers die of their parent-death signal, and so must what
+    their envs started in their process group, even a child that ignores SIGTERM."""
+    pid_file = tmp_path / "children"
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", SIGKILL_TRAINER.format(vector=vector), str(pid_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYCOLLECT_FORK_SERVER": fork_server},
+    )
+    assert trainer.stdout is not None
+    children: list[int] = []
+    try:
+        assert trainer.stdout.readline() == "stepping\n"
+        children = [int(pid) for pid in pid_file.read_text().split()]
+        assert len(children) >= 4  # the workers' envs (and a probe env the trainer built and closed)
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(timeout=10)
+        from trainer_process import wait_gone
+
+        wait_gone(children, timeout_s=30)
+    finally:
+        trainer.kill()
+        trainer.wait(timeout=10)
+        for pid in children:  # what the test found left, so that it leaves nothing itself
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 # -- 5. descriptors -----------------------------------------------------------------------------
 
 

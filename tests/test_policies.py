@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from pycollect import Collector, PolicyError
+from pycollect import Collector, PolicyError, WorkerCrashedError
 from pycollect.testing.envs import DictObsEnv
 
 
@@ -116,6 +118,82 @@ def test_update_policy_weights_copies_weights_and_bumps_version() -> None:
         assert all((p == 3.0).all() for p in policy.parameters()) and c.policy_version == 4
         with pytest.raises(Exception, match="worker_ids"):
             c.update_policy_weights_(worker_ids=[1])
+
+
+@pytest.mark.parametrize(
+    "engine", [{}, {"engine": "central", "num_workers": 2}, {"num_workers": 2}], ids=["inprocess", "central", "workers"]
+)
+def test_weights_given_as_a_tensordict_are_copied_not_shared_with_the_learner(engine: dict[str, Any]) -> None:
+    """Training the learner in place after an update must not change what the collector acts
+    with: its frames would record the old version while acting with newer weights."""
+    policy, learner = _fill(_greedy_policy(), 0.0), _fill(_greedy_policy(), 2.0)
+    with Collector("CartPole-v1", policy, frames_per_batch=8, envs_per_worker=2, **engine) as c:
+        c.update_policy_weights_(TensorDict.from_module(learner))
+        _fill(learner, 5.0)  # a training step, in place
+        assert all((p == 2.0).all() for p in policy.parameters())
+        assert all(p.data_ptr() != q.data_ptr() for p, q in zip(policy.parameters(), learner.parameters(), strict=True))
+        weights = c.state_dict()["policy_state_dict"]
+        assert all((w == 2.0).all() for w in weights.values())
+
+
+def _extras_policy(later: dict[str, Any]) -> Any:
+    """An action and extras ``score`` (float32 [n]) and ``count`` (int64 [n]) for three calls
+    (dry runs included), then ``later``'s replacements (``None``: the key is left out)."""
+    calls = {"n": 0}
+
+    def policy(td: TensorDict) -> dict[str, torch.Tensor]:
+        calls["n"] += 1
+        n = td.batch_size[0]
+        out = {
+            "action": torch.zeros(n, dtype=torch.long),
+            "score": torch.zeros(n),
+            "count": torch.ones(n, dtype=torch.long),
+        }
+        if calls["n"] > 3:
+            for key, make in later.items():
+                if make is None:
+                    del out[key]  # no longer returned
+                else:
+                    out[key] = make(n)
+        return out
+
+    return policy
+
+
+_ENGINES = [
+    pytest.param({}, id="inprocess"),
+    pytest.param({"engine": "central", "num_workers": 2}, id="central"),
+    pytest.param({"num_workers": 2, "restart": "never"}, id="workers"),
+]
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+@pytest.mark.parametrize(
+    ("later", "match"),
+    [
+        (
+            {"score": lambda n: torch.zeros(1)},
+            r"'score' of shape \(1,\) and dtype torch.float32 at step \d+.*shape \(2,\) and dtype torch.float32",
+        ),
+        (
+            {"count": lambda n: torch.full((n,), 0.5)},
+            r"'count' of shape \(2,\) and dtype torch.float32 at step \d+.*shape \(2,\) and dtype torch.int64",
+        ),
+        ({"score": None}, r"'score' at step \d+.*returned it when the collector was built"),
+    ],
+    ids=["broadcast", "cast", "dropped"],
+)
+def test_an_extra_output_that_changes_shape_dtype_or_goes_missing_mid_run_is_a_policy_error(
+    engine: dict[str, Any], later: dict[str, Any], match: str
+) -> None:
+    """The extras are checked on every call as the action is: never broadcast or cast silently."""
+    policy = _extras_policy(later)
+    error = WorkerCrashedError if engine.get("num_workers") and engine.get("engine") != "central" else PolicyError
+    with (
+        Collector("CartPole-v1", policy, frames_per_batch=16, envs_per_worker=2, **engine) as collector,
+        pytest.raises(error, match=match),
+    ):
+        collector.next_batch()
 
 
 def test_weights_given_for_a_non_module_policy_is_an_error() -> None:

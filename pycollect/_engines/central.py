@@ -164,8 +164,9 @@ class Turns:
     ``t``-th has been answered and read, and group 0's ``t + 1``-th after the last group's
     ``t``-th: turn ``t * groups + g``. A group holds its turn while it posts, waits and reads
     its rows, and then does the rest of its step (storing, the episodes' ends) while the next
-    group's envs step. A group whose rollout fails :meth:`abort` s the round, so that none waits
-    for a turn that will not come.
+    group's envs step. A group whose rollout fails :meth:`abort` s the round with its error, so
+    that none waits for a turn that will not come; the first such error is :attr:`failure`,
+    what the round raises (the others' errors only follow from it).
 
     Args:
         groups: How many groups take turns.
@@ -176,18 +177,22 @@ class Turns:
     def __init__(self, groups: int) -> None:
         self.groups = groups
         self._turn = 0
-        self._aborted = False
+        self.failure: BaseException | None = None
         self._changed = threading.Condition()
 
     def begin_round(self) -> None:
         """Group 0 goes first (called before a round's rollouts start)."""
         with self._changed:
-            self._turn, self._aborted = 0, False
+            self._turn, self.failure = 0, None
 
-    def abort(self) -> None:
-        """End the round: a group waiting for its turn raises."""
+    def abort(self, error: BaseException) -> None:
+        """End the round because a group's rollout raised ``error``: a group waiting for its turn raises.
+
+        The first error of the round is kept as :attr:`failure`.
+        """
         with self._changed:
-            self._aborted = True
+            if self.failure is None:
+                self.failure = error
             self._changed.notify_all()
 
     @contextlib.contextmanager
@@ -198,10 +203,10 @@ class Turns:
             CollectorClosedError: Another group's rollout failed (the round was aborted).
         """
         with self._changed:
-            while not self._aborted and self._turn % self.groups != group:
+            while self.failure is None and self._turn % self.groups != group:
                 self._changed.wait(self._SLICE_S)
-            if self._aborted:
-                raise CollectorClosedError("another group's rollout of this round failed")
+            if self.failure is not None:
+                raise CollectorClosedError("another group's rollout of this round failed") from self.failure
         try:
             yield
         finally:
@@ -283,16 +288,19 @@ class CentralActions:
         self._streams = streams
 
     def act(
-        self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
+        self,
+        observation: Mapping[Key, np.ndarray],
+        carried: Mapping[Key, np.ndarray] | None = None,
+        step: int | None = None,
     ) -> tuple[Any, Mapping[Key, Any]]:
         """The policy's actions for every env of the group (random ones without a policy)."""
         if self.policy is None:
             return step_of(self.random_actions(1), 0), {}
         if self._streams is None:
-            return self.policy.act(observation, carried)
+            return self.policy.act(observation, carried, step)
         streams, stream = self._streams
         with streams.drawing(stream):
-            return self.policy.act(observation, carried)
+            return self.policy.act(observation, carried, step)
 
     def random_actions(self, steps: int) -> Any:
         """``[steps, N * K_g, ...]``: the group's columns of each worker's draw, in worker order."""
@@ -774,8 +782,8 @@ class CentralEngine(Engine):
                 torch.set_num_threads(threads)
             try:
                 runner.rollout(out, random, None, policy_version)
-            except BaseException:
-                turns.abort()  # no other group waits for this one's turns
+            except BaseException as error:
+                turns.abort(error)  # no other group waits for this one's turns
                 raise
 
         for runner in self.runners:
@@ -791,12 +799,13 @@ class CentralEngine(Engine):
             try:
                 pool = self._pool  # there is one exactly when there are other groups
                 elsewhere = [pool.submit(roll, r, o) for r, o in zip(others, other_outs, strict=True)] if pool else []
-                try:
+                with contextlib.suppress(BaseException):  # kept by turns: the round's first failure, or one after it
                     roll(first, first_out)
-                finally:
-                    wait(elsewhere)  # never leave a group's rollout running past the round
-                for future in elsewhere:
-                    future.result()  # its exception, if it raised
+                wait(elsewhere)  # never leave a group's rollout running past the round
+                if turns.failure is not None:
+                    # The group that failed first decides what the caller sees, whichever it is
+                    # (the others only ran into the aborted round); its own traceback comes along.
+                    raise turns.failure
             except BaseException:
                 self._reset_needed = True
                 raise

@@ -36,9 +36,15 @@ class ActionSource(Protocol):
     read at ``key`` and written at ``("next", *key)``, and ``is_init``); empty for most policies."""
 
     def act(
-        self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
+        self,
+        observation: Mapping[Key, np.ndarray],
+        carried: Mapping[Key, np.ndarray] | None = None,
+        step: int | None = None,
     ) -> tuple[Any, Mapping[Key, Any]]:
-        """Actions ``[num_envs, *action_shape]`` (one per action leaf, see :data:`Actions`) and extra outputs."""
+        """Actions ``[num_envs, *action_shape]`` (one per action leaf, see :data:`Actions`) and extra outputs.
+
+        ``step``: the rollout's step, which an error names (``None``: not in a rollout).
+        """
 
     def random_actions(self, steps: int) -> Any:
         """Uniform random actions for ``steps`` steps: ``[steps, num_envs, *action_shape]`` (see :data:`Actions`)."""
@@ -91,7 +97,10 @@ class RandomActions:
         return per_leaf[0] if len(per_leaf) == 1 else tuple(per_leaf)
 
     def act(
-        self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
+        self,
+        observation: Mapping[Key, np.ndarray],
+        carried: Mapping[Key, np.ndarray] | None = None,
+        step: int | None = None,
     ) -> tuple[Any, Mapping[Key, Any]]:
         """Random actions: the observation is not looked at."""
         return step_of(self.random_actions(1), 0), {}

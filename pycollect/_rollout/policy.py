@@ -92,24 +92,38 @@ class PolicyRunner:
         self.carried: tuple[Field, ...] = ()
         with self._transfer.running():  # the dry run's outputs are read on the stream that made them
             self.outputs: tuple[Field, ...] = self._dry_run()
+        # What every later call's extra outputs are checked against (as CPU tensors).
+        self._extras = {
+            o.key: (torch.Size((num_envs, *o.shape)), torch.from_numpy(np.empty(0, o.dtype)).dtype)
+            for o in self.outputs
+        }
 
     def random_actions(self, steps: int) -> Any:
         """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``; one per action leaf)."""
         return self._random.random_actions(steps)
 
     def act(
-        self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None
+        self,
+        observation: Mapping[Key, np.ndarray],
+        carried: Mapping[Key, np.ndarray] | None = None,
+        step: int | None = None,
     ) -> tuple[Any, dict[Key, torch.Tensor]]:
         """Call the policy once for all envs.
 
         Args:
             observation: One ``[num_envs, *shape]`` array per observation leaf key.
             carried: The carried inputs (:attr:`carried`: recurrent state, ``is_init``).
+            step: The rollout's step, which an error names (``None``: not in a rollout).
 
         Returns:
             The actions as a numpy array in the action field's dtype (one per action leaf, in
             order, for an env with several), and the extra outputs as CPU tensors with a leading
-            ``num_envs`` dimension.
+            ``num_envs`` dimension, each of the shape and dtype it had at the dry run.
+
+        Raises:
+            PolicyError: The actions do not fit the action space, or an extra output is missing,
+                new, or of another shape or dtype than at the dry run (it would be broadcast or
+                cast into the batch otherwise).
         """
         if self._inference is not None:
             self._call_policy, self._inference = self._inference.prepare(self.policy, self.device), None
@@ -118,6 +132,7 @@ class PolicyRunner:
             host = self._transfer.to_host({**dict(zip(self._action_keys, actions, strict=True)), **extras})
         arrays = tuple(self._action_array(host.pop(key), n) for n, key in enumerate(self._action_keys))
         extras_out = {key: self._on_cpu(key, value) for key, value in host.items()}
+        self._check_extras(extras_out, step)
         return (arrays[0] if len(arrays) == 1 else arrays), extras_out
 
     # -- internals -------------------------------------------------------------------------
@@ -176,6 +191,36 @@ class PolicyRunner:
         if array.shape != shape or array.dtype.kind not in kinds:
             _check_action(action, spec, self.num_envs, self.policy)  # raises, naming both
         return array.astype(spec.dtype, copy=False)
+
+    def _check_extras(self, extras: Mapping[Key, torch.Tensor], step: int | None) -> None:
+        """Each extra output as the dry run found it (shape and dtype: no values are looked at)."""
+        expected = self._extras
+        fits = len(extras) == len(expected) and all(
+            (value := extras.get(key)) is not None and value.shape == shape and value.dtype == dtype
+            for key, (shape, dtype) in expected.items()
+        )
+        if fits:
+            return
+        where = f"policy {_describe(self.policy)} returned"
+        when = "" if step is None else f" at step {step}"
+        for key, (shape, dtype) in expected.items():
+            value = extras.get(key)
+            if value is None:
+                raise PolicyError(
+                    f"{where} no {'/'.join(key)!r}{when}, but returned it when the collector was built; an extra "
+                    "output has a place in every batch: return it on every call"
+                )
+            if value.shape != shape or value.dtype != dtype:
+                raise PolicyError(
+                    f"{where} {'/'.join(key)!r} of shape {tuple(value.shape)} and dtype {value.dtype}{when}, but "
+                    f"of shape {tuple(shape)} and dtype {dtype} when the collector was built; an extra output is "
+                    "stored as it first came (never broadcast or cast): return the same shape and dtype on every call"
+                )
+        new = sorted("/".join(key) for key in extras if key not in expected)
+        raise PolicyError(
+            f"{where} {', '.join(map(repr, new))}{when}, which it did not return when the collector was built; the "
+            "batch has no place for it: return the same outputs on every call"
+        )
 
     def _on_cpu(self, key: Key, value: torch.Tensor) -> torch.Tensor:
         """``value`` copied to the CPU (where batches are assembled), or a :class:`PolicyError` naming its device.

@@ -443,7 +443,7 @@ class _Rollout:
             for state, _ in self.state_in:
                 state[...] = 0  # no policy call, so the state stays a start
             return step_of(self.random_actions, t)
-        actions, extras = self.policy.act(self.observation, self.carried)
+        actions, extras = self.policy.act(self.observation, self.carried, t)
         if isinstance(actions, tuple):
             for action_out, leaf in zip(self.action_outs, actions, strict=True):
                 action_out[:, t] = leaf

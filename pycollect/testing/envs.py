@@ -366,14 +366,21 @@ class OrphanChildEnv(CountingEnv):
 
     Unlike :class:`ChildProcessEnv`'s server, the child does not notice when its parent dies,
     so it shows whether the environment was closed in an orderly way. Its pid is
-    :attr:`child_pid`, also appended to the file named by ``pid_file``, if given.
+    :attr:`child_pid`, also appended to the file named by ``pid_file``, if given. It runs in
+    the worker's process group (``subprocess``'s default), as most simulators' helpers do.
+
+    Args:
+        pid_file: A file to append the child's pid to.
+        ignore_sigterm: The child ignores SIGTERM (only SIGKILL stops it).
     """
 
-    def __init__(self, pid_file: str | None = None) -> None:
+    def __init__(self, pid_file: str | None = None, ignore_sigterm: bool = False) -> None:
         import subprocess
 
         super().__init__(length=1000)
-        self._child = subprocess.Popen(["sleep", "600"])
+        # An ignored signal stays ignored across exec: `sleep` inherits the shell's trap.
+        command = ["sh", "-c", "trap '' TERM; exec sleep 600"] if ignore_sigterm else ["sleep", "600"]
+        self._child = subprocess.Popen(command)
         self.child_pid = self._child.pid
         if pid_file is not None:
             with open(pid_file, "a") as file:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import supersuit as ss
 
-from pycollect import ConfigError
+from pycollect import ActionError, ConfigError
 from pycollect_pettingzoo import make_agent_vec
 
 pytestmark = pytest.mark.usefixtures("pycollect_no_leftovers")
@@ -70,3 +70,56 @@ def test_what_cannot_be_slots_is_refused_before_any_worker_starts() -> None:
         make_agent_vec(f.hetero, 2, num_workers=2)
     with pytest.raises(ConfigError, match="not a PettingZoo ParallelEnv or AECEnv"):
         make_agent_vec(f.not_pettingzoo, 2, num_workers=2)
+
+
+def test_a_worker_killed_mid_step_cuts_every_agent_of_its_env_as_make_vec_does(tmp_path) -> None:
+    """make_vec reports a restart as truncated with worker_restarted; so must every agent slot
+    of the restarted env, with the last observation as its terminal_observation and reward 0."""
+    marker = tmp_path / "crash"
+    marker.touch()
+    envs = make_agent_vec(
+        f.crashing,
+        1,
+        num_workers=1,
+        env_kwargs={"crash_at": 5, "how": "kill", "marker": str(marker), "min_life": 12},
+        backoff_initial_s=0.01,
+    )
+    try:
+        last, _ = envs.reset(seed=0)
+        actions = np.zeros(envs.num_envs, np.int64)
+        for t in range(4):
+            observation, reward, terminated, truncated, infos = envs.step(actions)
+            assert not truncated.any() and not any("worker_restarted" in info for info in infos), t
+            last = observation
+        observation, reward, terminated, truncated, infos = envs.step(actions)  # the worker dies in it
+        assert not marker.exists()
+        assert truncated.tolist() == [1, 1, 1] and terminated.tolist() == [0, 0, 0]
+        assert reward.tolist() == [0.0, 0.0, 0.0]
+        for slot, info in enumerate(infos):
+            assert info["worker_restarted"] is True
+            np.testing.assert_array_equal(info["terminal_observation"], last[slot])
+        assert not np.array_equal(observation, last)  # the new episode's first
+        _, _, _, truncated, infos = envs.step(actions)
+        assert not truncated.any() and not any(infos)
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize(
+    ("actions", "match"),
+    [
+        (np.zeros((6, 2), np.int64), r"shape \(6, 2\).*12 agent slots.*shape \(12,\)"),
+        (np.zeros(11, np.int64), r"shape \(11,\).*12 agent slots.*shape \(12,\)"),
+        (np.zeros(13, np.int64), r"shape \(13,\).*12 agent slots.*shape \(12,\)"),
+    ],
+    ids=["reshaped", "too-few", "too-many"],
+)
+def test_actions_of_the_wrong_shape_or_count_are_refused_before_any_reshape(actions: np.ndarray, match: str) -> None:
+    envs = make_agent_vec(f.spread, 4, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ActionError, match=match):
+            envs.step(actions)
+        envs.step(np.zeros(12, np.int64))  # nothing was sent: the next step goes on
+    finally:
+        envs.close()

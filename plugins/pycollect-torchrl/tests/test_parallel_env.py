@@ -14,7 +14,7 @@ from torchrl.envs import ParallelEnv as TorchRLParallelEnv
 from torchrl.envs import SerialEnv
 
 import pycollect.torchrl
-from pycollect import ConfigError, WorkerCrashedError
+from pycollect import ActionError, ConfigError, WorkerCrashedError
 from pycollect.testing.leaks import segment_mappings
 from pycollect_torchrl import ParallelEnv
 
@@ -177,5 +177,25 @@ def test_stepping_a_done_env_without_a_reset_is_refused_before_any_worker_sees_i
             env.step(env.rand_action(td))
         td, _td_next = env.step_and_maybe_reset(env.rand_action(env.reset()))  # the workers live on
         assert (td["next", "count"] == 1).all()
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    ("action", "match"),
+    [
+        (torch.full((2, 2), 0.9), r"actions of shape \(2, 2\) and dtype float32.*OneHot\[2\].*integer"),
+        (torch.zeros((2, 3), dtype=torch.int64), r"actions of shape \(2, 3\).*shape \(2, 2\) for 2 envs"),
+    ],
+    ids=["floats-for-one-hot", "wrong-shape"],
+)
+def test_actions_that_do_not_fit_are_refused_before_any_worker_sees_them(action: torch.Tensor, match: str) -> None:
+    """Never cast (0.9 would become 0) nor broadcast into the workers' action area."""
+    env = ParallelEnv(2, f.cartpole)
+    try:
+        td = env.reset()
+        with pytest.raises(ActionError, match=match):
+            env.step(td.set("action", action))
+        env.step(env.rand_action(env.reset()))  # nothing was sent: the workers step on
     finally:
         env.close()

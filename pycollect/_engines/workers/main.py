@@ -223,6 +223,10 @@ def run() -> int:
     contract.restore_user_env()  # before any env code: what the processes it starts inherit
     from pycollect._native import _core
 
+    # First, while this process maps no segment and runs no thread of its own: a process in
+    # this worker's group that SIGKILLs the group when this process ends, however it ends (a
+    # SIGKILLed trainer leaves no supervisor to do it), so nothing an env starts outlives us.
+    _core.guard_process_group()
     worker = int(os.environ[contract.ENV_WORKER])
     generation = int(os.environ[contract.ENV_GENERATION])
     log = _stderr_logger(worker, generation)

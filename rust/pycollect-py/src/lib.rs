@@ -73,5 +73,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(segment::sweep_stale_segments, m)?)?;
     m.add_function(wrap_pyfunction!(segment::segment_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(supervisor::set_parent_death_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(supervisor::guard_process_group, m)?)?;
     Ok(())
 }

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 
+use pycollect_core::supervisor::guard_process_group as core_guard_process_group;
 use pycollect_core::supervisor::set_parent_death_signal as core_set_parent_death_signal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +23,7 @@ use pycollect_core::Segment as CoreSegment;
 use pyo3::prelude::*;
 
 use crate::blocking::{non_negative_seconds, wait_sliced, Slice};
-use crate::errors::{config_error, py_err, py_err_in};
+use crate::errors::{config_error, py_err, py_err_in, supervisor_error};
 use crate::events::{WorkerEnding, WorkerEvent, WorkerStats};
 use crate::segment::Segment;
 
@@ -353,4 +354,15 @@ impl Supervisor {
 pub fn set_parent_death_signal(signum: i32) -> PyResult<()> {
     core_set_parent_death_signal(signum)
         .map_err(|e| config_error(format!("prctl(PR_SET_PDEATHSIG, {signum}): {e}")))
+}
+
+/// Forks the guardian of this worker's process group (see `group_guard.rs` in the core
+/// crate): when this process ends, however it ends, the guardian SIGKILLs the group, so what
+/// the worker's envs started in it cannot outlive the worker. Returns the guardian's pid, or
+/// `None` where this process does not lead its own group (it is not a worker).
+#[pyfunction]
+pub fn guard_process_group() -> PyResult<Option<i32>> {
+    core_guard_process_group()
+        .map(|pid| pid.map(|pid| pid.as_raw_pid()))
+        .map_err(|e| supervisor_error(format!("could not start the process group's guardian: {e}")))
 }

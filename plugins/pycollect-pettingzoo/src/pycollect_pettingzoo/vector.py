@@ -11,6 +11,11 @@ with the envs stepped by :func:`pycollect.make_vec` (worker processes, shared me
   and truncations uint8 (SuperSuit's dtypes), per agent;
 * an env whose returned agents are all done resets in the same step: the observation is the
   reset one, and the ended agents' infos hold ``"terminal_observation"``;
+* an env whose worker was restarted (it crashed or hung) reports every agent cut, as
+  ``make_vec`` reports the env: truncated, reward 0, ``"worker_restarted"`` and
+  ``"terminal_observation"`` (the last observation) in each agent's info;
+* actions that are not one per slot (``(num_envs * n_agents, *action_shape)``) raise
+  :class:`pycollect.ActionError` before anything is sent;
 * ``infos`` is a list of one dict per slot (SuperSuit's, which CleanRL's loops iterate);
 * an agent that leaves before its env's episode ends is an error (SuperSuit asserts): wrap the
   env in SuperSuit's ``black_death_v3`` in the factory, or use the ``Collector`` with
@@ -31,10 +36,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from pycollect import ConfigError, EnvOutputError
+from pycollect import ActionError, ConfigError, EnvOutputError
 from pycollect.envs import import_factory
 
 __all__ = ["AgentVecEnv", "StackedAgentsEnv", "make_agent_vec"]
+
+RESTARTED_KEY = "worker_restarted"
+"""The info entry (True) of each agent whose episode a worker restart cut, as ``make_vec`` names it."""
 
 
 class StackedAgentsEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
@@ -175,26 +183,50 @@ class AgentVecEnv(gym.vector.VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         return flat.copy(), [{} for _ in range(self.num_envs)]
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """Step every env; per-agent observations, rewards (float32), terminations and truncations (uint8), infos."""
+        """Step every env; per-agent observations, rewards (float32), terminations and truncations (uint8), infos.
+
+        An env whose worker was restarted (it crashed or hung) reports every agent of its cut
+        episode as ``make_vec`` reports the env: truncated, reward 0, ``"worker_restarted"``
+        True and the last observation as ``"terminal_observation"``; the observation is the
+        new episode's first.
+
+        Raises:
+            ActionError: ``actions`` is not one action per agent slot (checked before anything is
+                reshaped or sent); what ``make_vec``'s ``step`` raises otherwise.
+        """
         n = self.n_agents
-        stacked = np.asarray(actions).reshape(self.vec.num_envs, n, *self._agent_shape)
-        observation, _, ended, _, infos = self.vec.step(stacked)
+        flat = np.asarray(actions)
+        expected = (self.num_envs, *self._agent_shape)
+        if flat.shape != expected:
+            raise ActionError(
+                f"actions of shape {flat.shape}: this vector env has {self.num_envs} agent slots ({self.vec.num_envs} "
+                f"envs x {n} agents), each taking an action of shape {self._agent_shape} from "
+                f"{self.single_action_space}; give an array of shape {expected}"
+            )
+        observation, _, ended, cut, infos = self.vec.step(flat.reshape(self.vec.num_envs, n, *self._agent_shape))
         observations = np.array(observation["observation"]).reshape(self.num_envs, *self._observation_shape)
         rewards = np.array(observation["reward"], np.float32).reshape(-1)
         terminated = np.array(observation["terminated"], np.uint8).reshape(-1)
         truncated = np.array(observation["truncated"], np.uint8).reshape(-1)
         slot_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        if ended.any():
+        if ended.any() or cut.any():
             final = infos["final_obs"]
-            for e in np.flatnonzero(ended):
+            # SAME_STEP mode: the cut episode's info (with the flag) is its final info
+            restarted = infos.get("final_info", {}).get(RESTARTED_KEY, np.zeros(self.vec.num_envs, bool))
+            for e in np.flatnonzero(ended | cut):
                 last = final[e]
                 rows = slice(e * n, (e + 1) * n)
-                rewards[rows] = last["reward"]
-                terminated[rows] = last["terminated"]
-                truncated[rows] = last["truncated"]
+                if restarted[e]:  # the episode was cut where the worker died: no step of it happened
+                    rewards[rows], terminated[rows], truncated[rows] = 0.0, 0, 1
+                else:
+                    rewards[rows] = last["reward"]
+                    terminated[rows] = last["terminated"]
+                    truncated[rows] = last["truncated"]
                 terminal = np.array(last["observation"])
                 for i in range(n):
                     slot_infos[e * n + i]["terminal_observation"] = terminal[i]
+                    if restarted[e]:
+                        slot_infos[e * n + i][RESTARTED_KEY] = True
         return observations, rewards, terminated, truncated, slot_infos
 
     def close_extras(self, **kwargs: Any) -> None:

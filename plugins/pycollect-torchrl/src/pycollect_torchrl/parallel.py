@@ -30,7 +30,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import _aggregate_end_of_traj
 
-from pycollect import ConfigError, SupervisionConfig, VectorConfig
+from pycollect import ActionError, ConfigError, SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect_torchrl.backend import TorchRLBackend, is_torchrl_env
 from pycollect_torchrl.layout import Layout, layout
@@ -254,6 +254,24 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
             source[key] = torch.zeros(n, 1, dtype=torch.bool)
         return self._tensordict(source)
 
+    def _checked_actions(self, actions: np.ndarray) -> np.ndarray:
+        """``actions`` in the action field's dtype, once their shape and kind fit it (nothing cast across kinds).
+
+        Raises:
+            ActionError: Another shape than ``[num_workers, *action_shape]``, or floats for a
+                discrete action (0.9 would become 0) or integers for a continuous one.
+        """
+        spec, n = self._layout.action, self.num_workers
+        expected = (n, *spec.shape)
+        fits = actions.dtype.kind in "biu" if spec.discrete else actions.dtype.kind == "f"
+        if actions.shape != expected or not fits:
+            kind = "integer" if spec.discrete else "floating-point"
+            raise ActionError(
+                f"pycollect.torchrl.ParallelEnv: actions of shape {actions.shape} and dtype {actions.dtype}, but the "
+                f"action spec {spec.space} takes {kind} actions of shape {expected} for {n} envs; nothing was sent"
+            )
+        return actions if actions.dtype == spec.dtype else actions.astype(spec.dtype)
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict.get("action")
         backend = self._backend
@@ -267,9 +285,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
                 "(reset() with a '_reset' mask, or step_and_maybe_reset(), as TorchRL's collectors and rollout do) "
                 "before stepping them again"
             )
-        actions = action.detach().cpu().numpy()
-        if actions.dtype != self._layout.action.dtype:
-            actions = actions.astype(self._layout.action.dtype)
+        actions = self._checked_actions(action.detach().cpu().numpy())
         backend.step_async([actions])
         backend.step_wait()
         source = self._observations()

@@ -83,6 +83,7 @@
 mod error;
 mod events;
 mod forkserver;
+mod group_guard;
 mod policy;
 mod reaper;
 mod runner;
@@ -105,6 +106,7 @@ pub use events::{
     ChildState, Ending, Event, ExitReason, ExitRecord, ExitStatus, LaunchedBy, ShutdownReport,
     WorkerEnd, WorkerStats,
 };
+pub use group_guard::{guard_process_group, GUARDIAN_COMM};
 pub use policy::{Decision, Restart, RestartPolicy, RestartTracker};
 pub use spawn::{
     set_parent_death_signal, WorkerLaunch, LIFELINE_FD_ENV, MAX_CHILD_FD, SUPERVISOR_PID_ENV,
