@@ -13,10 +13,11 @@ info field.
 
 **Groups of envs, each spanning every worker** (Sample Factory's double-buffered sampling).
 Each worker's ``K`` envs are split into groups (two by default): group ``g`` is envs
-``range_g`` of *every* worker, stepped by a runner of its own in a thread of its own. The
-groups take turns with the workers (:class:`Turns`: one request per worker in flight, group
-after group, step after step), so while the policy runs on group A's observations every
-worker steps its group-B envs, and every policy call covers envs of every worker.
+``range_g`` of *every* worker, stepped by a runner of its own. One thread, the caller's, drives
+them all: it posts group A's step to every worker, runs the policy on group B's observations
+while the workers step A, waits for A's answers (the wait releases the GIL), stores them,
+posts B's step, runs the policy on A's, and so on, group after group, step after step. Each
+worker has one request in flight at a time, and every policy call covers envs of every worker.
 
 Batches equal the ``workers`` engine's for the same seed and a deterministic policy: worker
 ``w``'s envs get ``env_seeds(seed, K, w, generation)`` at their first reset; trajectory ids
@@ -40,7 +41,6 @@ import functools
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -56,7 +56,7 @@ from pycollect._engines.inprocess import on_policy_device
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.step_backend import WorkerStepBackend
-from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
+from pycollect._keys import IS_INIT, NEXT_DONE, TRAJ_IDS, Key
 from pycollect._rollout.actions import ActionSource, RandomActions, step_of
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import parameters_device
@@ -77,7 +77,6 @@ __all__ = [
     "CentralRunner",
     "TorchStreams",
     "TrajectoryIds",
-    "Turns",
     "WorkerDraws",
     "env_groups",
 ]
@@ -154,65 +153,6 @@ class TorchStreams:
                 yield
             finally:
                 self._states[stream] = self._get()
-
-
-class Turns:
-    """Whose turn it is to post to the workers: group after group, step after step.
-
-    Each worker serves one request at a time, and a request's answer must be read before the
-    next request can overwrite it. So group ``g``'s ``t``-th step posts after group ``g - 1``'s
-    ``t``-th has been answered and read, and group 0's ``t + 1``-th after the last group's
-    ``t``-th: turn ``t * groups + g``. A group holds its turn while it posts, waits and reads
-    its rows, and then does the rest of its step (storing, the episodes' ends) while the next
-    group's envs step. A group whose rollout fails :meth:`abort` s the round with its error, so
-    that none waits for a turn that will not come; the first such error is :attr:`failure`,
-    what the round raises (the others' errors only follow from it).
-
-    Args:
-        groups: How many groups take turns.
-    """
-
-    _SLICE_S = 0.1  # a wait for the turn, in slices: an abort (or Ctrl-C) gets through
-
-    def __init__(self, groups: int) -> None:
-        self.groups = groups
-        self._turn = 0
-        self.failure: BaseException | None = None
-        self._changed = threading.Condition()
-
-    def begin_round(self) -> None:
-        """Group 0 goes first (called before a round's rollouts start)."""
-        with self._changed:
-            self._turn, self.failure = 0, None
-
-    def abort(self, error: BaseException) -> None:
-        """End the round because a group's rollout raised ``error``: a group waiting for its turn raises.
-
-        The first error of the round is kept as :attr:`failure`.
-        """
-        with self._changed:
-            if self.failure is None:
-                self.failure = error
-            self._changed.notify_all()
-
-    @contextlib.contextmanager
-    def turn(self, group: int) -> Iterator[None]:
-        """Wait for ``group``'s turn, hold it for the block, then pass it on.
-
-        Raises:
-            CollectorClosedError: Another group's rollout failed (the round was aborted).
-        """
-        with self._changed:
-            while self.failure is None and self._turn % self.groups != group:
-                self._changed.wait(self._SLICE_S)
-            if self.failure is not None:
-                raise CollectorClosedError("another group's rollout of this round failed") from self.failure
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._turn += 1
-                self._changed.notify_all()
 
 
 class WorkerDraws:
@@ -312,8 +252,9 @@ class CentralRunner(EnvRunner):
 
     Everything but where the envs are is the base class's: the policy call, carried state,
     episode bookkeeping, storing, the reward range check. Here a step writes the group's
-    actions into its rows of the backend's action arrays, posts a STEP of those envs to every
-    worker and reads its rows back, all in the group's turn (:class:`Turns`); the envs' results
+    actions into its rows of the backend's action arrays and posts a STEP of those envs to
+    every worker (:meth:`post`), then waits for the answers and reads its rows back
+    (:meth:`collect`); the engine runs other groups' policy calls in between. The envs' results
     were checked by the workers' :class:`~pycollect._steps.group.EnvGroup` (which also truncates
     at ``max_frames_per_traj`` and resets ended envs in the same step). The group's env ``i`` is
     env ``envs[i % K_g]`` of worker ``i // K_g``. Trajectory ids are the engine's
@@ -327,8 +268,6 @@ class CentralRunner(EnvRunner):
         env_name: The env's name, for messages.
         info: The kept info entries, as fields.
         envs: The group's envs of each worker.
-        index: The group's place in the turns.
-        turns: The turns the groups take with the workers.
 
     Raises:
         ConfigError: The env backend's fields do not match the workers' space layout.
@@ -345,11 +284,9 @@ class CentralRunner(EnvRunner):
         env_name: str,
         info: tuple[FieldSpec, ...],
         envs: range,
-        index: int,
-        turns: Turns,
     ) -> None:
         self.backend = backend
-        self.envs_range, self.index, self.turns = envs, index, turns
+        self.envs_range = envs
         self.actions = actions
         workers, k = config.num_workers, config.envs_per_worker
         self._workers, self._kg = workers, len(envs)
@@ -359,6 +296,7 @@ class CentralRunner(EnvRunner):
         self.rows = np.array([w * k + j for w in range(workers) for j in envs], np.int64)
         self._seen = [1] * workers  # the generation of each worker the group's envs last stepped in
         self.cuts: list[tuple[int, int, int]] = []  # (step, worker, generation) of this round's restarts
+        self._posted_cut: list[int] = []  # the workers the posted step left out (restarted meanwhile)
         super().__init__([], specs, actions, None, env_name=env_name, info=info)
         # A field's leaf is found by where it sits in the raw observation (a backend's keys may differ)
         leaves = {leaf.field.key: n for n, leaf in enumerate(backend.observation.leaves)}
@@ -372,7 +310,7 @@ class CentralRunner(EnvRunner):
                     "backend's fields to be the gymnasium space's leaves"
                 )
             self._leaves.append(n)
-        self._now: list[np.ndarray] = []  # the group's observations as read in its last turn, per leaf
+        self._now: list[np.ndarray] = []  # the group's observations as read at its last step, per leaf
 
     @property
     def num_envs(self) -> int:
@@ -380,7 +318,8 @@ class CentralRunner(EnvRunner):
         return self._count
 
     def close(self) -> None:
-        """Nothing here: the engine closes the backend."""
+        """Let go of any view of the workers' segment (the engine closes the backend)."""
+        self._now = []
 
     def read_observations(self) -> None:
         """Take the group's rows of the observations (after the engine reset the envs)."""
@@ -390,6 +329,13 @@ class CentralRunner(EnvRunner):
     def _gather(self, array: np.ndarray) -> np.ndarray:
         """The group's rows of one of the backend's ``[N * K, ...]`` arrays (a copy)."""
         return array.copy() if self._every_env else array[self.rows]
+
+    def _rows_of(self, array: np.ndarray) -> np.ndarray:
+        """The group's rows of one of the backend's arrays (for a group of every env, the array itself).
+
+        The array itself is valid until the next step is posted: read it before.
+        """
+        return array if self._every_env else array[self.rows]
 
     def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
         """The group's envs as the engine reset them (:meth:`read_observations`)."""
@@ -408,39 +354,48 @@ class CentralRunner(EnvRunner):
         return [order[n] for n in range(len(self.backend.observation.leaves))]
 
     def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
-        """Write the group's actions, step its envs in every worker, read its rows back: step ``t``.
+        """Step ``t`` of the group's envs, with nothing in between: :meth:`post`, then :meth:`collect`."""
+        self.post(actions)
+        return self.collect(run, t)
 
-        Posting, waiting and reading happen in the group's turn; the wait releases the GIL, so
-        another group's thread runs its policy call meanwhile.
+    def post(self, actions: Any) -> None:
+        """Write the group's actions into its rows of the workers' action arrays and post the step.
+
+        A worker restarted since the group's last step (found by another group's step, whose
+        handling reset every env of it and wrote their rows as cut) is left out: its envs of
+        this group are not stepped, and :meth:`collect` reports them cut.
         """
         backend, rows = self.backend, self.rows
         leaves = list(actions) if isinstance(actions, tuple) else [actions]
-        with self.turns.turn(self.index):
-            for block, leaf in zip(backend.actions, leaves, strict=True):
-                if self._every_env:
-                    block[...] = leaf
-                else:
-                    block[rows] = leaf
-            # A worker restarted while another group held the turn: that group's handling reset
-            # every env of the worker (and wrote their rows as cut); these are not stepped.
-            cut = [w for w in range(self._workers) if backend.generation(w) > self._seen[w]]
-            live = [w for w in range(self._workers) if w not in cut]
-            parts: list[tuple[int, Any]] = []
-            if live:
-                envs = None if self._every_env else self.envs_range
-                backend.step_async(envs=envs, workers=live if cut else None)
-                parts = backend.step_wait()
-                cut = sorted({*cut, *backend.last_restarted})
-            observations = [self._gather(backend.observations[n]) for n in self._leaves]
-            rewards, terminated, truncated = (
-                self._gather(a) for a in (backend.rewards, backend.terminated, backend.truncated)
-            )
-            done = terminated | truncated
-            ended = np.flatnonzero(done)
-            final = backend.final_observations
-            assert final is not None  # SAME_STEP mode
-            finals = [final[n][self.rows[ended]] for n in self._leaves]  # the ended envs' only
-            infos = self._infos(parts, done) if run.info_out else {}
+        for block, leaf in zip(backend.actions, leaves, strict=True):
+            if self._every_env:
+                block[...] = leaf
+            else:
+                block[rows] = leaf
+        cut = [w for w in range(self._workers) if backend.generation(w) > self._seen[w]]
+        self._posted_cut = cut
+        if len(cut) < self._workers:
+            envs = None if self._every_env else self.envs_range
+            backend.step_async(envs=envs, workers=[w for w in range(self._workers) if w not in cut] if cut else None)
+
+    def collect(self, run: _Rollout, t: int) -> list[int]:
+        """Wait for the step :meth:`post` posted and store it as step ``t``; the envs whose episode ended."""
+        backend = self.backend
+        cut, parts = self._posted_cut, []
+        if len(cut) < self._workers:
+            parts = backend.step_wait()
+            cut = sorted({*cut, *backend.last_restarted})
+        # Read before the next post overwrites them, which is after end_step.
+        observations = [self._rows_of(backend.observations[n]) for n in self._leaves]
+        rewards, terminated, truncated = (
+            self._rows_of(a) for a in (backend.rewards, backend.terminated, backend.truncated)
+        )
+        done = terminated | truncated
+        ended = np.flatnonzero(done)
+        final = backend.final_observations
+        assert final is not None  # SAME_STEP mode
+        finals = [final[n][self.rows[ended]] for n in self._leaves]  # the ended envs' only
+        infos = self._infos(parts, done) if run.info_out else {}
         for w in cut:  # the group's envs of these workers were cut (truncated) at this step
             generation = backend.generation(w)
             self._seen[w] = generation
@@ -461,11 +416,31 @@ class CentralRunner(EnvRunner):
             self._store_infos(run, t, infos)
         return ended.tolist()
 
+    def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
+        """After step ``t``: what the policy reads next, and the ended envs' new episodes, for all envs at once.
+
+        The runner's per-env resets are not needed here: the workers' groups applied the
+        trajectory limit and reset the ended envs in the same step (``SAME_STEP``), so this
+        step's observations are already the reset ones where an episode ended (checked in the
+        workers), and trajectory ids are the engine's (:class:`TrajectoryIds`).
+        """
+        restarted = np.asarray(ended, np.intp)
+        starts_next = len(restarted) > 0 and t + 1 < run.steps
+        for obs_out, now in zip(run.obs_out, self._now, strict=True):
+            obs_out.current[...] = now
+            if starts_next:
+                obs_out.obs[restarted, t + 1] = now[restarted]  # the one frame of obs that ("next", obs) lacks
+        self._now = []  # views of the segment, which the next step overwrites (and a shutdown unmaps)
+        if run.is_init is not None:
+            run.is_init[...] = False
+        for key, array in self._carried.items():  # is_init True, a recurrent state zero, where one starts
+            array[restarted] = key == IS_INIT
+
     def _infos(self, parts: Sequence[tuple[int, Any]], ended: np.ndarray) -> dict[int, dict[str, Any]]:
         """The group's envs' info entries of this step (their final ones where an episode ended).
 
         Each env's entries are what its info fields hold and what of its info fit none (the
-        material); read in the group's turn, as the rows are.
+        material); read right after the step's answers, as the rows are.
         """
         fields, k, kg, start = (
             self.backend.info,
@@ -568,11 +543,11 @@ class CentralEngine(Engine):
     Build it with :meth:`start`, which checks everything before any worker starts.
 
     Each worker's envs are split into ``groups`` groups (two by default), each spanning every
-    worker, with a :class:`CentralRunner` of its own; the groups' rollouts run at the same time
-    in threads of this process and take turns with the workers: while the policy runs on one
-    group's observations (torch releases the GIL), every worker steps its envs of the other
-    group (the wait releases it). That is the double buffering of Sample Factory's sampler;
-    with one group, the policy and the envs take turns.
+    worker, with a :class:`CentralRunner` of its own; one thread (the caller's) steps them in
+    turn, one step of one group in flight at a time: while the policy runs on one group's
+    observations, every worker steps its envs of the group posted before (see
+    :meth:`_step_groups`). That is the double buffering of Sample Factory's sampler; with one
+    group, the policy and the envs take turns.
 
     Args:
         plan: What every rollout holds.
@@ -616,16 +591,12 @@ class CentralEngine(Engine):
         self._copier = DeviceCopier()
         self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
         self._draws = draws
-        self._turns = self.runners[0].turns
         self._ids = TrajectoryIds(self.num_workers, self.envs_per_worker)
         self._rounds = 0
         self._reset_needed = True  # the envs are reset before the first round (and after a broken one)
         self._pending: list[TensorDict] = []  # async: the rollouts of the last round not yet handed out
         self._closed = False
         self._final: Supervision | None = None
-        # The other groups' rollouts run here, a thread each, kept for the engine's life.
-        others = len(self.runners) - 1
-        self._pool = ThreadPoolExecutor(others, thread_name_prefix="pycollect-central") if others else None
 
     @property
     def num_envs(self) -> int:
@@ -653,7 +624,7 @@ class CentralEngine(Engine):
                 ``envs_per_worker``; as evenly as they go, in order): each group spans every
                 worker, and the groups take turns with the policy.
             policy_threads: torch's intra-op threads for a CPU policy's calls during a round
-                (``None``: the CPUs the workers leave free, shared between the groups).
+                (``None``: the CPUs the workers leave free).
 
         Raises:
             ConfigError: Anything that would fail later, named, before any worker starts
@@ -692,7 +663,6 @@ class CentralEngine(Engine):
         try:
             backend.restart_seeds = functools.partial(_restart_seeds, seed, k)
             draws = WorkerDraws(plans[0].specs.action_fields, k, workers, seed)
-            turns = Turns(len(split))
             runners = [
                 CentralRunner(
                     backend,
@@ -707,8 +677,6 @@ class CentralEngine(Engine):
                     env_source.describe(),
                     plan.info,
                     envs,
-                    g,
-                    turns,
                 )
                 for g, (envs, plan) in enumerate(zip(split, plans, strict=True))
             ]
@@ -717,7 +685,7 @@ class CentralEngine(Engine):
             raise
         threads = None
         if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
-            threads = policy_threads or _free_cpus(workers, len(split))
+            threads = policy_threads or _free_cpus(workers)
         return cls(plans[0], runners, backend, config, policy, device_copy, draws, threads, streams)
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
@@ -773,39 +741,18 @@ class CentralEngine(Engine):
             if single
             else [allocate(self.plan.fields, r.num_envs, self.steps, self._parts) for r in self.runners]
         )
-        threads, trainers_threads = self.policy_threads, torch.get_num_threads()
-        turns = self._turns
-
-        def roll(runner: CentralRunner, out: Mapping[Key, np.ndarray]) -> None:
-            if threads is not None:
-                # torch reads the setting per thread (OpenMP), so each group's thread sets its own
-                torch.set_num_threads(threads)
-            try:
-                runner.rollout(out, random, None, policy_version)
-            except BaseException as error:
-                turns.abort(error)  # no other group waits for this one's turns
-                raise
-
         for runner in self.runners:
             runner.cuts = []
-        turns.begin_round()
         self._draws.begin_round()
-        (first, *others), (first_out, *other_outs) = self.runners, outs
-        # tensordict's interaction type is one value for the whole process, which each policy
-        # call sets and restores: set here for the round, the groups' threads only ever write
-        # back this same value.
+        threads, trainers_threads = self.policy_threads, torch.get_num_threads()
         keep_trainers = self.streams.keep_trainers() if self.streams is not None else contextlib.nullcontext()
+        # tensordict's interaction type is one value for the whole process, which each policy
+        # call sets and restores: set here for the round.
         with set_interaction_type(InteractionType(config.exploration_type)), keep_trainers:
             try:
-                pool = self._pool  # there is one exactly when there are other groups
-                elsewhere = [pool.submit(roll, r, o) for r, o in zip(others, other_outs, strict=True)] if pool else []
-                with contextlib.suppress(BaseException):  # kept by turns: the round's first failure, or one after it
-                    roll(first, first_out)
-                wait(elsewhere)  # never leave a group's rollout running past the round
-                if turns.failure is not None:
-                    # The group that failed first decides what the caller sees, whichever it is
-                    # (the others only ran into the aborted round); its own traceback comes along.
-                    raise turns.failure
+                if threads is not None:
+                    torch.set_num_threads(threads)
+                self._step_groups(outs, random, policy_version)
             except BaseException:
                 self._reset_needed = True
                 raise
@@ -819,6 +766,32 @@ class CentralEngine(Engine):
             fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
         self._rounds += 1
         return arrays
+
+    def _step_groups(self, outs: Sequence[Mapping[Key, np.ndarray]], random: bool, policy_version: int) -> None:
+        """Step every group ``T`` times into its ``outs``, in this thread, one group's step in flight at a time.
+
+        Steps are posted group after group, step after step. With several groups the policy
+        call for the next group's step runs while the workers step the one posted before it,
+        whose answers are then collected; with one, the policy waits for them. An error is
+        raised as it comes, with a step possibly still in flight (the next post drains it).
+        """
+        runners = self.runners
+        runs = [runner.begin(out, random, policy_version) for runner, out in zip(runners, outs, strict=True)]
+        overlap = len(runners) > 1
+        in_flight: tuple[CentralRunner, _Rollout, int] | None = None
+        for t in range(self.steps):
+            for runner, run in zip(runners, runs, strict=True):
+                if in_flight is not None and not overlap:
+                    _collect(*in_flight)
+                actions = run.act(t)  # with several groups: while the workers step the one in flight
+                if in_flight is not None and overlap:
+                    _collect(*in_flight)
+                runner.post(actions)
+                in_flight = (runner, run, t)
+        if in_flight is not None:
+            _collect(*in_flight)
+        for run in runs:
+            run.finish()
 
     def _interleave(self, arrays: Mapping[Key, np.ndarray], outs: Sequence[Mapping[Key, np.ndarray]]) -> None:
         """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch (env ``j`` of worker ``w``: ``w*K + j``)."""
@@ -869,10 +842,10 @@ class CentralEngine(Engine):
         self._pending = []
         self._copier.settle()
         events = self.backend.events()
+        for runner in self.runners:
+            runner.close()
         self.backend.close()
         self._final = Supervision(self.backend.workers(), events)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
         self._memory = staging_memory(torch.device("cpu"))
 
 
@@ -895,10 +868,15 @@ def env_groups(envs_per_worker: int, groups: int) -> list[range]:
     return [range(bounds[g], bounds[g + 1]) for g in range(count)]
 
 
-def _free_cpus(num_workers: int, groups: int) -> int:
-    """A CPU policy's threads per call: the CPUs this process may use less the workers', shared by the groups."""
+def _free_cpus(num_workers: int) -> int:
+    """A CPU policy's threads per call: the CPUs this process may use less the workers'."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, (cpus - num_workers) // groups)
+    return max(1, cpus - num_workers)
+
+
+def _collect(runner: CentralRunner, run: _Rollout, t: int) -> None:
+    """Collect the step ``t`` that ``runner`` posted, and end it (trajectory limit, resets)."""
+    runner.end_step(run, t, runner.collect(run, t))
 
 
 def _restart_seeds(seed: int | None, k: int, worker: int, generation: int) -> list[int]:

@@ -178,20 +178,35 @@ class EnvRunner:
         Returns:
             The version of the weights in use at the end of the rollout.
         """
-        if not self._has_reset:
-            self.reset()
-        run = _Rollout(self, out, random_actions, policy_version)
+        run = self.begin(out, random_actions, policy_version)
         for t in range(run.steps):
             if on_step is not None and (applied := on_step()) is not None:
                 run.use_version(applied, t)
             actions = run.act(t)
-            ended = self._step(run, t, actions)
-            finished = self._episode_ends(run, t, ended)
-            run.observe(t)
-            for i in finished:
-                self._restart(run, i, t)
+            self.end_step(run, t, self._step(run, t, actions))
         run.finish()
         return run.policy_version
+
+    def begin(self, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int) -> _Rollout:
+        """Bind a rollout to ``out`` (resetting the envs first, the first time); see :meth:`rollout`.
+
+        A caller that drives the steps itself (the central engine, which interleaves groups)
+        calls, for each step ``t``: the rollout's ``act(t)``, its own way of stepping, then
+        :meth:`end_step`; and the rollout's ``finish()`` after the last.
+        """
+        if not self._has_reset:
+            self.reset()
+        return _Rollout(self, out, random_actions, policy_version)
+
+    def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
+        """After step ``t`` was stored: the trajectory limit, what the policy reads next, the resets.
+
+        ``ended``: the envs whose own flags ended their episode at ``t``, in env order.
+        """
+        finished = self._episode_ends(run, t, ended)
+        run.observe(t)
+        for i in finished:
+            self._restart(run, i, t)
 
     def close(self) -> None:
         """Close every environment."""
