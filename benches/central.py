@@ -1,10 +1,12 @@
-"""Central inference against the other ways to run a CNN policy over Atari envs in worker processes.
+"""Central inference against the other ways to run a policy over envs in worker processes.
 
 One interleaved run: every round runs each contender once, in an order that rotates from round
-to round, and the ratios are taken within a round (machines are shared and noisy). The
-workload is Atari Pong as ``benches/atari_env.py`` builds it (ALE, 84x84 gray, frame skip 4,
-stack 4: ``uint8 [4, 84, 84]`` observations), 2 workers x K envs, and the policy the Nature DQN
-CNN (random init, argmax actions), the same weights for everyone. Contenders:
+to round, and the ratios are taken within a round (machines are shared and noisy). Two
+workloads (``--workload``), 2 workers x K envs each:
+
+``pong`` (the default): Atari Pong as ``benches/atari_env.py`` builds it (ALE, 84x84 gray,
+frame skip 4, stack 4: ``uint8 [4, 84, 84]`` observations), and the policy the Nature DQN CNN
+(random init, argmax actions), the same weights for everyone. Contenders:
 
 * ``pycollect central``: ``Collector(num_workers=2, engine="central")``: the workers step the
   envs; the trainer runs the CNN once per step over each group's envs, two groups each of half
@@ -21,15 +23,27 @@ CNN (random init, argmax actions), the same weights for everyone. Contenders:
 * ``TorchRL Collector over ParallelEnv``: ``torchrl.collectors.Collector`` over
   ``ParallelEnv(2, SerialEnv(K, GymWrapper(make_env())))``, the CNN in the trainer.
 
-Frames are env steps, each with a policy call behind it. Targets (issue 19, this CPU machine):
-central >= 1.0x the best of the others; (issue 30) central >= 0.9x ``workers``; both as medians
-of the per-round ratios. Results go to
-``benches/results/central.json`` and a plot next to it.
+``cartpole``: CartPole-v1 and a 64-wide MLP (4 -> 64 -> 64 -> 2, tanh, argmax), torch on one
+thread: the workload where the trainer's work around each policy call shows most. Contenders:
+``pycollect central`` and ``pycollect central (1 group)`` as above, ``pycollect workers (MLP in
+each)``, and ``hand loop over make_vec (MLP here)``: the six lines a user writes over
+``pycollect.make_vec(..., num_workers=2)`` (``net(obs).argmax(-1)``, ``envs.step``) with the same
+MLP, its observations and actions only, nothing stored.
+
+Frames are env steps, each with a policy call behind it. Besides frames/s and CPU, each run
+reports the trainer's CPU per frame outside the policy call (the policy's forward is timed in
+this process; for ``workers`` the policy runs in the workers, so all of the trainer's CPU is
+outside it). Targets, as medians of the per-round ratios: on Pong (issue 19) central >= 1.0x
+the best of the others, (issues 30, 40) central >= 0.9x ``workers``; on CartPole (issue 40)
+central >= 0.9x the hand loop, and the central trainer's CPU outside the policy call <= 5 us per
+frame. Results go to ``benches/results/central.json`` (``central-cartpole.json``) and a plot
+next to it.
 
 Usage::
 
-    python benches/central.py                # 3 rounds, K = 8, 1 torch thread here
-    python benches/central.py --quick        # fewer frames, 2 rounds
+    python benches/central.py                       # Pong: 3 rounds, K = 8, 1 torch thread here
+    python benches/central.py --workload cartpole   # CartPole with the MLP
+    python benches/central.py --quick               # fewer frames, 2 rounds
     python benches/central.py --envs 4 --trainer-threads 2 --rounds 5
 """
 
@@ -61,13 +75,117 @@ WORKER_CNN = "pycollect workers (CNN in each)"
 ENVPOOL_SYNC = "EnvPool sync (CNN here)"
 ENVPOOL_ASYNC = "EnvPool async batch K (CNN here)"
 TORCHRL = "TorchRL Collector over ParallelEnv"
+WORKER_MLP = "pycollect workers (MLP in each)"
+HAND_LOOP = "hand loop over make_vec (MLP here)"
+CARTPOLE_STEPS = 64  # steps of every env per batch on CartPole (its episodes are short)
+
+
+class Timed(torch.nn.Module):
+    """A policy whose calls count their CPU time in the process they run in.
+
+    The count (:attr:`cpu_ns`, of the calling thread's CPU clock) is a class attribute: it
+    counts the calls of every copy in one process, and the trainer's is read.
+    """
+
+    cpu_ns = 0
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        start = time.thread_time_ns()
+        action = self.policy(observation)
+        Timed.cpu_ns += time.thread_time_ns() - start
+        return action
+
+
+class MLP(torch.nn.Module):
+    """The CartPole policy: a 64-wide MLP's argmax (the same weights for every contender)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2)
+        )
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.net(observation).argmax(-1)
+
+
+def _start_counting(_first: Any = None) -> None:
+    Timed.cpu_ns = 0
+
+
+def _counted(result: tp.Result) -> tp.Result:
+    """``result`` with the CPU time of this process's policy calls since :func:`_start_counting`."""
+    result.policy_cpu_s = Timed.cpu_ns / 1e9
+    return result
+
+
+def _cartpole_collector(engine: Any, k: int, frames: int) -> tp.Result:
+    cpu0, t0 = tp.CPU.read(), time.perf_counter()
+    collector = pycollect.Collector(
+        "CartPole-v1",
+        Timed(MLP()),
+        frames_per_batch=WORKERS * k * CARTPOLE_STEPS,
+        envs_per_worker=k,
+        num_workers=WORKERS,
+        engine=engine,
+        seed=0,
+    )
+    batches = max(1, round(frames / collector.frames_per_batch))
+    return _counted(tp._measure(collector, collector.next_batch, _start_counting, batches, t0, cpu0))
+
+
+def cartpole_central(k: int, frames: int) -> tp.Result:
+    """``Collector(engine="central")`` on CartPole: the MLP over each group's envs, in the trainer."""
+    return _cartpole_collector("central", k, frames)
+
+
+def cartpole_central_one_group(k: int, frames: int) -> tp.Result:
+    """``engine=Central(groups=1)`` on CartPole: one MLP call per step over all 2K envs."""
+    from pycollect.default_plugins import Central
+
+    return _cartpole_collector(Central(groups=1), k, frames)
+
+
+def cartpole_workers(k: int, frames: int) -> tp.Result:
+    """``Collector(engine="workers")`` on CartPole: each worker calls its MLP copy on its K envs."""
+    result = _cartpole_collector("workers", k, frames)
+    result.policy_cpu_s = 0.0  # the policy runs in the workers: none of the trainer's CPU is its
+    return result
+
+
+def hand_loop(k: int, frames: int) -> tp.Result:
+    """Six lines over ``pycollect.make_vec(2K, num_workers=2)``, the MLP called here each step."""
+    n = WORKERS * k
+    t0 = time.perf_counter()
+    envs = pycollect.make_vec("CartPole-v1", n, num_workers=WORKERS)
+    policy = Timed(MLP())
+
+    def prepare() -> Callable[[int], Any]:
+        obs, _ = envs.reset(seed=0)
+
+        def run(count: int) -> None:
+            nonlocal obs
+            _start_counting()  # the last call is the timed one
+            with torch.no_grad():
+                for _ in range(count):
+                    actions = policy(torch.from_numpy(obs)).numpy()
+                    obs = envs.step(actions)[0]
+
+        return run
+
+    return _counted(tp._timed_steps(t0, envs, n, frames, prepare))
 
 
 def _collector(engine: Any, k: int, frames: int) -> tp.Result:
     cpu0, t0 = tp.CPU.read(), time.perf_counter()
     collector = pycollect.Collector(
         "callable:atari_env:make_env",
-        NatureCNN(),
+        Timed(NatureCNN()),
         frames_per_batch=WORKERS * k * STEPS,
         envs_per_worker=k,
         num_workers=WORKERS,
@@ -75,7 +193,10 @@ def _collector(engine: Any, k: int, frames: int) -> tp.Result:
         seed=0,
     )
     batches = max(1, round(frames / collector.frames_per_batch))
-    return tp._measure(collector, collector.next_batch, lambda _first: None, batches, t0, cpu0)
+    result = _counted(tp._measure(collector, collector.next_batch, _start_counting, batches, t0, cpu0))
+    if engine == "workers":
+        result.policy_cpu_s = 0.0  # the policy runs in the workers: none of the trainer's CPU is its
+    return result
 
 
 def pycollect_central(k: int, frames: int) -> tp.Result:
@@ -91,7 +212,7 @@ def pycollect_central_one_group(k: int, frames: int) -> tp.Result:
 
 
 def pycollect_workers(k: int, frames: int) -> tp.Result:
-    """``Collector(engine="workers")``: each worker calls its CNN copy on its K envs."""
+    """``Collector(engine="workers")``: each worker calls its CNN copy on its K envs (none of the trainer's CPU)."""
     return _collector("workers", k, frames)
 
 
@@ -170,18 +291,27 @@ CONTENDERS: dict[str, Callable[[int, int], tp.Result]] = {
     TORCHRL: torchrl_parallel,
 }
 REQUIRES = {ENVPOOL_SYNC: "envpool", ENVPOOL_ASYNC: "envpool", TORCHRL: "torchrl"}
+CARTPOLE: dict[str, Callable[[int, int], tp.Result]] = {
+    CENTRAL: cartpole_central,
+    CENTRAL_ONE: cartpole_central_one_group,
+    WORKER_MLP: cartpole_workers,
+    HAND_LOOP: hand_loop,
+}
 
 
 def main() -> None:
     """Run the rounds; print, save and plot the medians and the target."""
     pycollect.prestart()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=("pong", "cartpole"), default="pong", help="default pong")
     parser.add_argument("--envs", type=int, default=8, help="envs per worker (K); default 8")
-    parser.add_argument("--frames", type=int, default=6000, help="timed frames per contender and round")
+    parser.add_argument(
+        "--frames", type=int, default=None, help="timed frames per contender and round (6,000; CartPole 200,000)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="default 3 (2 with --quick)")
     parser.add_argument("--quick", action="store_true", help="a quarter of the frames, 2 rounds")
     parser.add_argument("--only", default="", help="comma-separated contenders to run (default: all)")
-    parser.add_argument("--out", default=str(tp.RESULTS / "central"), help="path stem for .json and .png")
+    parser.add_argument("--out", default=None, help="path stem for .json and .png (default results/central[-cartpole])")
     parser.add_argument(
         "--trainer-threads",
         type=int,
@@ -192,10 +322,13 @@ def main() -> None:
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     rounds = args.rounds or (2 if args.quick else 3)
-    frames = args.frames // 4 if args.quick else args.frames
-    if problem := tp._missing("ale_py") or tp._missing("cv2"):
+    pong = args.workload == "pong"
+    frames = args.frames or (6000 if pong else 200_000)
+    frames = frames // 4 if args.quick else frames
+    out = args.out or str(tp.RESULTS / ("central" if pong else "central-cartpole"))
+    if pong and (problem := tp._missing("ale_py") or tp._missing("cv2")):
         parser.error(f"Pong needs ale-py and opencv-python-headless (pip install -e '.[bench]'): {problem}")
-    contenders = dict(CONTENDERS)
+    contenders = dict(CONTENDERS if pong else CARTPOLE)
     if args.only:
         wanted = [name.strip() for name in args.only.split(",")]
         unknown = [name for name in wanted if name not in contenders]
@@ -217,12 +350,14 @@ def main() -> None:
         for name in names[shift:] + names[:shift]:  # rotated: no contender always runs first
             this_round[name] = {**contenders[name](args.envs, frames).__dict__, "round": round_index}
         best_other = max((e["fps"] for n, e in this_round.items() if not n.startswith(CENTRAL)), default=None)
-        workers = this_round.get(WORKER_CNN, {}).get("fps")
+        workers = this_round.get(WORKER_CNN if pong else WORKER_MLP, {}).get("fps")
+        hand = this_round.get(HAND_LOOP, {}).get("fps")
         for entry in this_round.values():
             entry["x best other"] = entry["fps"] / best_other if best_other else None
             central = this_round.get(CENTRAL, {}).get("fps")
             entry["x central"] = entry["fps"] / central if central else None
             entry["x workers"] = entry["fps"] / workers if workers else None
+            entry["x hand loop"] = entry["fps"] / hand if hand else None
         for name, entry in this_round.items():
             runs.setdefault(name, []).append(entry)
         print(
@@ -239,35 +374,48 @@ def main() -> None:
                 (e["trainer_user_s"] + e["trainer_sys_s"]) / e["seconds"] for e in entries
             ),
             "others_cpus": statistics.median(e["others_cpus"] for e in entries),
+            # the trainer's CPU outside the policy's calls, per frame (where the calls were timed)
+            "trainer_outside_policy_us": _median(
+                (e["trainer_user_s"] + e["trainer_sys_s"] - e["policy_cpu_s"]) / e["frames"] * 1e6
+                if e["policy_cpu_s"] is not None
+                else None
+                for e in entries
+            ),
             "x best other": _median(e["x best other"] for e in entries),
             "x central": _median(e["x central"] for e in entries),
             "x workers": _median(e["x workers"] for e in entries),
+            "x hand loop": _median(e["x hand loop"] for e in entries),
         }
         for name, entries in runs.items()
     }
-    print(f"\nPong, {WORKERS} workers x {args.envs} envs, Nature CNN, medians of {rounds} rounds")
+    workload = "Pong, Nature CNN" if pong else "CartPole-v1, 64-wide MLP"
+    print(f"\n{workload}, {WORKERS} workers x {args.envs} envs, medians of {rounds} rounds")
     print(
         f"  {'contender':40} {'frames/s':>9} {'x central':>9} {'CPU us/frame':>12} {'CPUs':>5} {'trainer':>7}"
-        f" {'others':>6}"
+        f" {'others':>6} {'trainer us/frame outside policy':>31}"
     )
     for name, row in summary.items():
         x_central = f"{row['x central']:.2f}" if row["x central"] is not None else "-"
+        outside = "-" if row["trainer_outside_policy_us"] is None else f"{row['trainer_outside_policy_us']:.2f}"
         print(
-            f"  {name:40} {row['fps']:>9,.0f} {x_central:>9} {row['cpu_us_per_frame']:>12,.0f} {row['cpus']:>5.2f}"
-            f" {row['trainer_cpus']:>7.2f} {row['others_cpus']:>6.2f}"
+            f"  {name:40} {row['fps']:>9,.0f} {x_central:>9} {row['cpu_us_per_frame']:>12,.1f} {row['cpus']:>5.2f}"
+            f" {row['trainer_cpus']:>7.2f} {row['others_cpus']:>6.2f} {outside:>31}"
         )
-    target = summary.get(CENTRAL, {}).get("x best other")
+    if not pong:
+        _cartpole_targets(summary)
+    target = summary.get(CENTRAL, {}).get("x best other") if pong else None
     if target is not None:
         verdict = "MET" if target >= 1.0 else "MISSED"
         print(f"\ntarget: central >= 1.0x the best of the others (median of per-round ratios): {target:.2f} {verdict}")
-    against_workers = summary.get(CENTRAL, {}).get("x workers")
+    against_workers = summary.get(CENTRAL, {}).get("x workers") if pong else None
     if against_workers is not None:
         verdict = "MET" if against_workers >= 0.9 else "MISSED"
         print(f"target: central >= 0.9x workers (median of per-round ratios): {against_workers:.2f} {verdict}")
     print(f"wall time {time.perf_counter() - started:.0f} s")
-    stem = Path(args.out)
+    stem = Path(out)
     tp.save_record(
         stem.with_suffix(".json"),
+        workload=args.workload,
         rounds=rounds,
         envs_per_worker=args.envs,
         trainer_threads=args.trainer_threads,
@@ -280,8 +428,22 @@ def main() -> None:
         runs=runs,
     )
     if not args.no_plot:
-        _plot(stem.with_suffix(".png"), summary, args.envs)
+        _plot(stem.with_suffix(".png"), summary, args.envs, workload)
     print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+
+
+def _cartpole_targets(summary: dict[str, dict[str, Any]]) -> None:
+    """Print issue 40's CartPole targets: against the hand loop, and the trainer's CPU outside the policy."""
+    for name in (CENTRAL, CENTRAL_ONE):
+        row = summary.get(name)
+        if row is None:
+            continue
+        if (ratio := row["x hand loop"]) is not None:
+            verdict = "MET" if ratio >= 0.9 else "MISSED"
+            print(f"target: {name} >= 0.9x the hand loop (median of per-round ratios): {ratio:.2f} {verdict}")
+        if (outside := row["trainer_outside_policy_us"]) is not None:
+            verdict = "MET" if outside <= 5.0 else "MISSED"
+            print(f"target: {name}'s trainer CPU outside the policy call <= 5 us/frame: {outside:.2f} {verdict}")
 
 
 def _median(values: Any) -> float | None:
@@ -289,7 +451,7 @@ def _median(values: Any) -> float | None:
     return statistics.median(present) if present else None
 
 
-def _plot(path: Path, summary: dict[str, dict[str, Any]], k: int) -> None:
+def _plot(path: Path, summary: dict[str, dict[str, Any]], k: int, workload: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -300,7 +462,7 @@ def _plot(path: Path, summary: dict[str, dict[str, Any]], k: int) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     ax.barh(labels, values, color=["#C44E52" if name.startswith("pycollect") else "#8C8C8C" for name in labels])
     ax.invert_yaxis()
-    ax.set_xlabel(f"Pong frames/s with a Nature-CNN policy, {WORKERS} workers x {k} envs (median)")
+    ax.set_xlabel(f"frames/s, {workload}, {WORKERS} workers x {k} envs (median)")
     tp.save_figure(fig, path)
 
 

@@ -824,6 +824,42 @@ class GroupStepper:
             ConfigError: The stepper has more than one step column (a worker's group has one).
         """
 
+@final
+class StepRecorder:
+    """A group's rows of a vector env's step results, stored as one step column of a rollout.
+
+    For env ``i`` of the group (row ``rows[i]`` of the results) at column ``t``: the returned
+    observation into ``next_obs[i, t]`` (the final one where its episode ended), reward and
+    flags into ``[t, i]`` of the rollout's ``[T, K]`` arrays, the observation the policy reads
+    next into ``current[i]`` (the reset one where the episode ended), and for an ended episode
+    that one also into ``obs[i, t + 1]`` (when ``t + 1 < T``). Copies only, one native pass.
+    """
+
+    def __init__(
+        self,
+        rows: Sequence[int],
+        result_rows: int,
+        steps: int,
+        leaves: Sequence[tuple[object, object, object, object, object, int]],
+        results: tuple[object, object, object],
+        out: tuple[object, object, object],
+    ) -> None:
+        """Bind the arrays: per leaf ``(source, finals, next_obs, obs, current, frame_bytes)``.
+
+        ``results``: the step's ``(rewards, terminated, truncated)``, ``[result_rows]``
+        float64 and bool; ``out``: the rollout's, ``[T, K]``. Every array writable and
+        C-contiguous; the buffers are held until the recorder is dropped.
+
+        Raises:
+            ConfigError: An array of another size or format, a row outside the results.
+        """
+    def record(self, t: int) -> list[int]:
+        """Record the step's results as column ``t``; the group's envs whose episode ended, in order.
+
+        Raises:
+            ConfigError: ``t`` is not a column of the rollout.
+        """
+
 class ActionWriter:
     """A batch of one action leaf checked against its bounds and written, cast, in one pass.
 

@@ -205,10 +205,10 @@ def test_a_stochastic_policy_samples_the_same_for_the_same_seed_and_leaves_the_t
     [(lstm_actor, 3, True), (_Argmax, 3, False), (lstm_actor, None, False)],
     ids=["sampling", "argmax", "no-seed"],
 )
-def test_only_a_seeded_policy_that_draws_gets_streams_and_their_lock(
+def test_only_a_seeded_policy_that_draws_gets_streams(
     make_policy: Callable[[], Any], seed: int | None, streamed: bool
 ) -> None:
-    # An argmax draws nothing: its groups' calls may overlap (no lock). Without a seed nothing repeats anyway.
+    # An argmax draws nothing: its calls need no stream swapping. Without a seed nothing repeats anyway.
     kwargs = {"frames_per_batch": 16, "envs_per_worker": 2, "num_workers": 2, "seed": seed}
     with Collector("CartPole-v1", make_policy(), engine="central", **kwargs) as collector:
         assert (collector._engine.streams is not None) is streamed  # type: ignore[attr-defined]
@@ -616,6 +616,65 @@ def test_an_env_error_in_either_group_with_restart_never_is_the_first_calls_work
         pytest.raises(WorkerCrashedError, match=f"env {group} failed at step 3"),
     ):
         collector.next_batch()
+
+
+# -- the native recorder of a group's rows ----------------------------------------------------
+
+
+def _recorder_arrays(rows: int, k: int, steps: int) -> dict[str, np.ndarray]:
+    return {
+        "source": np.arange(rows * 2, dtype=np.float32).reshape(rows, 2),
+        "finals": -np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) - 1,
+        "next_obs": np.zeros((k, steps, 2), np.float32),
+        "obs": np.zeros((k, steps, 2), np.float32),
+        "current": np.zeros((k, 2), np.float32),
+        "rewards_in": np.arange(rows, dtype=np.float64) + 0.5,
+        "terminated_in": np.array([False, True, False, False]),
+        "truncated_in": np.array([False, False, False, True]),
+        "rewards": np.zeros((steps, k)),
+        "terminated": np.zeros((steps, k), bool),
+        "truncated": np.zeros((steps, k), bool),
+    }
+
+
+def _recorder(a: dict[str, np.ndarray], rows: list[int], steps: int) -> Any:
+    from pycollect._native import _core
+
+    return _core.StepRecorder(
+        rows,
+        len(a["source"]),
+        steps,
+        [(a["source"], a["finals"], a["next_obs"], a["obs"], a["current"], 8)],
+        (a["rewards_in"], a["terminated_in"], a["truncated_in"]),
+        (a["rewards"], a["terminated"], a["truncated"]),
+    )
+
+
+def test_the_step_recorder_stores_a_groups_rows_as_a_step_column() -> None:
+    a = _recorder_arrays(rows=4, k=3, steps=2)
+    recorder = _recorder(a, rows=[3, 0, 1], steps=2)  # env 0 truncated, env 2 terminated
+    assert recorder.record(0) == [0, 2]
+    np.testing.assert_array_equal(a["next_obs"][:, 0], [a["finals"][3], a["source"][0], a["finals"][1]])
+    np.testing.assert_array_equal(a["current"], a["source"][[3, 0, 1]])  # the reset observations
+    np.testing.assert_array_equal(a["obs"][:, 1], [a["source"][3], [0, 0], a["source"][1]])  # ended envs only
+    np.testing.assert_array_equal(a["rewards"][0], [3.5, 0.5, 1.5])
+    assert a["terminated"][0].tolist() == [False, False, True] and a["truncated"][0].tolist() == [True, False, False]
+    a["obs"][...] = 7
+    assert recorder.record(1) == [0, 2]  # the last column: no frame t + 1 to write
+    assert (a["obs"] == 7).all() and a["rewards"][1].tolist() == [3.5, 0.5, 1.5]
+
+
+def test_the_step_recorder_refuses_what_does_not_fit() -> None:
+    a = _recorder_arrays(rows=4, k=3, steps=2)
+    with pytest.raises(ConfigError, match="row 4 is not one of the 4 result rows"):
+        _recorder(a, rows=[0, 1, 4], steps=2)
+    with pytest.raises(ConfigError, match="leaf 0's next_obs holds 48 bytes, not 4 frames of 8 bytes"):
+        _recorder(a, rows=[0, 1], steps=2)
+    with pytest.raises(ConfigError, match="step 2 is outside the rollout's 2 steps"):
+        _recorder(a, rows=[0, 1, 2], steps=2).record(2)
+    a["current"] = np.zeros((2, 3), np.float32).T  # not C-contiguous
+    with pytest.raises(ConfigError, match="leaf 0's current must be a writable C-contiguous buffer"):
+        _recorder(a, rows=[0, 1, 2], steps=2)
 
 
 # -- bad input, before any worker starts -------------------------------------------------------

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -57,6 +56,7 @@ from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, 
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._keys import IS_INIT, NEXT_DONE, TRAJ_IDS, Key
+from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, RandomActions, step_of
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import parameters_device
@@ -85,15 +85,12 @@ __all__ = [
 class TorchStreams:
     """One torch random stream per group, so a stochastic policy samples the same for the same seed.
 
-    Two groups call the policy from two threads, and torch has one global generator: the order
-    of their draws, and so every sample, would depend on how the threads interleave. Instead
-    each group's policy calls run with the global generator set to the group's own state, one
-    group at a time (a lock), and the state is kept for its next call. Group ``g``'s stream
-    starts as ``torch_seed(seed, g)`` (and the policy's dry run for the group's envs). The
-    trainer's own generator state is put back after every use (:meth:`keep_trainers`).
-
-    Only the policy calls take the lock, so one group's call still overlaps the other group's
-    env steps (the double buffering); two policy calls no longer run at once.
+    torch has one global generator, and the groups' calls take turns with it: each group's
+    policy calls run with the global generator set to the group's own state, which is kept for
+    its next call, so a group's samples do not depend on how many groups there are or on where
+    the other groups' calls fall. Group ``g``'s stream starts as ``torch_seed(seed, g)`` (and
+    the policy's dry run for the group's envs). The trainer's own generator state is put back
+    after every use (:meth:`keep_trainers`).
 
     Args:
         device: Where the policy runs; a CUDA device's generator is streamed too.
@@ -101,7 +98,6 @@ class TorchStreams:
 
     def __init__(self, device: torch.device | None) -> None:
         self._cuda = device if device is not None and device.type == "cuda" else None
-        self._lock = threading.Lock()
         self._states: list[tuple[torch.Tensor, torch.Tensor | None]] = []
 
     def _get(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -116,13 +112,11 @@ class TorchStreams:
     @contextlib.contextmanager
     def keep_trainers(self) -> Iterator[None]:
         """Put the trainer's generator state back afterwards."""
-        with self._lock:
-            trainers = self._get()
+        trainers = self._get()
         try:
             yield
         finally:
-            with self._lock:
-                self._set(trainers)
+            self._set(trainers)
 
     def start(self, seed: int) -> int:
         """A new stream from ``seed`` (call within :meth:`keep_trainers`); its index.
@@ -130,29 +124,26 @@ class TorchStreams:
         The global generator is left seeded with it, so what runs next (the group's policy dry
         run) draws from it; :meth:`take` then keeps where that left the stream.
         """
-        with self._lock:
-            torch.manual_seed(seed)
-            self._states.append(self._get())
-            return len(self._states) - 1
+        torch.manual_seed(seed)
+        self._states.append(self._get())
+        return len(self._states) - 1
 
     def take(self, stream: int) -> bool:
         """Keep the global generator's state as ``stream``'s (after its dry run); whether it drew from it."""
-        with self._lock:
-            seeded, now = self._states[stream], self._get()
-            self._states[stream] = now
+        seeded, now = self._states[stream], self._get()
+        self._states[stream] = now
         cpu_drew = not torch.equal(seeded[0], now[0])
         cuda_drew = seeded[1] is not None and now[1] is not None and not torch.equal(seeded[1], now[1])
         return cpu_drew or cuda_drew
 
     @contextlib.contextmanager
     def drawing(self, stream: int) -> Iterator[None]:
-        """Run the block (a policy call) on ``stream``, alone."""
-        with self._lock:
-            self._set(self._states[stream])
-            try:
-                yield
-            finally:
-                self._states[stream] = self._get()
+        """Run the block (a policy call) on ``stream``."""
+        self._set(self._states[stream])
+        try:
+            yield
+        finally:
+            self._states[stream] = self._get()
 
 
 class WorkerDraws:
@@ -175,7 +166,6 @@ class WorkerDraws:
         self._action, self._k, self._seed = action, envs_per_worker, seed
         self._sources = [RandomActions(action, envs_per_worker, action_rng(seed, w)) for w in range(num_workers)]
         self._generations = [1] * num_workers
-        self._lock = threading.Lock()
         self._round = 0
         self._drawn: tuple[int, int, list[Any]] | None = None  # (round, steps, each worker's draw)
 
@@ -185,17 +175,15 @@ class WorkerDraws:
 
     def restart(self, worker: int, generation: int) -> None:
         """Worker ``worker``'s new generation draws from its own stream, as its process would (once a generation)."""
-        with self._lock:
-            if generation > self._generations[worker]:
-                self._generations[worker] = generation
-                self._sources[worker] = RandomActions(self._action, self._k, action_rng(self._seed, worker, generation))
+        if generation > self._generations[worker]:
+            self._generations[worker] = generation
+            self._sources[worker] = RandomActions(self._action, self._k, action_rng(self._seed, worker, generation))
 
     def columns(self, steps: int, envs: range) -> Any:
         """``[steps, N * len(envs), ...]``: envs ``envs`` of each worker's draw of this round, in worker order."""
-        with self._lock:
-            if self._drawn is None or self._drawn[:2] != (self._round, steps):
-                self._drawn = (self._round, steps, [source.random_actions(steps) for source in self._sources])
-            drawn = self._drawn[2]
+        if self._drawn is None or self._drawn[:2] != (self._round, steps):
+            self._drawn = (self._round, steps, [source.random_actions(steps) for source in self._sources])
+        drawn = self._drawn[2]
         if isinstance(drawn[0], tuple):
             return tuple(
                 np.concatenate([leaf[:, envs] for leaf in leaves], axis=1) for leaves in zip(*drawn, strict=True)
@@ -297,6 +285,7 @@ class CentralRunner(EnvRunner):
         self._seen = [1] * workers  # the generation of each worker the group's envs last stepped in
         self.cuts: list[tuple[int, int, int]] = []  # (step, worker, generation) of this round's restarts
         self._posted_cut: list[int] = []  # the workers the posted step left out (restarted meanwhile)
+        self._recorder: _core.StepRecorder | None = None  # the native recorder of the rollout begun last
         super().__init__([], specs, actions, None, env_name=env_name, info=info)
         # A field's leaf is found by where it sits in the raw observation (a backend's keys may differ)
         leaves = {leaf.field.key: n for n, leaf in enumerate(backend.observation.leaves)}
@@ -310,7 +299,7 @@ class CentralRunner(EnvRunner):
                     "backend's fields to be the gymnasium space's leaves"
                 )
             self._leaves.append(n)
-        self._now: list[np.ndarray] = []  # the group's observations as read at its last step, per leaf
+        self._now: list[np.ndarray] = []  # the group's observations after the engine's last reset, per leaf
 
     @property
     def num_envs(self) -> int:
@@ -320,6 +309,7 @@ class CentralRunner(EnvRunner):
     def close(self) -> None:
         """Let go of any view of the workers' segment (the engine closes the backend)."""
         self._now = []
+        self._recorder = None
 
     def read_observations(self) -> None:
         """Take the group's rows of the observations (after the engine reset the envs)."""
@@ -329,13 +319,6 @@ class CentralRunner(EnvRunner):
     def _gather(self, array: np.ndarray) -> np.ndarray:
         """The group's rows of one of the backend's ``[N * K, ...]`` arrays (a copy)."""
         return array.copy() if self._every_env else array[self.rows]
-
-    def _rows_of(self, array: np.ndarray) -> np.ndarray:
-        """The group's rows of one of the backend's arrays (for a group of every env, the array itself).
-
-        The array itself is valid until the next step is posted: read it before.
-        """
-        return array if self._every_env else array[self.rows]
 
     def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
         """The group's envs as the engine reset them (:meth:`read_observations`)."""
@@ -378,63 +361,73 @@ class CentralRunner(EnvRunner):
             envs = None if self._every_env else self.envs_range
             backend.step_async(envs=envs, workers=[w for w in range(self._workers) if w not in cut] if cut else None)
 
+    def begin(self, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int) -> _Rollout:
+        """Bind a rollout to ``out`` and the native recorder of its steps to the workers' result rows.
+
+        The recorder holds the rows' buffers until :meth:`release` (or the next ``begin``).
+        """
+        run = super().begin(out, random_actions, policy_version)
+        backend, final = self.backend, self.backend.final_observations
+        assert final is not None  # SAME_STEP mode
+        self._recorder = _core.StepRecorder(
+            self.rows.tolist(),
+            backend.num_envs,
+            run.steps,
+            [
+                (backend.observations[n], final[n], o.next_obs, o.obs, o.current, o.current[0].nbytes)
+                for n, o in zip(self._leaves, run.obs_out, strict=True)
+            ],
+            (backend.rewards, backend.terminated, backend.truncated),
+            (run.rewards, run.terminated, run.truncated),
+        )
+        return run
+
+    def release(self) -> None:
+        """Drop the recorder of the last :meth:`begin`, and with it its hold on the workers' segment."""
+        self._recorder = None
+
     def collect(self, run: _Rollout, t: int) -> list[int]:
-        """Wait for the step :meth:`post` posted and store it as step ``t``; the envs whose episode ended."""
-        backend = self.backend
+        """Wait for the step :meth:`post` posted and store it as step ``t``; the envs whose episode ended.
+
+        The rows are stored natively (:class:`~pycollect._core.StepRecorder`): the returned
+        observations (the final one where an episode ended), rewards and flags, what the policy
+        reads next (the reset observation where one ended, which the workers' groups reset in the
+        same step) and, for an ended env, frame ``t + 1`` of ``obs``. Here only what is rare:
+        a worker restart, the kept info entries.
+        """
+        backend, recorder = self.backend, self._recorder
+        assert recorder is not None, "collect() without begin()"
         cut, parts = self._posted_cut, []
         if len(cut) < self._workers:
             parts = backend.step_wait()
             cut = sorted({*cut, *backend.last_restarted})
-        # Read before the next post overwrites them, which is after end_step.
-        observations = [self._rows_of(backend.observations[n]) for n in self._leaves]
-        rewards, terminated, truncated = (
-            self._rows_of(a) for a in (backend.rewards, backend.terminated, backend.truncated)
-        )
-        done = terminated | truncated
-        ended = np.flatnonzero(done)
-        final = backend.final_observations
-        assert final is not None  # SAME_STEP mode
-        finals = [final[n][self.rows[ended]] for n in self._leaves]  # the ended envs' only
-        infos = self._infos(parts, done) if run.info_out else {}
+        ended = recorder.record(t)
         for w in cut:  # the group's envs of these workers were cut (truncated) at this step
             generation = backend.generation(w)
             self._seen[w] = generation
             self.cuts.append((t, w, generation))
             self.actions._draws.restart(w, generation)
-        self._now = observations
-        for obs_out, now, last in zip(run.obs_out, observations, finals, strict=True):
-            obs_out.next_obs[:, t] = now
-            if len(ended):
-                obs_out.next_obs[ended, t] = last  # the final observation, not the reset one
-        for w in cut:  # the env's own (per-agent) flags are cut too
-            for flags in run.own_flags:
+            for flags in run.own_flags:  # the env's own (per-agent) flags are cut too
                 flags[w * self._kg : (w + 1) * self._kg, t] = True
-        run.rewards[t] = rewards
-        run.terminated[t] = terminated
-        run.truncated[t] = truncated
         if run.info_out:
-            self._store_infos(run, t, infos)
-        return ended.tolist()
+            done = np.zeros(self._count, bool)
+            done[ended] = True
+            self._store_infos(run, t, self._infos(parts, done))
+        return ended
 
     def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
-        """After step ``t``: what the policy reads next, and the ended envs' new episodes, for all envs at once.
+        """After step ``t``: ``is_init`` and the recurrent state where an episode starts, for all envs at once.
 
-        The runner's per-env resets are not needed here: the workers' groups applied the
-        trajectory limit and reset the ended envs in the same step (``SAME_STEP``), so this
-        step's observations are already the reset ones where an episode ended (checked in the
-        workers), and trajectory ids are the engine's (:class:`TrajectoryIds`).
+        The rest of the runner's per-env resets is not needed here: :meth:`collect` stored the
+        new episodes' observations (the workers' groups applied the trajectory limit and reset
+        the ended envs in the same step, checking what they returned), and trajectory ids are
+        the engine's (:class:`TrajectoryIds`).
         """
-        restarted = np.asarray(ended, np.intp)
-        starts_next = len(restarted) > 0 and t + 1 < run.steps
-        for obs_out, now in zip(run.obs_out, self._now, strict=True):
-            obs_out.current[...] = now
-            if starts_next:
-                obs_out.obs[restarted, t + 1] = now[restarted]  # the one frame of obs that ("next", obs) lacks
-        self._now = []  # views of the segment, which the next step overwrites (and a shutdown unmaps)
         if run.is_init is not None:
             run.is_init[...] = False
-        for key, array in self._carried.items():  # is_init True, a recurrent state zero, where one starts
-            array[restarted] = key == IS_INIT
+        if ended:
+            for key, array in self._carried.items():  # is_init True, a recurrent state zero
+                array[ended] = key == IS_INIT
 
     def _infos(self, parts: Sequence[tuple[int, Any]], ended: np.ndarray) -> dict[int, dict[str, Any]]:
         """The group's envs' info entries of this step (their final ones where an episode ended).
@@ -776,22 +769,26 @@ class CentralEngine(Engine):
         raised as it comes, with a step possibly still in flight (the next post drains it).
         """
         runners = self.runners
-        runs = [runner.begin(out, random, policy_version) for runner, out in zip(runners, outs, strict=True)]
         overlap = len(runners) > 1
         in_flight: tuple[CentralRunner, _Rollout, int] | None = None
-        for t in range(self.steps):
-            for runner, run in zip(runners, runs, strict=True):
-                if in_flight is not None and not overlap:
-                    _collect(*in_flight)
-                actions = run.act(t)  # with several groups: while the workers step the one in flight
-                if in_flight is not None and overlap:
-                    _collect(*in_flight)
-                runner.post(actions)
-                in_flight = (runner, run, t)
-        if in_flight is not None:
-            _collect(*in_flight)
-        for run in runs:
-            run.finish()
+        try:
+            runs = [runner.begin(out, random, policy_version) for runner, out in zip(runners, outs, strict=True)]
+            for t in range(self.steps):
+                for runner, run in zip(runners, runs, strict=True):
+                    if in_flight is not None and not overlap:
+                        _collect(*in_flight)
+                    actions = run.act(t)  # with several groups: while the workers step the one in flight
+                    if in_flight is not None and overlap:
+                        _collect(*in_flight)
+                    runner.post(actions)
+                    in_flight = (runner, run, t)
+            if in_flight is not None:
+                _collect(*in_flight)
+            for run in runs:
+                run.finish()
+        finally:
+            for runner in runners:
+                runner.release()
 
     def _interleave(self, arrays: Mapping[Key, np.ndarray], outs: Sequence[Mapping[Key, np.ndarray]]) -> None:
         """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch (env ``j`` of worker ``w``: ``w*K + j``)."""

@@ -60,16 +60,17 @@ class Central(EngineFactory):
     scheme moves it and no device policy places it.
 
     Args:
-        groups: How many groups the workers are split into (consecutive, as evenly as they go,
-            at most ``num_workers``). The policy runs on one group's observations while the
-            other groups' envs step. ``2`` (the default) double-buffers; ``1`` makes one policy
-            call for every worker's envs, with the envs idle meanwhile
-            (``engine=Central(groups=1)``).
+        groups: How many groups each worker's envs are split into (consecutive, as evenly as
+            they go, at most ``envs_per_worker``); each group spans every worker. The policy
+            runs on one group's observations while the workers step another group's envs, all
+            driven from the caller's thread. ``2`` (the default) double-buffers, which pays
+            where the policy's work grows with its batch (a CNN); ``1`` makes one policy call
+            for every worker's envs, with the envs idle meanwhile, which pays where a call costs
+            about the same whatever its batch (a small MLP): ``engine=Central(groups=1)``.
         policy_threads: torch's intra-op threads for the policy calls, while a batch is
             collected, when the policy runs on the CPU (the trainer's setting is restored
             after). ``None`` (the default): the CPUs this process may use, less one per worker
-            (they step the envs meanwhile), shared between the groups' calls, which may run at
-            the same time; at least 1. On a GPU the setting is left alone.
+            (they step the envs meanwhile), at least 1. On a GPU the setting is left alone.
 
     Raises:
         ConfigError: ``groups`` is not a positive int, ``policy_threads`` neither that nor ``None``.

@@ -37,6 +37,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<supervisor::Supervisor>()?;
     m.add_class::<stepping::GroupStepper>()?;
     m.add_class::<stepping::ActionWriter>()?;
+    m.add_class::<stepping::StepRecorder>()?;
     // `GroupStepper`'s autoreset modes (gymnasium's `AutoresetMode`, numbered).
     m.add("AUTORESET_NEXT_STEP", stepping::AUTORESET_NEXT_STEP)?;
     m.add("AUTORESET_SAME_STEP", stepping::AUTORESET_SAME_STEP)?;
