@@ -324,6 +324,7 @@ class Result:
     close_s: float | None = None
     batch_ms: list[float] | None = None  # wall time of each timed next-batch call
     policy_cpu_s: float | None = None  # CPU time of this process's policy calls in the timed part (where counted)
+    wait_cpu_s: float | None = None  # CPU time of this process's step waits in the timed part (where counted)
 
 
 class CpuClock:
