@@ -72,9 +72,27 @@ fn exports(
     expected: &str,
 ) -> PyResult<(Export, Export, Export)> {
     Ok((
-        Export::writable(&format!("{role} rewards"), rewards, Some(c"d"), cells * 8, expected)?,
-        Export::writable(&format!("{role} terminated"), terminated, Some(c"?"), cells, expected)?,
-        Export::writable(&format!("{role} truncated"), truncated, Some(c"?"), cells, expected)?,
+        Export::writable(
+            &format!("{role} rewards"),
+            rewards,
+            Some(c"d"),
+            cells * 8,
+            expected,
+        )?,
+        Export::writable(
+            &format!("{role} terminated"),
+            terminated,
+            Some(c"?"),
+            cells,
+            expected,
+        )?,
+        Export::writable(
+            &format!("{role} truncated"),
+            truncated,
+            Some(c"?"),
+            cells,
+            expected,
+        )?,
     ))
 }
 
