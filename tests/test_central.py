@@ -382,10 +382,10 @@ def test_a_cpu_policy_runs_with_policy_threads_and_the_trainers_setting_comes_ba
 def test_the_default_policy_threads_are_the_cpus_the_workers_leave(
     monkeypatch: pytest.MonkeyPatch, cpus: int, workers: int, threads: int
 ) -> None:
-    from pycollect._engines import central
+    from pycollect._engines.central import engine
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
-    assert central._free_cpus(workers) == threads  # one policy call at a time, whatever the groups
+    assert engine._free_cpus(workers) == threads  # one policy call at a time, whatever the groups
 
 
 def test_worker_stats_number_the_workers_of_every_group_as_the_collector_does() -> None:
@@ -716,7 +716,7 @@ def test_with_a_copy_on_policy_device_an_update_loads_the_trained_weights_into_t
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # No GPU here: a copy made as for another device stands in for the policy_device copy.
-    from pycollect._engines import central
+    from pycollect._engines.central import engine as central
 
     copies: list[nn.Module] = []
 

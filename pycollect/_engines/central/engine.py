@@ -1,0 +1,393 @@
+"""The central engine: :class:`CentralEngine` starts the workers and collects a round from the caller's thread."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from tensordict import TensorDict
+from tensordict.nn import InteractionType, set_interaction_type
+
+from pycollect._batch.device import DeviceCopier, staging_memory
+from pycollect._batch.recycle import RecycledMemory
+from pycollect._batch.tensordict import allocate, to_tensordict
+from pycollect._engines.central.runner import CentralActions, CentralRunner
+from pycollect._engines.central.streams import TorchStreams, WorkerDraws
+from pycollect._engines.central.trajectories import TrajectoryIds
+from pycollect._engines.inprocess import on_policy_device
+from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
+from pycollect._engines.workers import forkserver
+from pycollect._engines.workers.step_backend import WorkerStepBackend
+from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
+from pycollect._rollout.observations import fill_observations, observation_pairs
+from pycollect._rollout.policy import parameters_device
+from pycollect._rollout.seeding import env_seeds, torch_seed
+from pycollect.config import CollectorConfig, VectorConfig
+from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout
+from pycollect.envs.source import EnvSource
+from pycollect.exceptions import CollectorClosedError
+
+if TYPE_CHECKING:
+    from pycollect._rollout.runner import _Rollout
+
+__all__ = ["CentralEngine", "env_groups"]
+
+
+def _info_names(config: CollectorConfig, plan: RolloutPlan) -> tuple[str, ...]:
+    """The info entries the step workers send: ``info_keys`` and the env's own next fields (per-agent rewards)."""
+    own = tuple(entry.path[0] for entry in plan.specs.next_fields if entry.path)
+    return (*own, *config.info_keys)
+
+
+class CentralEngine(Engine):
+    """Worker processes step the envs; this process runs the policy once per step for each group of envs.
+
+    Build it with :meth:`start`, which checks everything before any worker starts.
+
+    Each worker's envs are split into ``groups`` groups (two by default), each spanning every
+    worker, with a :class:`CentralRunner` of its own; one thread (the caller's) steps them in
+    turn, one step of one group in flight at a time: while the policy runs on one group's
+    observations, every worker steps its envs of the group posted before (see
+    :meth:`_step_groups`). That is the double buffering of Sample Factory's sampler; with one
+    group, the policy and the envs take turns.
+
+    Args:
+        plan: What every rollout holds.
+        runners: The stepping loop over each group's envs.
+        backend: The workers.
+        config: The collector's settings.
+        policy: The policy (``None``: random actions).
+        device_copy: The weights module of the policy's copy on ``policy_device`` (``None``:
+            the user's policy is called as it is).
+        draws: The workers' random action draws.
+        policy_threads: torch's intra-op threads for the policy calls of a round (``None``:
+            torch's setting is left alone, as for a policy on a GPU).
+        streams: The groups' torch random streams (``None``: no seed, or no policy).
+    """
+
+    def __init__(
+        self,
+        plan: RolloutPlan,
+        runners: Sequence[CentralRunner],
+        backend: WorkerStepBackend,
+        config: CollectorConfig,
+        policy: Any,
+        device_copy: torch.nn.Module | None,
+        draws: WorkerDraws,
+        policy_threads: int | None = None,
+        streams: TorchStreams | None = None,
+    ) -> None:
+        self.plan = plan
+        self.streams = streams
+        self.runners = list(runners)
+        self.backend = backend
+        self.config = config
+        self.has_policy = policy is not None
+        self.device_copy = device_copy
+        self.policy_threads = policy_threads
+        self.num_workers, self.envs_per_worker = config.num_workers, config.envs_per_worker
+        self.steps = config.steps_per_batch
+        self.storing_device = config.storing_device or config.device or torch.device("cpu")
+        self._memory = staging_memory(torch.device(self.storing_device))
+        self._parts = RecycledMemory()  # the groups' own arrays, interleaved into each batch
+        self._copier = DeviceCopier()
+        self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
+        self._draws = draws
+        self._ids = TrajectoryIds(self.num_workers, self.envs_per_worker)
+        self._rounds = 0
+        self._reset_needed = True  # the envs are reset before the first round (and after a broken one)
+        self._pending: list[TensorDict] = []  # async: the rollouts of the last round not yet handed out
+        self._closed = False
+        self._final: Supervision | None = None
+
+    @property
+    def num_envs(self) -> int:
+        """``N * K``."""
+        return self.num_workers * self.envs_per_worker
+
+    @classmethod
+    def start(
+        cls,
+        config: CollectorConfig,
+        env_source: EnvSource,
+        policy: Any,
+        weights_module: torch.nn.Module | None,
+        groups: int = 2,
+        policy_threads: int | None = None,
+    ) -> CentralEngine:
+        """Check the env, the policy (on a batch of each group's envs) and the memory; then start the workers.
+
+        Args:
+            config: The collector's settings, resolved.
+            env_source: What builds the envs.
+            policy: The policy (``None``: random actions).
+            weights_module: The module whose weights ``update_policy_weights_()`` publishes.
+            groups: How many groups each worker's envs are split into (at most
+                ``envs_per_worker``; as evenly as they go, in order): each group spans every
+                worker, and the groups take turns with the policy.
+            policy_threads: torch's intra-op threads for a CPU policy's calls during a round
+                (``None``: the CPUs the workers leave free).
+
+        Raises:
+            ConfigError: Anything that would fail later, named, before any worker starts
+                (:class:`~pycollect.PolicyError` for a policy that cannot act for a group's
+                envs at once).
+        """
+        k, steps, seed, workers = config.envs_per_worker, config.steps_per_batch, config.seed, config.num_workers
+        rows = workers * k
+        what = f"the batches of engine='central' ({workers} workers)"
+        check_fits_before_env(config, what, BATCHES_HELD * rows * steps)
+        policy, device_copy = on_policy_device(config, policy, weights_module)
+        split = env_groups(k, groups)
+        forkserver.start()  # its imports overlap with the probe env and the policy's check
+        device = config.requested_policy_device or parameters_device(policy)
+        streams = TorchStreams(device) if policy is not None and seed is not None else None
+        stream_of: list[int] = []
+        probe = env_source.make()
+        try:
+            drew = False
+            with streams.keep_trainers() if streams is not None else contextlib.nullcontext():
+                plans = []
+                for g, envs in enumerate(split):
+                    if streams is not None:  # the group's dry run draws from its stream
+                        stream_of.append(streams.start(cast(int, torch_seed(seed, g))))
+                    plans.append(
+                        plan_rollout(config, env_source, probe, policy, num_envs=workers * len(envs), policy_here=True)
+                    )
+                    if streams is not None:
+                        drew |= streams.take(stream_of[-1])
+            if not drew:  # a policy that draws nothing (an argmax) needs no streams, nor their lock
+                streams, stream_of = None, []
+            check_fits(what, BATCHES_HELD * batch_bytes(plans[0].fields, rows, steps), config)
+            backend = WorkerStepBackend.start(env_source, _vector_config(config, plans[0]), probe=probe)
+        finally:
+            close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
+        try:
+            backend.restart_seeds = functools.partial(
+                env_seeds, seed, k
+            )  # (worker, generation): the workers engine's seeds
+            draws = WorkerDraws(plans[0].specs.action_fields, k, workers, seed)
+            runners = [
+                CentralRunner(
+                    backend,
+                    plan.specs,
+                    CentralActions(
+                        plan.actions if policy is not None else None,
+                        draws,
+                        envs,
+                        (streams, stream_of[g]) if streams is not None else None,
+                    ),
+                    config,
+                    env_source.describe(),
+                    plan.info,
+                    envs,
+                )
+                for g, (envs, plan) in enumerate(zip(split, plans, strict=True))
+            ]
+        except BaseException:
+            backend.close()
+            raise
+        threads = None
+        if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
+            threads = policy_threads or _free_cpus(workers)
+        return cls(plans[0], runners, backend, config, policy, device_copy, draws, threads, streams)
+
+    def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
+        """The next batch: a round of every worker (sync), or the next worker's rollout of it (async).
+
+        Warm-up frames are counted per round as each worker of the ``workers`` engine counts
+        its own (``random_actions`` is the collector's view, not used); ``policy_version`` is
+        the version every frame of a new round records.
+        """
+        if self._closed:
+            raise CollectorClosedError("the collector is shut down")
+        if not self.config.sync and self._pending:
+            return self._deliver(self._pending.pop(0))
+        arrays = self._round(policy_version)
+        if self.config.sync:
+            return self._deliver(to_tensordict(arrays))
+        k = self.envs_per_worker
+        self._pending = [
+            to_tensordict({key: array[w * k : (w + 1) * k] for key, array in arrays.items()})
+            for w in range(self.num_workers)
+        ]
+        return self._deliver(self._pending.pop(0))
+
+    def _reset(self) -> None:
+        """Reset every env (with the workers' first seeds the first time) and start a trajectory in each."""
+        k, seed = self.envs_per_worker, self.config.seed
+        first = self._rounds == 0 and all(self.backend.generation(w) == 1 for w in range(self.num_workers))
+        seeds: list[int | None] = (
+            [s for w in range(self.num_workers) for s in env_seeds(seed, k, w)] if first else [None] * self.num_envs
+        )
+        self.backend.reset(seeds, None, None)
+        for runner in self.runners:
+            runner.read_observations()
+            runner.reset()
+        self._ids.start()
+
+    def _round(self, policy_version: int) -> dict[Key, np.ndarray]:
+        """Step every worker's envs ``T`` times into fresh ``[N*K, T]`` arrays, the groups at the same time."""
+        config = self.config
+        self._copier.settle()  # the previous batch's staging memory may be reused from here
+        arrays = allocate(self.plan.fields, self.num_envs, self.steps, self._memory)
+        if self._reset_needed or (config.reset_at_each_iter and self._rounds > 0):
+            # After an interrupted round (Ctrl-C, an error) the workers may have stepped once
+            # more than the runners recorded: every env starts a new trajectory from a reset.
+            self._reset()
+            self._reset_needed = False
+        random = not self.has_policy or self._rounds * self.num_envs * self.steps < config.init_random_frames
+        # One group writes straight into the batch; several write into arrays of their own,
+        # interleaved into the batch afterwards (a group's rows are envs of every worker).
+        single = len(self.runners) == 1
+        outs = (
+            [arrays]
+            if single
+            else [allocate(self.plan.fields, r.num_envs, self.steps, self._parts) for r in self.runners]
+        )
+        for runner in self.runners:
+            runner.cuts = []
+        self._draws.begin_round()
+        threads, trainers_threads = self.policy_threads, torch.get_num_threads()
+        keep_trainers = self.streams.keep_trainers() if self.streams is not None else contextlib.nullcontext()
+        # tensordict's interaction type is one value for the whole process, which each policy
+        # call sets and restores: set here for the round.
+        with set_interaction_type(InteractionType(config.exploration_type)), keep_trainers:
+            try:
+                if threads is not None:
+                    torch.set_num_threads(threads)
+                self._step_groups(outs, random, policy_version)
+            except BaseException:
+                self._reset_needed = True
+                raise
+            finally:
+                if threads is not None:
+                    torch.set_num_threads(trainers_threads)
+        if not single:
+            self._interleave(arrays, outs)
+        self._ids.write(arrays[TRAJ_IDS], arrays[NEXT_DONE], [cut for r in self.runners for cut in r.cuts])
+        for key, next_key in self._observations:
+            fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
+        self._rounds += 1
+        return arrays
+
+    def _step_groups(self, outs: Sequence[Mapping[Key, np.ndarray]], random: bool, policy_version: int) -> None:
+        """Step every group ``T`` times into its ``outs``, in this thread, one group's step in flight at a time.
+
+        Steps are posted group after group, step after step. With several groups the policy
+        call for the next group's step runs while the workers step the one posted before it,
+        whose answers are then collected; with one, the policy waits for them. An error is
+        raised as it comes, with a step possibly still in flight (the next post drains it).
+        """
+        runners = self.runners
+        overlap = len(runners) > 1
+        in_flight: tuple[CentralRunner, _Rollout, int] | None = None
+        try:
+            runs = [runner.begin(out, random, policy_version) for runner, out in zip(runners, outs, strict=True)]
+            for t in range(self.steps):
+                for runner, run in zip(runners, runs, strict=True):
+                    if in_flight is not None and not overlap:
+                        _collect(*in_flight)
+                    actions = run.act(t)  # with several groups: while the workers step the one in flight
+                    if in_flight is not None and overlap:
+                        _collect(*in_flight)
+                    runner.post(actions)
+                    in_flight = (runner, run, t)
+            if in_flight is not None:
+                _collect(*in_flight)
+            for run in runs:
+                run.finish()
+        finally:
+            for runner in runners:
+                runner.release()
+
+    def _interleave(self, arrays: Mapping[Key, np.ndarray], outs: Sequence[Mapping[Key, np.ndarray]]) -> None:
+        """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch (env ``j`` of worker ``w``: ``w*K + j``)."""
+        n, k = self.num_workers, self.envs_per_worker
+        for key, array in arrays.items():
+            batch = array.reshape(n, k, *array.shape[1:])
+            for runner, out in zip(self.runners, outs, strict=True):
+                part = out[key]
+                batch[:, runner.envs_range] = part.reshape(n, len(runner.envs_range), *part.shape[1:])
+
+    def _deliver(self, td: TensorDict) -> TensorDict:
+        device = torch.device(self.storing_device)
+        if device.type == "cuda":
+            return self._copier.copy(td, device)
+        return td
+
+    def publish_weights(self, weights: Any, version: int) -> None:
+        """Load ``weights`` into the policy's copy on ``policy_device``, if there is one.
+
+        Otherwise nothing moves: the policy called is the very object trained. Either way the
+        next policy call uses the new weights (never one under way: the call runs in this
+        thread), and the frames of the next round record ``version``.
+        """
+        if self.device_copy is not None and weights is not None:
+            self.device_copy.load_state_dict(weights.state_dict())
+
+    def supervision(self) -> Supervision:
+        """Each worker's stats and the recent supervision events."""
+        if self._final is not None:
+            return self._final
+        return Supervision(self.backend.workers(), self.backend.events())
+
+    def state(self) -> dict[str, Any]:
+        """Trajectory numbering, to continue it after :meth:`load_state`."""
+        return {"central": {"traj_ids": self._ids.state()}}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state` (one of another layout is ignored)."""
+        saved = state.get("central")
+        if isinstance(saved, Mapping) and isinstance(saved.get("traj_ids"), Mapping):
+            self._ids.load_state(saved["traj_ids"])
+
+    def close(self) -> None:
+        """Stop the workers (they close their envs) and release the batch memory (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pending = []
+        self._copier.settle()
+        events = self.backend.events()
+        for runner in self.runners:
+            runner.close()
+        self.backend.close()
+        self._final = Supervision(self.backend.workers(), events)
+        self._memory = staging_memory(torch.device("cpu"))
+
+
+def _vector_config(config: CollectorConfig, plan: RolloutPlan) -> VectorConfig:
+    """The step workers' settings: ``SAME_STEP``, the collector's infos and episode limit, its supervision."""
+    return VectorConfig(
+        config.num_workers * config.envs_per_worker,
+        num_workers=config.num_workers,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        info_keys=_info_names(config, plan),
+        supervision=config.supervision,
+        max_episode_steps=config.max_frames_per_traj,
+    )
+
+
+def env_groups(envs_per_worker: int, groups: int) -> list[range]:
+    """A worker's ``envs_per_worker`` envs split into ``min(groups, envs_per_worker)`` consecutive ranges, evenly."""
+    count = max(1, min(groups, envs_per_worker))
+    bounds = [round(g * envs_per_worker / count) for g in range(count + 1)]
+    return [range(bounds[g], bounds[g + 1]) for g in range(count)]
+
+
+def _free_cpus(num_workers: int) -> int:
+    """A CPU policy's threads per call: the CPUs this process may use less the workers'."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cpus - num_workers)
+
+
+def _collect(runner: CentralRunner, run: _Rollout, t: int) -> None:
+    """Collect the step ``t`` that ``runner`` posted, and end it (trajectory limit, resets)."""
+    runner.end_step(run, t, runner.collect(run, t))

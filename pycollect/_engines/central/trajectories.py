@@ -1,0 +1,75 @@
+"""Trajectory ids per worker, as each worker of the ``workers`` engine would hand them out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pycollect._rollout.seeding import traj_id_start
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["TrajectoryIds"]
+
+
+class TrajectoryIds:
+    """Trajectory ids per worker, handed out as that worker's own runner would hand them out.
+
+    Worker ``w`` of the ``workers`` engine numbers its trajectories from ``traj_id_start(w, N,
+    generation)`` with stride ``N``: its ``K`` envs in order at a reset of every env, then, step
+    after step, each env whose episode ended, in env order. The central engine's groups step a
+    worker's envs in turns, so the ids are handed out here, after a round, from the round's done
+    flags; a restart (a new generation, recorded by the runners) starts that worker's count again.
+
+    Args:
+        num_workers: ``N``.
+        envs_per_worker: ``K``.
+    """
+
+    def __init__(self, num_workers: int, envs_per_worker: int) -> None:
+        self._w, self._k = num_workers, envs_per_worker
+        self._next = [traj_id_start(w, num_workers, 1) for w in range(num_workers)]
+        self._generations = [1] * num_workers
+        self._current = np.zeros((num_workers, envs_per_worker), np.int64)
+
+    def start(self) -> None:
+        """Every env starts a trajectory (every env was reset), in env order within each worker."""
+        for w in range(self._w):
+            self._current[w] = self._next[w] + self._w * np.arange(self._k)
+            self._next[w] += self._w * self._k
+
+    def write(self, traj_ids: np.ndarray, done: np.ndarray, cuts: Iterable[tuple[int, int, int]]) -> None:
+        """Write a round's ``[N * K, T]`` trajectory ids from its ``[N * K, T, ...]`` done flags.
+
+        ``cuts``: ``(step, worker, generation)`` where a worker restart cut envs of a group.
+        """
+        k, steps = self._k, traj_ids.shape[1]
+        restarted = {(w, t): generation for t, w, generation in cuts}
+        for w in range(self._w):
+            block = traj_ids[w * k : (w + 1) * k]
+            block[...] = self._current[w][:, None]
+            ended = done[w * k : (w + 1) * k].reshape(k, steps, -1).any(-1)
+            for t, j in zip(*np.nonzero(ended.T), strict=True):  # step after step, envs in order
+                generation = restarted.get((w, int(t)))
+                if generation is not None and generation > self._generations[w]:
+                    self._generations[w] = generation
+                    self._next[w] = traj_id_start(w, self._w, generation)
+                self._current[w, j] = self._next[w]
+                self._next[w] += self._w
+                block[j, t + 1 :] = self._current[w, j]
+
+    def state(self) -> dict[str, Any]:
+        """The counters, to continue the numbering after :meth:`load_state`."""
+        return {"next": list(self._next), "generations": list(self._generations), "current": self._current.tolist()}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state` (one of another shape is ignored)."""
+        current = np.asarray(state.get("current", ()), np.int64)
+        if current.shape != self._current.shape:
+            return
+        self._next = [int(n) for n in state["next"]]
+        self._generations = [int(g) for g in state["generations"]]
+        self._current = current
