@@ -24,7 +24,7 @@ the child's copy.
 """
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal, Protocol, TypeAlias, final
+from typing import Any, Literal, Protocol, TypeAlias, final
 
 from typing_extensions import Buffer
 
@@ -747,41 +747,23 @@ class GroupStepper:
     ``t`` is frame ``i * T + t`` of its leaf's rows, its reward and flags element ``t * K + i``.
     """
 
-    def __init__(
-        self,
-        steps: Sequence[Callable[[object], object]],
-        resets: Sequence[Callable[[], object]],
-        leaves: Sequence[tuple[Sequence[object], Sequence[int], object, int]],
-        rows: Sequence[object],
-        finals: Sequence[object] | None,
-        ndarray: type,
-        rewards: object,
-        terminated: object,
-        truncated: object,
-        ended: object,
-        lengths: object,
-        *,
-        mode: int,
-        max_episode_steps: int | None,
-        info_keys: Sequence[str] | None,
-        info_fields: Sequence[tuple[object, ...]],
-        steps_per_row: int = 1,
-    ) -> None:
-        """Bind the envs' ``step`` and ``reset`` methods to the arrays they are stepped into.
+    def __init__(self, spec: _StepperSpec) -> None:
+        """Bind the envs' ``step`` and ``reset`` methods to the arrays they are stepped into: ``spec``'s attributes.
 
-        ``leaves``: ``(path, shape, dtype, itemsize)`` per observation leaf, ``path`` the Dict
-        keys and Tuple indices leading to it (empty: the observation itself); ``rows`` (and
-        ``finals``, exactly in ``SAME_STEP`` mode) one writable C-contiguous ``[K, T, *shape]``
-        array per leaf; ``rewards`` float64, ``terminated`` and ``truncated`` bool, each ``[T,
-        K]``; ``ended`` bool and ``lengths`` int64, each ``[K]``; ``T`` is ``steps_per_row``.
-        ``mode``: one of :data:`AUTORESET_NEXT_STEP`, :data:`AUTORESET_SAME_STEP`,
-        :data:`AUTORESET_DISABLED`. ``info_keys``: the entries kept (``None``: all).
-        ``info_fields``: ``(key, kind, type or dtype, shape, itemsize, values, mask, final
-        values, final mask)`` per field, each ``[K]``: an env's latest entries
-        (:meth:`pycollect._steps.info_fields.InfoArrays.native_args`).
+        ``spec`` (:class:`pycollect._rollout.stepper.StepperSpec`): ``leaves``, ``(path, shape,
+        dtype, itemsize)`` per observation leaf, ``path`` the Dict keys and Tuple indices
+        leading to it (empty: the observation itself); ``rows`` (and ``finals``, exactly in
+        ``SAME_STEP`` mode) one writable C-contiguous ``[K, T, *shape]`` array per leaf;
+        ``rewards`` float64, ``terminated`` and ``truncated`` bool, each ``[T, K]``; ``ended``
+        bool and ``lengths`` int64, each ``[K]``; ``T`` is ``steps_per_row``. ``mode``: one of
+        :data:`AUTORESET_NEXT_STEP`, :data:`AUTORESET_SAME_STEP`, :data:`AUTORESET_DISABLED`.
+        ``info_keys``: the entries kept (``None``: all). ``info_fields``: ``(key, kind, type or
+        dtype, shape, itemsize, values, mask, final values, final mask)`` per field, each
+        ``[K]``: an env's latest entries (:meth:`pycollect._steps.info_fields.InfoArrays.native_args`).
 
         Raises:
-            ConfigError: An array that does not fit its role, an unknown mode or kind.
+            ConfigError: An array that does not fit its role, an unknown mode or kind, an
+                episode limit outside ``SAME_STEP`` mode.
         """
     def step(
         self, actions: Iterable[object], start: int = 0, stop: int | None = None, t: int = 0
@@ -823,6 +805,42 @@ class GroupStepper:
         Raises:
             ConfigError: The stepper has more than one step column (a worker's group has one).
         """
+
+class _StepperSpec(Protocol):
+    """What :class:`GroupStepper` reads, attribute by attribute (:class:`pycollect._rollout.stepper.StepperSpec`)."""
+
+    @property
+    def steps(self) -> Sequence[Callable[[Any], Any]]: ...
+    @property
+    def resets(self) -> Sequence[Callable[..., Any]]: ...
+    @property
+    def leaves(self) -> Sequence[tuple[Sequence[Any], Sequence[int], Any, int]]: ...
+    @property
+    def rows(self) -> Sequence[Any]: ...
+    @property
+    def finals(self) -> Sequence[Any] | None: ...
+    @property
+    def rewards(self) -> Any: ...
+    @property
+    def terminated(self) -> Any: ...
+    @property
+    def truncated(self) -> Any: ...
+    @property
+    def ended(self) -> Any: ...
+    @property
+    def lengths(self) -> Any: ...
+    @property
+    def mode(self) -> int: ...
+    @property
+    def max_episode_steps(self) -> int | None: ...
+    @property
+    def info_keys(self) -> Sequence[str] | None: ...
+    @property
+    def info_fields(self) -> Sequence[tuple[Any, ...]]: ...
+    @property
+    def steps_per_row(self) -> int: ...
+    @property
+    def ndarray(self) -> type: ...
 
 @final
 class StepRecorder:

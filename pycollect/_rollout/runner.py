@@ -45,6 +45,7 @@ from pycollect._keys import (
 from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.checks import OutputChecks
+from pycollect._rollout.stepper import StepperSpec, native_stepper
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 
@@ -319,23 +320,22 @@ class _NativeStep:
         truncated: np.ndarray,
     ) -> None:
         count = len(steps)
-        self._stepper = _core.GroupStepper(
-            list(steps),
-            [_resets_nothing] * count,  # never called in DISABLED mode
-            [(list(path), list(shape), dtype, dtype.itemsize) for path, _, shape, dtype in leaves],
-            [frames for _, frames, _, _ in leaves],
-            None,
-            np.ndarray,
-            rewards,
-            terminated,
-            truncated,
-            np.zeros(count, np.bool_),  # ended, read by take_ended
-            np.zeros(count, np.int64),
-            mode=_core.AUTORESET_DISABLED,
-            max_episode_steps=None,
-            info_keys=[],
-            info_fields=[],
-            steps_per_row=rewards.shape[0],
+        self._stepper = native_stepper(
+            StepperSpec(
+                steps=list(steps),
+                resets=[_resets_nothing] * count,  # never called in DISABLED mode
+                leaves=[(list(path), list(shape), dtype, dtype.itemsize) for path, _, shape, dtype in leaves],
+                rows=[frames for _, frames, _, _ in leaves],
+                finals=None,
+                rewards=rewards,
+                terminated=terminated,
+                truncated=truncated,
+                ended=np.zeros(count, np.bool_),  # read by take_ended
+                lengths=np.zeros(count, np.int64),
+                mode=_core.AUTORESET_DISABLED,
+                info_keys=[],
+                steps_per_row=rewards.shape[0],
+            )
         )
 
     def __call__(self, t: int, actions: Any) -> tuple[list[int], list[tuple[int, Any]]]:

@@ -39,6 +39,7 @@ from gymnasium.vector import AutoresetMode
 
 from pycollect._native import _core
 from pycollect._rollout.checks import OutputChecks
+from pycollect._rollout.stepper import StepperSpec, native_stepper
 from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import parse_autoreset_mode as autoreset_mode  # its old home's name, still importable here
@@ -227,22 +228,23 @@ class EnvGroup:
         arrays += (*(self.info.final_values or ()), *(self.info.final_masks or ()))
         if not all(a.flags.c_contiguous and a.flags.writeable for a in arrays):
             return None
-        return _core.GroupStepper(
-            [env.step for env in self.envs],
-            [env.reset for env in self.envs],
-            [(list(path), list(shape), dtype, dtype.itemsize) for path, _, dtype, shape, _ in self._out],
-            [out[4] for out in self._out],
-            None if self._final_out is None else [out[4] for out in self._final_out],
-            np.ndarray,
-            self.rewards,
-            self.terminated,
-            self.truncated,
-            self._ended,
-            self._lengths,
-            mode=_MODE_CODES[self.mode],
-            max_episode_steps=self.max_episode_steps,
-            info_keys=None if self.info_keys is None else list(self.info_keys),
-            info_fields=self.info.native_args(),
+        return native_stepper(
+            StepperSpec(
+                steps=[env.step for env in self.envs],
+                resets=[env.reset for env in self.envs],
+                leaves=[(list(path), list(shape), dtype, dtype.itemsize) for path, _, dtype, shape, _ in self._out],
+                rows=[out[4] for out in self._out],
+                finals=None if self._final_out is None else [out[4] for out in self._final_out],
+                rewards=self.rewards,
+                terminated=self.terminated,
+                truncated=self.truncated,
+                ended=self._ended,
+                lengths=self._lengths,
+                mode=_MODE_CODES[self.mode],
+                max_episode_steps=self.max_episode_steps,
+                info_keys=None if self.info_keys is None else list(self.info_keys),
+                info_fields=self.info.native_args(),
+            )
         )
 
     @property

@@ -68,6 +68,29 @@ enum Mode {
 /// One leaf as the constructor takes it: `(path, shape, dtype, itemsize)`.
 type LeafArgs = (Vec<Py<PyAny>>, Vec<isize>, Py<PyAny>, isize);
 
+/// What a [`GroupStepper`] is built from, read attribute by attribute from one Python object
+/// (`pycollect._rollout.stepper.StepperSpec`), so that both of its users describe it the same
+/// way. The constructor's docs say what each attribute holds.
+#[derive(FromPyObject)]
+struct StepperSpec<'py> {
+    steps: Vec<Py<PyAny>>,
+    resets: Vec<Py<PyAny>>,
+    leaves: Vec<LeafArgs>,
+    rows: Vec<Bound<'py, PyAny>>,
+    finals: Option<Vec<Bound<'py, PyAny>>>,
+    ndarray: Py<PyType>,
+    rewards: Bound<'py, PyAny>,
+    terminated: Bound<'py, PyAny>,
+    truncated: Bound<'py, PyAny>,
+    ended: Bound<'py, PyAny>,
+    lengths: Bound<'py, PyAny>,
+    mode: u8,
+    max_episode_steps: Option<i64>,
+    info_keys: Option<Vec<Py<PyString>>>,
+    info_fields: Vec<InfoFieldArgs<'py>>,
+    steps_per_row: usize,
+}
+
 /// `K` envs, stepped into the rows given (see the module docs).
 ///
 /// Every per-step array has `T` columns (`steps_per_row`; a vector env's group has one): env
@@ -349,7 +372,8 @@ type Handed<'py> = (u64, u32, u64, Bound<'py, PyBytes>, Option<Left>);
 
 #[pymethods]
 impl GroupStepper {
-    /// Binds `K` envs (their `step` and `reset` methods) to the arrays they are stepped into.
+    /// Binds `K` envs (their `step` and `reset` methods) to the arrays they are stepped into,
+    /// all of it the attributes of `spec` (a [`StepperSpec`]).
     ///
     /// `leaves`: `(path, shape, dtype, itemsize)` per observation leaf, `path` the `dict` keys
     /// and `tuple` indices that lead to it (empty: the observation itself); `rows` (and
@@ -360,27 +384,27 @@ impl GroupStepper {
     /// `info_fields`: `(key, kind, type or dtype, shape, itemsize, values, mask, final values,
     /// final mask)` per field, each `[K]` (they hold the entries of an env's latest step).
     #[new]
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (steps, resets, leaves, rows, finals, ndarray, rewards, terminated, truncated, ended, lengths, *, mode, max_episode_steps, info_keys, info_fields, steps_per_row = 1))]
-    fn new(
-        py: Python<'_>,
-        steps: Vec<Py<PyAny>>,
-        resets: Vec<Py<PyAny>>,
-        leaves: Vec<LeafArgs>,
-        rows: Vec<Bound<'_, PyAny>>,
-        finals: Option<Vec<Bound<'_, PyAny>>>,
-        ndarray: Py<PyType>,
-        rewards: &Bound<'_, PyAny>,
-        terminated: &Bound<'_, PyAny>,
-        truncated: &Bound<'_, PyAny>,
-        ended: &Bound<'_, PyAny>,
-        lengths: &Bound<'_, PyAny>,
-        mode: u8,
-        max_episode_steps: Option<i64>,
-        info_keys: Option<Vec<Py<PyString>>>,
-        info_fields: Vec<InfoFieldArgs<'_>>,
-        steps_per_row: usize,
-    ) -> PyResult<Self> {
+    fn new(py: Python<'_>, spec: StepperSpec<'_>) -> PyResult<Self> {
+        let StepperSpec {
+            steps,
+            resets,
+            leaves,
+            rows,
+            finals,
+            ndarray,
+            rewards,
+            terminated,
+            truncated,
+            ended,
+            lengths,
+            mode,
+            max_episode_steps,
+            info_keys,
+            info_fields,
+            steps_per_row,
+        } = spec;
+        let (rewards, terminated, truncated, ended, lengths) =
+            (&rewards, &terminated, &truncated, &ended, &lengths);
         let count = steps.len();
         if steps_per_row == 0 {
             return Err(config_error("steps_per_row must be positive"));
