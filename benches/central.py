@@ -152,18 +152,7 @@ def _counted(result: tp.Result) -> tp.Result:
 
 
 def _cartpole_collector(engine: Any, k: int, frames: int) -> tp.Result:
-    cpu0, t0 = tp.CPU.read(), time.perf_counter()
-    collector = pycollect.Collector(
-        "CartPole-v1",
-        Timed(MLP()),
-        frames_per_batch=WORKERS * k * CARTPOLE_STEPS,
-        envs_per_worker=k,
-        num_workers=WORKERS,
-        engine=engine,
-        seed=0,
-    )
-    batches = max(1, round(frames / collector.frames_per_batch))
-    return _counted(tp._measure(collector, collector.next_batch, _start_counting, batches, t0, cpu0))
+    return _collector("CartPole-v1", MLP(), CARTPOLE_STEPS, engine, k, frames)
 
 
 def cartpole_central(k: int, frames: int) -> tp.Result:
@@ -180,9 +169,7 @@ def cartpole_central_one_group(k: int, frames: int) -> tp.Result:
 
 def cartpole_workers(k: int, frames: int) -> tp.Result:
     """``Collector(engine="workers")`` on CartPole: each worker calls its MLP copy on its K envs."""
-    result = _cartpole_collector("workers", k, frames)
-    result.policy_cpu_s = 0.0  # the policy runs in the workers: none of the trainer's CPU is its
-    return result
+    return _cartpole_collector("workers", k, frames)
 
 
 def hand_loop(k: int, frames: int) -> tp.Result:
@@ -208,12 +195,13 @@ def hand_loop(k: int, frames: int) -> tp.Result:
     return _counted(tp._timed_steps(t0, envs, n, frames, prepare))
 
 
-def _collector(engine: Any, k: int, frames: int) -> tp.Result:
+def _collector(env: str, policy: torch.nn.Module, steps: int, engine: Any, k: int, frames: int) -> tp.Result:
+    """A collector of ``env`` over 2 workers x ``k`` envs with ``policy`` (timed), ``steps`` steps a batch."""
     cpu0, t0 = tp.CPU.read(), time.perf_counter()
     collector = pycollect.Collector(
-        "callable:atari_env:make_env",
-        Timed(NatureCNN()),
-        frames_per_batch=WORKERS * k * STEPS,
+        env,
+        Timed(policy),
+        frames_per_batch=WORKERS * k * steps,
         envs_per_worker=k,
         num_workers=WORKERS,
         engine=engine,
@@ -226,21 +214,25 @@ def _collector(engine: Any, k: int, frames: int) -> tp.Result:
     return result
 
 
+def _pong_collector(engine: Any, k: int, frames: int) -> tp.Result:
+    return _collector("callable:atari_env:make_env", NatureCNN(), STEPS, engine, k, frames)
+
+
 def pycollect_central(k: int, frames: int) -> tp.Result:
     """``Collector(engine="central")``: one CNN call per step over the 2K envs, in the trainer."""
-    return _collector("central", k, frames)
+    return _pong_collector("central", k, frames)
 
 
 def pycollect_central_one_group(k: int, frames: int) -> tp.Result:
     """``engine=Central(groups=1)``: one CNN call per step over all 2K envs, the envs idle meanwhile."""
     from pycollect.default_plugins import Central
 
-    return _collector(Central(groups=1), k, frames)
+    return _pong_collector(Central(groups=1), k, frames)
 
 
 def pycollect_workers(k: int, frames: int) -> tp.Result:
     """``Collector(engine="workers")``: each worker calls its CNN copy on its K envs (none of the trainer's CPU)."""
-    return _collector("workers", k, frames)
+    return _pong_collector("workers", k, frames)
 
 
 def envpool_sync(k: int, frames: int) -> tp.Result:
