@@ -19,9 +19,12 @@ those it stored. Neither counts steps: the step counts and
 ``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
 path.
 
-Where the envs are is behind three methods (``_reset_envs``, ``_step``, ``_reset_env``): the
-central engine's ``CentralRunner`` (:mod:`pycollect._engines.central`) overrides them to step
-envs in worker processes and keeps everything else of this loop.
+Where the envs are is behind three methods (``_reset_envs``, ``_step``, ``_reset_env``), and a
+caller may drive the steps itself (:meth:`EnvRunner.begin`, the rollout's ``act``, its own
+step, :meth:`EnvRunner.end_step`): the central engine's ``CentralRunner``
+(:mod:`pycollect._engines.central`) steps envs in worker processes that reset them in the same
+step, interleaving groups from one thread, and keeps the policy call and carried state of this
+loop.
 """
 
 from __future__ import annotations

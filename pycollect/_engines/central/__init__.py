@@ -5,7 +5,7 @@ envs of every worker, on ``policy_device``, and writes the actions back. The wor
 vector env's (one :class:`~pycollect._engines.workers.step_backend.WorkerStepBackend`, each
 worker an :class:`~pycollect._steps.group.EnvGroup` of ``K`` envs in ``SAME_STEP`` autoreset
 mode, which also applies ``max_frames_per_traj``); the stepping loop is
-:class:`~pycollect._rollout.runner.EnvRunner`'s, with :class:`CentralRunner` saying where the
+:class:`~pycollect._rollout.runner.EnvRunner`'s, with :class:`~.runner.CentralRunner` saying where the
 envs are. What crosses the process boundary per step: the actions into shared memory, one
 request per worker, then observations, final observations, rewards, flags and fixed-size info
 entries out of shared memory, and through the mailbox only the kept info entries that fit no
@@ -21,19 +21,19 @@ worker has one request in flight at a time, and every policy call covers envs of
 
 Batches equal the ``workers`` engine's for the same seed and a deterministic policy: worker
 ``w``'s envs get ``env_seeds(seed, K, w, generation)`` at their first reset; trajectory ids
-are handed out per worker as that worker's runner would (:class:`TrajectoryIds`, from
+are handed out per worker as that worker's runner would (:class:`~.trajectories.TrajectoryIds`, from
 ``traj_id_start(w, N, generation)`` with stride ``N``, in step-then-env order); random actions
 (``init_random_frames``, ``policy=None``) are drawn from one stream per worker
 (``action_rng(seed, w, generation)``), ``[T, K]`` per round exactly as each worker would
-(:class:`WorkerDraws`), each group taking its envs' columns. A stochastic policy samples from
-one torch stream per group (:class:`TorchStreams`): the same for the same seed, not the
+(:class:`~.streams.WorkerDraws`), each group taking its envs' columns. A stochastic policy samples from
+one torch stream per group (:class:`~.streams.TorchStreams`): the same for the same seed, not the
 ``workers`` engine's samples. Every batch is one round: all workers stepped ``T`` times,
 ``[N*K, T]`` ordered by worker. In async mode (``sync=False``) the round is handed out one
 worker's ``[K, T]`` rollout per batch, in worker order, and the next round starts only when all
 of them have been taken: frames carry the policy version that chose them, which may be older
 than the collector's by then.
 
-The package, one job a module: :mod:`.engine` (:class:`CentralEngine`: start, rounds, weights,
+The package, one job a module: :mod:`.engine` (:class:`~.engine.CentralEngine`: start, rounds, weights,
 close), :mod:`.runner` (a group's stepping loop and its actions), :mod:`.streams` (the random
 streams), :mod:`.trajectories` (trajectory ids per worker).
 """

@@ -75,13 +75,13 @@ class CentralActions:
 class CentralRunner(EnvRunner):
     """:class:`EnvRunner` over one group's envs: envs ``envs`` of every worker of the step backend.
 
-    Everything but where the envs are is the base class's: the policy call, carried state,
-    episode bookkeeping, storing, the reward range check. Here a step writes the group's
-    actions into its rows of the backend's action arrays and posts a STEP of those envs to
-    every worker (:meth:`post`), then waits for the answers and reads its rows back
-    (:meth:`collect`); the engine runs other groups' policy calls in between. The envs' results
-    were checked by the workers' :class:`~pycollect._steps.group.EnvGroup` (which also truncates
-    at ``max_frames_per_traj`` and resets ended envs in the same step). The group's env ``i`` is
+    The policy call, carried state and the reward range check are the base class's. Here a
+    step writes the group's actions into its rows of the backend's action arrays and posts a
+    STEP of those envs to every worker (:meth:`post`), then waits for the answers and stores its
+    rows natively (:meth:`collect`); the engine runs other groups' policy calls in between. The
+    envs' results were checked by the workers' :class:`~pycollect._steps.group.EnvGroup` (which
+    also truncates at ``max_frames_per_traj`` and resets ended envs in the same step, so
+    :meth:`end_step` only carries ``is_init`` and recurrent state). The group's env ``i`` is
     env ``envs[i % K_g]`` of worker ``i // K_g``. Trajectory ids are the engine's
     (:class:`TrajectoryIds`): the runner records where a worker restart cut its envs (:attr:`cuts`).
 
@@ -160,10 +160,6 @@ class CentralRunner(EnvRunner):
     def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
         """The group's envs as the engine reset them (:meth:`read_observations`)."""
         return ((i, self._observation(i)) for i in range(self._count))
-
-    def _reset_env(self, i: int) -> Any:
-        """The observation env ``i`` was reset to in its worker when its episode ended (``SAME_STEP``)."""
-        return self._observation(i)
 
     def _observation(self, i: int) -> Any:
         return self.backend.observation.single([self._now[p] for p in self._positions()], i)
