@@ -583,7 +583,8 @@ def resolve(
         inference_runner=instance("inference_runner", config.inference_runner, "inference_runner"),
     )
     factory.check(resolved)
-    return resolved, resolve_env(env, env_kwargs)
+    # A batched backend builds one batched env of envs_per_worker sub-envs per worker
+    return resolved, replace(resolve_env(env, env_kwargs), num_envs=resolved.envs_per_worker)
 
 
 def resolve_env(env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[str, Any] | None = None) -> EnvSource:

@@ -7,6 +7,7 @@ import pytest
 
 from pycollect import ConfigError, UnknownBackendError, UnknownEnvError, plugins
 from pycollect.default_plugins.callable_backend import CallableBackend
+from pycollect.envs.batched import SubEnv
 from pycollect.envs.source import EnvSource
 from pycollect.plugins import resolve_env
 from pycollect.testing.envs import CountingEnv
@@ -102,7 +103,7 @@ def test_a_vector_env_is_refused_naming_it(env: object, match: str | None) -> No
         instance = env()  # type: ignore[operator]
         try:
             with pytest.raises(
-                ConfigError, match="a gymnasium VectorEnv instance \\(SyncVectorEnv of 2 envs\\).*envs_per_worker"
+                ConfigError, match="already built batched env \\(SyncVectorEnv of 2 sub-envs\\).*envs_per_worker=2"
             ):
                 resolve_env(instance)
         finally:
@@ -112,10 +113,14 @@ def test_a_vector_env_is_refused_naming_it(env: object, match: str | None) -> No
             resolve_env(env)  # type: ignore[arg-type]
 
 
-def test_a_factory_returning_a_vector_env_is_refused_when_built() -> None:
+def test_a_factory_returning_a_vector_env_builds_a_batched_env_whose_probe_is_its_first_sub_env() -> None:
     source = resolve_env(lambda: gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")]))
-    with pytest.raises(ConfigError, match="built a gymnasium VectorEnv instance \\(SyncVectorEnv of 1 envs\\)"):
-        source.make()
+    probe = source.make()
+    try:
+        assert isinstance(probe, SubEnv) and probe.index == 0 and probe.batch.num_envs == 1
+        assert probe.observation_space == gym.make("CartPole-v1").observation_space
+    finally:
+        probe.close()
 
 
 def test_a_torchrl_env_is_refused_naming_it() -> None:

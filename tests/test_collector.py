@@ -250,8 +250,8 @@ def test_bad_arguments_fail_before_anything_runs(kwargs: dict, match: str) -> No
 def test_unknown_env_and_backend() -> None:
     with pytest.raises(pycollect.UnknownEnvError, match="NoSuch-v0"):
         Collector("NoSuch-v0", frames_per_batch=8)
-    with pytest.raises(pycollect.UnknownBackendError, match="'envpool'"):
-        Collector("envpool:Pong-v5", frames_per_batch=8)
+    with pytest.raises(pycollect.UnknownBackendError, match="'nosuchlib'"):
+        Collector("nosuchlib:Pong-v5", frames_per_batch=8)
 
 
 def test_shutdown_is_idempotent_and_closes_envs() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import cloudpickle
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from pycollect._batch.device import DeviceCopier, staging_memory
@@ -19,6 +20,7 @@ from pycollect._rollout.runner import EnvRunner
 from pycollect._rollout.seeding import env_seeds
 from pycollect.config import CollectorConfig
 from pycollect.engines import Engine, RolloutPlan, close_within, plan_rollout
+from pycollect.envs.batched import check_probe, is_view
 from pycollect.envs.source import EnvSource
 
 __all__ = ["InProcessEngine", "on_policy_device"]
@@ -66,11 +68,17 @@ class InProcessEngine(Engine):
         policy, device_copy = on_policy_device(config, policy, weights_module)
         envs = [env_source.make()]
         try:
+            check_probe(
+                envs[0], config.envs_per_worker, AutoresetMode.SAME_STEP, config.max_frames_per_traj, "a collector"
+            )
             plan = plan_rollout(config, env_source, envs[0], policy)
             needed = BATCHES_HELD * batch_bytes(plan.fields, config.envs_per_worker, config.steps_per_batch)
             check_fits("the in-process batches", needed, config)  # before the other envs are built
-            for _ in range(config.envs_per_worker - 1):
-                envs.append(env_source.make())
+            if is_view(envs[0]):  # the probe was a batched env's first sub-env: the real ones are built now
+                close_within(envs.pop(), env_source, config.supervision.shutdown_grace_s)
+                envs.extend(env_source.make_envs(config.envs_per_worker))
+            else:
+                envs.extend(env_source.make_envs(config.envs_per_worker - 1))
         except BaseException:
             for env in envs:  # bounded: a close that hangs must not hide the error
                 close_within(env, env_source, config.supervision.shutdown_grace_s)

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from pycollect._keys import (
     IS_INIT,
@@ -50,6 +51,7 @@ from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.checks import OutputChecks
 from pycollect._rollout.stepper import StepperSpec, native_stepper
 from pycollect.envs.backend import GymLikeEnv
+from pycollect.envs.batched import batch_of
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 
 __all__ = ["EnvRunner"]
@@ -131,6 +133,12 @@ class EnvRunner:
         self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
         # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
         self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
+        # The sub-envs of one batched env step as these envs, the batch first (pycollect.envs.batched);
+        # an episode's end resets its sub-env at once, as SAME_STEP does.
+        self._batch = batch_of(self.envs)
+        if self._batch is not None:
+            self._batch.check(AutoresetMode.SAME_STEP, max_frames_per_traj, "a collector")
+            self._batch.infos_wanted = bool(info)
 
     @property
     def num_envs(self) -> int:
@@ -222,12 +230,16 @@ class EnvRunner:
 
     def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
         """Reset every env (with ``seeds``, if given); each env's index and raw observation."""
+        if self._batch is not None:  # one batched reset; each sub-env's reset below takes its row
+            self._batch.reset_rows(seeds)
         for i, env in enumerate(self.envs):
             obs, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
             yield i, obs
 
     def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
         """Step every env with ``actions`` and store step ``t``; the envs whose episode ended, in env order."""
+        if self._batch is not None:
+            self._batch.step_all(run.batched_actions(actions))
         if run.step_native is None:
             return run.step_python(t, run.step_envs(actions))
         ended, left = run.step_native(t, actions)
@@ -389,6 +401,7 @@ class _Rollout:
         ]
         self.action_outs, self.traj_out = [out[spec.key] for spec in runner.specs.action_fields], out[TRAJ_IDS]
         self.structured_action = runner.specs.structured_action
+        self.action_space: Any = runner.envs[0].action_space if runner.envs else None
         self.env_action = runner.specs.env_action
         self.own_flags = [out[key] for key in runner._own_flags]
         self.reward_out, self.term_out, self.trunc_out = out[REWARD], out[NEXT_TERMINATED], out[NEXT_TRUNCATED]
@@ -473,6 +486,17 @@ class _Rollout:
         for state, next_key in self.state_in:
             state[...] = extras[next_key].numpy() if extras else 0
         return actions
+
+    def batched_actions(self, actions: Any) -> Any:
+        """``actions`` as a batched env takes them: the array itself, or gymnasium's batch of the envs' mappings."""
+        if not self.structured_action:
+            return actions
+        from gymnasium.vector.utils import concatenate, create_empty_array
+
+        space = self.action_space
+        leaves = actions if isinstance(actions, tuple) else (actions,)
+        per_env = [self.env_action(values) for values in zip(*(list(leaf) for leaf in leaves), strict=True)]
+        return concatenate(space, per_env, create_empty_array(space, len(per_env)))
 
     def step_envs(self, actions: Any) -> Iterator[tuple[int, Any]]:
         """Each env's index and ``step`` result, stepped one at a time as the caller asks."""

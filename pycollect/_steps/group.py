@@ -44,6 +44,7 @@ from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import parse_autoreset_mode as autoreset_mode  # its old home's name, still importable here
 from pycollect.envs.backend import GymLikeEnv
+from pycollect.envs.batched import batch_of
 from pycollect.exceptions import ActionError, ConfigError, EnvOutputError
 
 __all__ = [
@@ -80,6 +81,9 @@ instead of stepped (``NEXT_STEP``), reward and flags written, its raw ``reset`` 
 ``LEFT_ENDED_RESET``: its episode ended (``SAME_STEP``), that step stored, then reset: its raw
 ``reset`` result.
 """
+
+_FINAL_KEYS = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})
+"""The keys of a ``SAME_STEP`` vector env's infos that say where episodes ended (not kept as infos)."""
 
 _MODE_CODES = {
     AutoresetMode.NEXT_STEP: _core.AUTORESET_NEXT_STEP,
@@ -212,6 +216,12 @@ class EnvGroup:
             )
         self.max_episode_steps = max_episode_steps
         self.info = info if info is not None else InfoArrays((), (), (), info_keys=info_keys)
+        # The sub-envs of one batched env are stepped as the group's envs, the batch first (see
+        # pycollect.envs.batched): one batched step per group step, then each sub-env's row stored.
+        self._batch = batch_of(self.envs)
+        if self._batch is not None:
+            self._batch.check(mode, max_episode_steps, "a vector env")
+            self._batch.infos_wanted = info_keys != ()
         # Shared with the native stepper: steps each env's episode has taken since its last
         # reset (counted only with a limit), and whether it ended at its last step
         # (NEXT_STEP resets it at the next step, DISABLED refuses to step it).
@@ -283,6 +293,8 @@ class EnvGroup:
         if len(seeds) != count or (mask is not None and len(mask) != count):
             raise ConfigError(f"reset of a group of {count} envs got {len(seeds)} seeds and a mask of {mask!r}")
         material: Material | None = None
+        if self._batch is not None:  # one batched reset; each sub-env's reset below takes its row
+            self._batch.reset_rows(seeds, options, mask)
         for i, env in enumerate(self.envs):
             self.info.clear(i)  # an env not reset returns no info
             if mask is not None and not mask[i]:
@@ -316,6 +328,17 @@ class EnvGroup:
         if self.mode is AutoresetMode.DISABLED and ended.any():
             raise ActionError(disabled_message((np.flatnonzero(ended) + start).tolist(), self._checks.offset))
         self._steps_taken += 1
+        if self._batch is not None:
+            if start != 0 or stop != len(self.envs):
+                raise ConfigError(
+                    f"envs {start}..{stop - 1} of {self._batch.describe()} stepped alone: a batched env steps all "
+                    "its sub-envs at once"
+                )
+            result = self._batch.step_batch(self.action.batched(actions, copy=False))
+            stored, material = self._store_batch(result)
+            if stored:
+                return material
+            self._batch.split(result)  # the uncommon case: each sub-env's row stored as a single env's
         per_env = self.action.per_env(actions)
         if self._native is None:
             left = self._step_envs(per_env, start, stop)
@@ -323,10 +346,90 @@ class EnvGroup:
             left = self._native.step(per_env, start, stop)
         return self.finish(left) if left else None
 
+    def _store_batch(self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]]) -> tuple[bool, Material | None]:
+        """Store a batched env's step whole, one copy per array: whether it did, and the info material.
+
+        The common case: every observation leaf exactly a ``[K, *shape]`` array of its field's
+        dtype, numeric rewards and bool flags of shape ``[K]``, and no info the group keeps but
+        the final observations (no info fields, and no entries, or none wanted). The sub-envs
+        whose episode ends are then handled one by one, as few as they are: their final
+        observation stored and, in ``SAME_STEP`` mode, their reset (by mask, all at once).
+        Anything else is not stored here (``False``) and takes the sub-env by sub-env path, with its checks.
+        """
+        batch = self._batch
+        assert batch is not None
+        observations, rewards, terminated, truncated, infos = result
+        count = len(self.envs)
+        if self.info.fields or (batch.infos_wanted and any(key not in _FINAL_KEYS for key in infos)):
+            return False, None
+        values = []
+        for path, _, dtype, shape, _ in self._out:
+            value = _leaf_of(observations, path)
+            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != (count, *shape):
+                return False, None
+            values.append(value)
+        rewards, terminated, truncated = np.asarray(rewards), np.asarray(terminated), np.asarray(truncated)
+        if rewards.shape != (count,) or rewards.dtype.kind not in "fiu":
+            return False, None
+        if terminated.shape != (count,) or truncated.shape != (count,) or terminated.dtype != np.bool_:
+            return False, None
+        if truncated.dtype != np.bool_:
+            return False, None
+        for (*_, array), value in zip(self._out, values, strict=True):
+            array[...] = value
+        self.rewards[...] = rewards
+        self.terminated[...] = terminated
+        self.truncated[...] = truncated
+        if self.mode is not AutoresetMode.SAME_STEP:
+            self._ended[...] = terminated | truncated  # NEXT_STEP: the env resets them at the next step
+            batch.settle(self._ended)
+            return True, None
+        return True, self._reset_ended_batch(infos, terminated | truncated)
+
+    def _reset_ended_batch(self, infos: Mapping[str, Any], reset_by_env: np.ndarray) -> Material | None:
+        """``SAME_STEP``, after a whole-batch store: the trajectory limit, final observations, resets of ended sub-envs.
+
+        ``reset_by_env``: the sub-envs whose episode the env ended; a ``SAME_STEP`` batched env
+        reset them itself (their final observations are in ``infos``), any other is reset here.
+        """
+        batch, step = self._batch, self._steps_taken
+        assert batch is not None and self._final_out is not None
+        lengths = self._lengths
+        if self.max_episode_steps is not None:
+            lengths += 1
+            self.truncated |= lengths >= self.max_episode_steps
+        ended = self.terminated | self.truncated
+        material: Material | None = None
+        if not ended.any():
+            return None
+        lengths[ended] = 0
+        env_resets = batch.autoreset_mode is AutoresetMode.SAME_STEP
+        finals = infos.get("final_obs") if env_resets else None
+        to_reset = ended & ~reset_by_env if env_resets else ended
+        for i in np.flatnonzero(ended).tolist():
+            if env_resets and reset_by_env[i]:
+                assert finals is not None, "a same_step batched env reported no final_obs"
+                self._store(self._final_out, i, finals[i], step)
+            else:  # its final observation is the one just stored
+                for (*_, final), (*_, array) in zip(self._final_out, self._out, strict=True):
+                    final[i] = array[i]
+        if to_reset.any():
+            rows, reset_infos, which = batch.reset_some(to_reset)
+            for n, (i, raw) in enumerate(zip(which, rows, strict=True)):
+                self._store(self._out, i, raw, -step)
+                if batch.infos_wanted and reset_infos:
+                    material = self._add(material, i, batch.info_row(reset_infos, i, n), None, -step)
+        batch.settle(np.zeros(len(self.envs), bool))
+        return material
+
     @property
     def native(self) -> Any:
-        """The native stepper (``_core.GroupStepper``), or ``None`` where the arrays allow none."""
-        return self._native
+        """The native stepper (``_core.GroupStepper``), or ``None`` where the arrays allow none.
+
+        ``None`` too for a batched env's group: its requests are served from Python, which steps
+        the batch before its sub-envs are stored (natively, through :meth:`step`).
+        """
+        return self._native if self._batch is None else None
 
     def count_native_steps(self, steps: int) -> None:
         """Count ``steps`` steps served natively (``_core.GroupStepper.serve``) as taken, for messages."""
@@ -501,6 +604,17 @@ class EnvGroup:
 
 def _get(env: Any, name: str) -> Any:
     return env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") else getattr(env, name)
+
+
+def _leaf_of(observations: Any, path: Any) -> Any:
+    """The leaf at ``path`` (Dict keys, Tuple indices) of a batched observation (``None``: not there)."""
+    value = observations
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
 
 
 def disabled_message(envs: Sequence[int], offset: int = 0) -> str:

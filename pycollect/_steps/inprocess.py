@@ -78,8 +78,7 @@ class InProcessBackend:
         """
         envs: list[GymLikeEnv] = []
         try:
-            for _ in range(config.num_envs):
-                envs.append(source.make())
+            envs.extend(source.make_envs(config.num_envs))
             return cls(envs, config, source.describe())
         except BaseException:
             for env in envs:

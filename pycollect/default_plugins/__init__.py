@@ -40,6 +40,7 @@ __all__ = [
 DEFAULT_PLUGINS = (
     "pycollect.default_plugins.gymnasium_backend",
     "pycollect.default_plugins.callable_backend",
+    "pycollect.default_plugins.batched_backends",
     "pycollect.default_plugins.shared_memory_scheme",
     "pycollect.default_plugins.no_sync_scheme",
     "pycollect.default_plugins.torch_distributed_scheme",

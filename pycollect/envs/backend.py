@@ -59,6 +59,17 @@ class EnvBackend(abc.ABC):
             env_kwargs: Keyword arguments for the environment's constructor.
         """
 
+    batched: ClassVar[bool] = False
+    """Whether :meth:`make_batched` builds the envs: one batched env of ``envs_per_worker`` sub-envs per worker."""
+
+    def make_batched(self, target: Any, env_kwargs: Mapping[str, Any], num_envs: int) -> Any:
+        """Build one batched env of ``num_envs`` sub-envs (a backend whose :attr:`batched` is true).
+
+        Returns:
+            A :class:`~pycollect.envs.batched.BatchedEnv`, a gymnasium ``VectorEnv`` or an EnvPool env.
+        """
+        raise NotImplementedError(f"env backend {self.name!r} builds single envs")
+
     def specs(self, env: GymLikeEnv) -> EnvSpecs:
         """Report the fields of a built environment (from its gymnasium spaces by default)."""
         return specs_from_spaces(env.observation_space, env.action_space)

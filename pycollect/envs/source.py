@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pycollect._messages import first_line
 from pycollect.envs.backend import EnvBackend, GymLikeEnv
+from pycollect.envs.batched import SubEnv, as_batched, is_batched, sub_env_count_error
 from pycollect.envs.specs import EnvSpecs
 from pycollect.exceptions import ConfigError, EnvCreationError, PyCollectError
 
@@ -43,17 +44,59 @@ class EnvSource:
     target: Any
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     adopters: tuple[EnvBackend, ...] = ()
+    num_envs: int = 1
+    """The sub-envs of one batched env a batched backend builds (``envs_per_worker``)."""
 
     def make(self) -> GymLikeEnv:
-        """Build one environment through the backend.
+        """Build one environment through the backend: a probe, or one env of a worker's ``envs_per_worker``.
+
+        Where the backend (or a factory) builds a batched env, this is its first sub-env as a
+        probe: stepping or resetting it steps or resets the whole batch (see
+        :mod:`pycollect.envs.batched`), which :meth:`make_envs` never does.
 
         Raises:
             EnvCreationError: The backend (the env's constructor) raised; the message names
                 the env, its kwargs and the error.
-            ConfigError: What was built is not a single gymnasium-style env.
+            ConfigError: What was built is not a gymnasium-style env or a batched env.
         """
+        env = self._build()
+        if isinstance(env, SubEnv):
+            env.batch.solo = True
+        return env
+
+    def make_envs(self, count: int) -> list[GymLikeEnv]:
+        """Build ``count`` envs for one group: ``count`` single envs, or every sub-env of one batched env.
+
+        Raises:
+            EnvCreationError: An env's constructor raised (the envs built before it are closed).
+            ConfigError: A batched env has another number of sub-envs than ``count``.
+        """
+        if count < 1:
+            return []
+        first = self._build()
+        if isinstance(first, SubEnv):
+            batch = first.batch
+            if batch.num_envs != count:
+                batch.close()
+                raise ConfigError(sub_env_count_error(batch, count))
+            return list(batch.views())
+        envs = [first]
         try:
-            env = self.backend.make(self.target, self.env_kwargs)
+            while len(envs) < count:
+                envs.append(self._build())
+        except BaseException:
+            for env in envs:
+                _close(env)
+            raise
+        return envs
+
+    def _build(self) -> GymLikeEnv:
+        """One env, or the first view of one batched env (:class:`~pycollect.envs.batched.SubEnv`)."""
+        try:
+            if self.backend.batched:
+                env = self.backend.make_batched(self.target, self.env_kwargs, self.num_envs)
+            else:
+                env = self.backend.make(self.target, self.env_kwargs)
         except PyCollectError:
             raise
         except Exception as exc:
@@ -61,6 +104,9 @@ class EnvSource:
                 f"building env {self.describe()!r} with env_kwargs={dict(self.env_kwargs)!r} raised "
                 f"{type(exc).__name__}: {first_line(exc)}"
             ) from exc
+        if is_batched(env):
+            view: GymLikeEnv = as_batched(env).views()[0]
+            return view
         what = foreign_env(env)
         if what is not None:
             for adopter in self.adopters:
@@ -79,7 +125,7 @@ class EnvSource:
                 f"env {self.describe()!r} built {reason}; pycollect needs one gymnasium-style env "
                 f"(reset, step, observation_space, action_space) per call{_plugin_hint(what)}"
             )
-        return env
+        return cast(GymLikeEnv, env)
 
     def specs(self, env: GymLikeEnv) -> EnvSpecs:
         """Report the fields of an environment this source built (through the backend that adopted it, if one did)."""
@@ -157,6 +203,13 @@ def foreign_env(obj: Any) -> str | None:
 
 def _refuse_object(env: Any) -> ConfigError:
     what = foreign_env(env)
+    if is_batched(env):
+        count = getattr(env, "num_envs", "N")
+        return ConfigError(
+            f"env is an already built batched env ({type(env).__name__} of {count} sub-envs): every worker builds "
+            f"its own, so pass a factory that builds it (env=make_envs, make_envs returning the vector env) and "
+            f"envs_per_worker={count}, or a batched backend's id ('gymnasium-vector:CartPole-v1', 'envpool:Pong-v5')"
+        )
     if what is not None:
         return ConfigError(
             f"env is {what}: pycollect builds and steps its environments itself, envs_per_worker of "

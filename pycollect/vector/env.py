@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -520,7 +521,8 @@ def start_backend(
         UnknownEnvError: The backend does not know the env.
         ConfigError: ``env`` is not something to build envs from, or what the backend's ``start`` raises.
     """
-    source = resolve_env(env, env_kwargs)
+    # A batched backend builds one batched env of each worker's envs (all of them in this process)
+    source = dataclasses.replace(resolve_env(env, env_kwargs), num_envs=config.envs_per_worker)
     backend: StepBackend
     if config.num_workers == 0:
         backend = InProcessBackend.start(source, config)

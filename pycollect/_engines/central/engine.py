@@ -30,6 +30,7 @@ from pycollect._rollout.policy import parameters_device
 from pycollect._rollout.seeding import env_seeds, torch_seed
 from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout
+from pycollect.envs.batched import is_view
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError
 
@@ -144,12 +145,13 @@ class CentralEngine(Engine):
         what = f"the batches of engine='central' ({workers} workers)"
         check_fits_before_env(config, what, BATCHES_HELD * rows * steps)
         policy, device_copy = on_policy_device(config, policy, weights_module)
-        split = env_groups(k, groups)
         forkserver.start()  # its imports overlap with the probe env and the policy's check
         device = config.requested_policy_device or parameters_device(policy)
         streams = TorchStreams(device) if policy is not None and seed is not None else None
         stream_of: list[int] = []
         probe = env_source.make()
+        # A batched env steps all its sub-envs at once: one group of every env
+        split = env_groups(k, 1 if is_view(probe) else groups)
         try:
             drew = False
             with streams.keep_trainers() if streams is not None else contextlib.nullcontext():

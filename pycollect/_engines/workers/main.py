@@ -119,8 +119,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
     envs = []
     receiver = spec.weights
     try:
-        for _ in range(k):
-            envs.append(spec.env_source.make())
+        envs.extend(spec.env_source.make_envs(k))
         specs = spec.env_source.specs(envs[0])
         policy, weights = spec.load_policy()  # ``weights`` is the module the scheme updates
         device = None

@@ -28,6 +28,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from pycollect._batch.device import DeviceCopier, staging_memory
@@ -44,6 +45,7 @@ from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFER
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
+from pycollect.envs.batched import check_probe
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import (
     CollectorClosedError,
@@ -174,6 +176,8 @@ class WorkerPool(Engine):
         # example batch, so that bad input fails before any worker starts.
         probe = env_source.make()
         try:
+            limit = config.max_frames_per_traj
+            check_probe(probe, config.envs_per_worker, AutoresetMode.SAME_STEP, limit, "a collector")
             plan = plan_rollout(config, env_source, probe, policy)
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")

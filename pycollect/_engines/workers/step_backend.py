@@ -45,6 +45,7 @@ from pycollect._steps.info_fields import probe_info_fields
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import WEIGHT_BUFFERS, VectorConfig
 from pycollect.engines import close_within
+from pycollect.envs.batched import check_probe
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, TransportError, VectorEnvClosedError
 
@@ -151,6 +152,8 @@ class WorkerStepBackend:
         if own_probe:
             probe = source.make()
         try:
+            mode = config.autoreset_mode
+            check_probe(probe, config.envs_per_worker, mode, config.max_episode_steps, "a vector env")
             observation = SpaceLayout(probe.observation_space, "observation")
             action = SpaceLayout(probe.action_space, "action")
             metadata = dict(getattr(probe, "metadata", {}))

@@ -54,8 +54,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
     actions = rows("action", writable=False)
     envs: list[Any] = []
     try:
-        for _ in range(k):
-            envs.append(spec.env_source.make())
+        envs.extend(spec.env_source.make_envs(k))
         group = EnvGroup(
             envs,
             config.autoreset_mode,

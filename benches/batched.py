@@ -1,0 +1,306 @@
+"""Batched envs in pycollect's workers against the same envs without pycollect.
+
+One interleaved run: every round runs each contender once, in an order that rotates from round
+to round, and the ratios are taken within a round (machines are shared and noisy). Random
+actions everywhere: what is measured is the env and what carries its results, not a policy.
+Two workloads (``--workload``):
+
+``pong`` (the default): Atari Pong as EnvPool's ``Pong-v5`` (84x84 gray, frame skip 4, stack 4,
+no episodic life or reward clipping: ``benches/atari_env.py``'s settings). Contenders:
+
+* ``EnvPool alone``: ``envpool.make("Pong-v5", num_envs=8, num_threads=2)`` stepped in a plain
+  loop in this process (its C++ threads step the envs).
+* ``pycollect workers over EnvPool``: ``Collector("envpool:Pong-v5", envs_per_worker=4,
+  num_workers=2, env_kwargs={"num_threads": 1, ...})``: each worker hosts one EnvPool of 4 envs
+  on one thread; the trainer receives ``[8, T]`` TensorDict batches.
+* ``pycollect workers over gymnasium Pong``: the same collector over ALE single envs
+  (``benches/atari_env.py``'s ``make_env``), 4 per worker: pycollect's Pong before batched envs.
+
+``cartpole``: gymnasium's own batched CartPole (``CartPoleVectorEnv``, the vector entry point),
+2 x 256 envs. Contenders:
+
+* ``two raw loops in parallel``: two processes, each stepping ``CartPoleVectorEnv(256)`` in a
+  plain loop, started together: their summed frames/s.
+* ``pycollect make_vec over gymnasium-vector``: ``make_vec("gymnasium-vector:CartPole-v1", 512,
+  num_workers=2)`` stepped in a plain loop: each worker hosts one ``CartPoleVectorEnv(256)``.
+
+Targets (issue 41), medians of the per-round ratios: on Pong, pycollect over EnvPool >= 0.95x
+EnvPool alone and >= 1.1x pycollect over gymnasium Pong; on CartPole, make_vec >= 0.9x the two
+raw loops. Results go to ``benches/results/batched-<workload>.json`` and a plot next to it.
+
+Usage::
+
+    python benches/batched.py                      # Pong: 3 rounds
+    python benches/batched.py --workload cartpole
+    python benches/batched.py --quick              # fewer frames, 2 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import atari_env  # noqa: F401 - the workers import it by name ("callable:atari_env:make_env")
+import throughput as tp  # the measurement helpers shared with the other benches
+
+import pycollect
+
+WORKERS = 2
+PONG_ENVS = 4  # envs per worker on Pong
+CARTPOLE_ENVS = 256  # envs per worker on CartPole
+STEPS = 32  # steps of every env per batch, for the collectors
+ENVPOOL = "EnvPool alone (8 envs, 2 threads)"
+OVER_ENVPOOL = "pycollect workers over EnvPool (2 x 4, 1 thread each)"
+OVER_GYM = "pycollect workers over gymnasium Pong (2 x 4)"
+RAW_VECTOR = "two raw loops of CartPoleVectorEnv(256) in parallel"
+MAKE_VEC = "pycollect make_vec over gymnasium-vector (2 x 256)"
+# EnvPool's Pong-v5 with benches/atari_env.py's preprocessing (what make_env builds from ALE)
+PONG_KWARGS = {
+    "img_height": 84,
+    "img_width": 84,
+    "stack_num": 4,
+    "gray_scale": True,
+    "frame_skip": 4,
+    "noop_max": 30,
+    "episodic_life": False,
+    "reward_clip": False,
+    "repeat_action_probability": 0.0,
+}
+
+
+def envpool_alone(frames: int) -> tp.Result:
+    """EnvPool's Pong, 8 envs on 2 threads, stepped with random actions in this process."""
+    import envpool
+
+    n = WORKERS * PONG_ENVS
+    t0 = time.perf_counter()
+    envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=n, num_threads=WORKERS, seed=0, **PONG_KWARGS)
+
+    def prepare() -> Callable[[int], Any]:
+        actions = list(np.random.default_rng(0).integers(0, 6, size=(64, n), dtype=np.int32))
+        envs.reset()
+
+        def run(count: int) -> None:
+            step = envs.step
+            for i in range(count):
+                step(actions[i & 63])
+
+        return run
+
+    return tp._timed_steps(t0, envs, n, frames, prepare)
+
+
+def _collector(env: str, frames: int, **env_kwargs: Any) -> tp.Result:
+    cpu0, t0 = tp.CPU.read(), time.perf_counter()
+    collector = pycollect.Collector(
+        env,
+        None,
+        frames_per_batch=WORKERS * PONG_ENVS * STEPS,
+        envs_per_worker=PONG_ENVS,
+        num_workers=WORKERS,
+        seed=0,
+        env_kwargs=env_kwargs or None,
+    )
+    batches = max(1, round(frames / collector.frames_per_batch))
+    return tp._measure(collector, collector.next_batch, lambda _first: None, batches, t0, cpu0)
+
+
+def over_envpool(frames: int) -> tp.Result:
+    """``Collector("envpool:Pong-v5")``: one EnvPool of 4 envs on one thread in each of 2 workers."""
+    return _collector("envpool:Pong-v5", frames, num_threads=1, **PONG_KWARGS)
+
+
+def over_gym(frames: int) -> tp.Result:
+    """``Collector("callable:atari_env:make_env")``: 4 ALE envs in each of 2 workers."""
+    return _collector("callable:atari_env:make_env", frames)
+
+
+def _raw_vector_child(seconds: float, ready: Any, go: Any, results: Any, index: int) -> None:
+    """One of the two raw loops: ``CartPoleVectorEnv(256)`` stepped with random actions."""
+    import gymnasium as gym
+
+    envs = gym.make_vec("CartPole-v1", CARTPOLE_ENVS, vectorization_mode="vector_entry_point")
+    actions = list(np.random.default_rng(index).integers(0, 2, size=(64, CARTPOLE_ENVS)))
+    envs.reset(seed=index)
+    for t in range(64):  # warm-up
+        envs.step(actions[t & 63])
+    ready.put(index)
+    go.wait()
+    t, start = 0, time.perf_counter()
+    deadline = start + seconds
+    while time.perf_counter() < deadline:
+        envs.step(actions[t & 63])
+        t += 1
+    results.put((t * CARTPOLE_ENVS, time.perf_counter() - start))
+    envs.close()
+
+
+def raw_vector_loops(frames: int) -> tp.Result:
+    """Two processes, each a raw loop over ``CartPoleVectorEnv(256)``, started together: summed frames/s."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    seconds = max(1.0, frames / 2_000_000)
+    t0 = time.perf_counter()
+    procs = [
+        ctx.Process(target=_raw_vector_child, args=(seconds, ready, go, results, i), daemon=True)
+        for i in range(WORKERS)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=300)
+        startup = time.perf_counter() - t0
+        with tp.Timer() as timer:
+            go.set()
+            outs = [results.get(timeout=seconds + 300) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    result = timer.result(sum(n for n, _ in outs), startup_s=startup)
+    result.fps = sum(n / s for n, s in outs)  # each loop's own rate, summed
+    return result
+
+
+def make_vec_over_vector(frames: int) -> tp.Result:
+    """``make_vec("gymnasium-vector:CartPole-v1", 512, num_workers=2)`` with random actions."""
+    n = WORKERS * CARTPOLE_ENVS
+    t0 = time.perf_counter()
+    envs = pycollect.make_vec("gymnasium-vector:CartPole-v1", n, num_workers=WORKERS, info_keys=())
+
+    def prepare() -> Callable[[int], Any]:
+        actions = list(np.random.default_rng(0).integers(0, 2, size=(64, n)))
+        envs.reset(seed=0)
+
+        def run(count: int) -> None:
+            step = envs.step
+            for i in range(count):
+                step(actions[i & 63])
+
+        return run
+
+    return tp._timed_steps(t0, envs, n, frames, prepare)
+
+
+WORKLOADS: dict[str, dict[str, Callable[[int], tp.Result]]] = {
+    "pong": {ENVPOOL: envpool_alone, OVER_ENVPOOL: over_envpool, OVER_GYM: over_gym},
+    "cartpole": {RAW_VECTOR: raw_vector_loops, MAKE_VEC: make_vec_over_vector},
+}
+FRAMES = {"pong": 16_000, "cartpole": 4_000_000}
+
+
+def main() -> None:
+    """Run the rounds; print, save and plot the medians and the targets."""
+    pycollect.prestart()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=tuple(WORKLOADS), default="pong", help="default pong")
+    parser.add_argument("--frames", type=int, default=None, help="timed frames per contender and round")
+    parser.add_argument("--rounds", type=int, default=None, help="default 3 (2 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a quarter of the frames, 2 rounds")
+    parser.add_argument("--out", default=None, help="path stem for .json and .png (default results/batched-<workload>)")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args()
+    if problem := tp._missing("envpool") if args.workload == "pong" else None:
+        parser.error(f"Pong needs EnvPool (pip install envpool): {problem}")
+    if args.workload == "pong" and (problem := tp._missing("ale_py") or tp._missing("cv2")):
+        parser.error(f"Pong needs ale-py and opencv-python-headless (pip install -e '.[bench]'): {problem}")
+    rounds = args.rounds or (2 if args.quick else 3)
+    frames = args.frames or FRAMES[args.workload]
+    frames = frames // 4 if args.quick else frames
+    out = Path(args.out or str(tp.RESULTS / f"batched-{args.workload}"))
+    contenders = WORKLOADS[args.workload]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+    for round_index in range(rounds):
+        names = list(contenders)
+        shift = round_index % len(names)
+        this_round = {name: contenders[name](frames).__dict__ for name in names[shift:] + names[:shift]}
+        base = this_round[ENVPOOL if args.workload == "pong" else RAW_VECTOR]["fps"]
+        gym_pong = this_round.get(OVER_GYM, {}).get("fps")
+        for entry in this_round.values():
+            entry["round"] = round_index
+            entry["x baseline"] = entry["fps"] / base
+            entry["x gymnasium pong"] = entry["fps"] / gym_pong if gym_pong else None
+        for name, entry in this_round.items():
+            runs.setdefault(name, []).append(entry)
+        print(f"round {round_index + 1}/{rounds}: " + ", ".join(f"{n} {e['fps']:,.0f}" for n, e in this_round.items()))
+    summary = {
+        name: {
+            "fps": statistics.median(e["fps"] for e in entries),
+            "cpu_us_per_frame": statistics.median(e["cpu_seconds"] / e["frames"] * 1e6 for e in entries),
+            "cpus": statistics.median(e["cpu_seconds"] / e["seconds"] for e in entries),
+            "x baseline": statistics.median(e["x baseline"] for e in entries),
+            "x gymnasium pong": _median(e["x gymnasium pong"] for e in entries),
+        }
+        for name, entries in runs.items()
+    }
+    print(f"\n{args.workload}, medians of {rounds} rounds")
+    print(f"  {'contender':56} {'frames/s':>10} {'x baseline':>10} {'CPU us/frame':>12} {'CPUs':>5}")
+    for name, row in summary.items():
+        print(
+            f"  {name:56} {row['fps']:>10,.0f} {row['x baseline']:>10.2f} {row['cpu_us_per_frame']:>12,.2f}"
+            f" {row['cpus']:>5.2f}"
+        )
+    targets = _targets(args.workload, summary)
+    for text, value, goal in targets:
+        print(f"target: {text} >= {goal}x: {value:.2f} {'MET' if value >= goal else 'MISSED'}")
+    print(f"wall time {time.perf_counter() - started:.0f} s")
+    tp.save_record(
+        out.with_suffix(".json"),
+        workload=args.workload,
+        rounds=rounds,
+        summary=summary,
+        targets=[{"target": text, "value": value, "goal": goal, "met": value >= goal} for text, value, goal in targets],
+        runs=runs,
+    )
+    if not args.no_plot:
+        _plot(out.with_suffix(".png"), summary, args.workload)
+    print(f"wrote {out}.json" + ("" if args.no_plot else f" and {out}.png"))
+
+
+def _targets(workload: str, summary: dict[str, dict[str, Any]]) -> list[tuple[str, float, float]]:
+    if workload == "pong":
+        row = summary[OVER_ENVPOOL]
+        return [
+            ("pycollect over EnvPool vs EnvPool alone", row["x baseline"], 0.95),
+            ("pycollect over EnvPool vs pycollect over gymnasium Pong", row["x gymnasium pong"], 1.1),
+        ]
+    return [("make_vec over gymnasium-vector vs two raw loops", summary[MAKE_VEC]["x baseline"], 0.9)]
+
+
+def _median(values: Any) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _plot(path: Path, summary: dict[str, dict[str, Any]], workload: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(summary)
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.5 * len(labels)))
+    ax.barh(
+        labels,
+        [summary[name]["fps"] for name in labels],
+        color=["#C44E52" if name.startswith("pycollect") else "#8C8C8C" for name in labels],
+    )
+    ax.invert_yaxis()
+    ax.set_xlabel(f"frames/s, {'Pong (random actions)' if workload == 'pong' else 'CartPole (random actions)'}")
+    tp.save_figure(fig, path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+"""Batched envs (gymnasium ``VectorEnv`` s, EnvPool) stepped as their sub-envs: the same data as single envs.
+
+A factory returning gymnasium's ``SyncVectorEnv`` of ``K`` single envs is a batched env of ``K``
+sub-envs that resets them by mask and takes a seed each: everything pycollect delivers over it
+(``make_vec`` in each autoreset mode, the collector's batches on every engine, trajectory limits,
+infos) must equal what it delivers over the same single envs stepped one by one. The backends
+(``gymnasium-vector:``, ``envpool:``) and the refusals are tested here too.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from test_vector_semantics import _pair, _run, assert_same
+
+import pycollect
+from pycollect import ConfigError, EnvCreationError, UnknownEnvError
+from pycollect.envs.batched import BatchedEnv, VectorEnvAdapter, as_batched
+from pycollect.plugins import resolve_env
+from pycollect.testing.envs import CountingEnv, SpacesEnv
+from pycollect.vector import make_vec
+
+pytestmark = pytest.mark.timeout(120)
+
+K = 4
+
+
+def _sync_of(single: Any, count: int, mode: AutoresetMode, **kwargs: Any) -> SyncVectorEnv:
+    """gymnasium's SyncVectorEnv of ``count`` ``single(**kwargs)`` envs, autoresetting in ``mode``."""
+    return SyncVectorEnv([functools.partial(single, **kwargs)] * count, autoreset_mode=mode)
+
+
+# (the batched env's own mode, the mode make_vec is asked for): its own, and SAME_STEP by reset masks
+SERVED = [
+    (AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP),
+    (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP),
+    (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP),
+    (AutoresetMode.DISABLED, AutoresetMode.DISABLED),
+    (AutoresetMode.DISABLED, AutoresetMode.SAME_STEP),
+]
+
+
+@pytest.mark.parametrize(("own", "mode"), SERVED, ids=[f"{o.name}-as-{m.name}" for o, m in SERVED])
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(("obs", "act"), [("box", "discrete"), ("dict", "dict")])
+def test_make_vec_over_a_batched_env_is_step_for_step_gymnasiums_sync_vector_env_of_the_singles(
+    own: AutoresetMode, mode: AutoresetMode, num_workers: int, obs: str, act: str
+) -> None:
+    kwargs = {"observation": obs, "action": act}
+    per_worker = K // max(1, num_workers)
+    factory = functools.partial(_sync_of, SpacesEnv, per_worker, own, **kwargs)
+    ours = make_vec(factory, K, num_workers=num_workers, autoreset_mode=mode, restart="never")
+    _, theirs = _pair(obs, act, mode, {"num_workers": 0})
+    try:
+        seen = _run(ours, theirs, steps=40, seed=5)
+    finally:
+        ours.close()
+        theirs.close()
+    assert seen["ended"] >= 10, seen  # episodes ended, so autoreset (or masked resets) happened
+    if mode is AutoresetMode.SAME_STEP:
+        assert seen["final_obs"] >= 10, seen
+
+
+@pytest.mark.parametrize("engine", ["inprocess", "workers", "central"])
+def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(engine: str) -> None:
+    """Seeded, random actions and a policy, a trajectory limit: every key of every batch equal."""
+    workers = 0 if engine == "inprocess" else 2
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Softmax(-1))
+
+    def batches(env: Any) -> list[Any]:
+        torch.manual_seed(0)
+        collector = pycollect.Collector(
+            env,
+            _Argmax(policy),
+            frames_per_batch=max(1, workers) * K * 30,
+            envs_per_worker=K,
+            num_workers=workers,
+            engine=engine,
+            seed=11,
+            max_frames_per_traj=15,
+            init_random_frames=max(1, workers) * K * 30,  # the first batch random, the second the policy's
+        )
+        try:
+            return [collector.next_batch() for _ in range(3)]
+        finally:
+            collector.shutdown()
+
+    single = batches(functools.partial(gym.make, "CartPole-v1"))
+    batched = batches(functools.partial(_sync_of, gym.make, K, AutoresetMode.NEXT_STEP, id="CartPole-v1"))
+    for ours, theirs in zip(batched, single, strict=True):
+        assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
+        for key in theirs.keys(True, True):
+            assert torch.equal(ours[key], theirs[key]), key
+    assert sum(int(b["next", "truncated"].sum()) for b in single) > 0  # the limit cut trajectories
+    assert sum(int(b["next", "terminated"].sum()) for b in single) > 0
+
+
+class _Argmax(torch.nn.Module):
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.net(observation).argmax(-1)
+
+
+def test_info_keys_of_a_batched_env_reach_the_batch_as_those_of_its_single_envs() -> None:
+    def batch(env: Any) -> Any:
+        collector = pycollect.Collector(
+            env, None, frames_per_batch=K * 12, envs_per_worker=K, num_workers=0, seed=2, info_keys=["step"]
+        )
+        try:
+            return collector.next_batch()
+        finally:
+            collector.shutdown()
+
+    single = batch(functools.partial(_InfoEnv))
+    batched = batch(functools.partial(_sync_of, _InfoEnv, K, AutoresetMode.NEXT_STEP))
+    assert torch.equal(batched["next", "step"], single["next", "step"])
+    assert int(single["next", "step"].max()) > 0
+
+
+class _InfoEnv(CountingEnv):
+    """A CountingEnv whose info holds its step."""
+
+    def step(self, action: int) -> Any:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"step": self._t}
+
+
+def test_gymnasium_vector_backend_steps_gymnasiums_own_batched_cartpole_in_next_step_mode() -> None:
+    ours = make_vec("gymnasium-vector:CartPole-v1", K, num_workers=0)
+    theirs = gym.make_vec("CartPole-v1", K, vectorization_mode="vector_entry_point")
+    try:
+        first = pycollect.env_seeds(3, K)[0]  # the batch is seeded once, with its first sub-env's seed
+        np.testing.assert_array_equal(ours.reset(seed=[first, *[None] * (K - 1)])[0], theirs.reset(seed=first)[0])
+        for _ in range(60):
+            actions = np.ones(K, np.int64)
+            got, want = ours.step(actions), theirs.step(actions)
+            for a, b in zip(got[:4], want[:4], strict=True):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_next_step_batched_env_without_reset_masks_is_refused_where_same_step_is_needed_before_any_worker() -> None:
+    with pytest.raises(ConfigError, match=r"a collector needs autoreset mode same_step.*CartPoleVectorEnv of 4"):
+        pycollect.Collector("gymnasium-vector:CartPole-v1", None, frames_per_batch=32, envs_per_worker=4, num_workers=2)
+    with pytest.raises(ConfigError, match=r"needs autoreset mode same_step.*resets sub-envs by mask"):
+        make_vec("gymnasium-vector:CartPole-v1", 4, num_workers=1, autoreset_mode="same_step")
+
+
+def test_a_same_step_batched_env_refuses_next_step_and_disabled() -> None:
+    factory = functools.partial(_sync_of, CountingEnv, 2, AutoresetMode.SAME_STEP)
+    for mode in ("next_step", "disabled"):
+        with pytest.raises(ConfigError, match=rf"needs autoreset mode {mode}.*autoresets in same_step"):
+            make_vec(factory, 2, num_workers=0, autoreset_mode=mode)
+
+
+def test_a_batched_env_of_another_size_than_envs_per_worker_is_refused_naming_both() -> None:
+    factory = functools.partial(_sync_of, CountingEnv, 3, AutoresetMode.NEXT_STEP)
+    with pytest.raises(ConfigError, match=r"batched env of 3 sub-envs.*envs_per_worker is 2.*envs_per_worker=3"):
+        pycollect.Collector(factory, None, frames_per_batch=8, envs_per_worker=2, num_workers=2)
+
+
+def test_a_built_vector_env_is_refused_with_what_to_pass_instead() -> None:
+    env = _sync_of(CountingEnv, 2, AutoresetMode.NEXT_STEP)
+    try:
+        with pytest.raises(ConfigError, match=r"already built batched env \(SyncVectorEnv of 2.*envs_per_worker=2"):
+            resolve_env(env)
+    finally:
+        env.close()
+
+
+def test_batched_backends_check_their_targets_and_reserved_kwargs() -> None:
+    with pytest.raises(UnknownEnvError, match="no vector entry point"):
+        resolve_env("gymnasium-vector:Pendulum-v1")
+    with pytest.raises(UnknownEnvError, match="unknown gymnasium env id 'NoSuchEnv-v0'"):
+        resolve_env("gymnasium-vector:NoSuchEnv-v0")
+    with pytest.raises(ConfigError, match=r"env_kwargs\['num_envs'\].*sets it itself"):
+        resolve_env("gymnasium-vector:CartPole-v1", {"num_envs": 3})
+
+
+def test_a_sub_env_is_never_stepped_without_its_batch() -> None:
+    batch = VectorEnvAdapter(_sync_of(CountingEnv, 2, AutoresetMode.NEXT_STEP))
+    views = batch.views()
+    try:
+        batch.reset_rows(seeds=[1, 2])
+        assert [view.reset()[0][0] for view in views] == [
+            CountingEnv().reset(seed=seed)[0][0] for seed in (1, 2)
+        ]  # each view takes its row of the batch's reset
+        with pytest.raises(ConfigError, match="stepped without its batch"):
+            views[1].step(0)
+    finally:
+        batch.close()
+
+
+def test_a_batched_env_that_returns_the_wrong_number_of_rows_is_an_env_output_error() -> None:
+    class Short(BatchedEnv):
+        num_envs = 3
+        single_observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        single_action_space = gym.spaces.Discrete(2)
+
+        def step_batch(self, actions: Any) -> Any:
+            return np.zeros((2, 2), np.float32), np.zeros(3), np.zeros(3, bool), np.zeros(3, bool), {}
+
+        def reset_batch(self, seeds: Any, mask: Any) -> Any:
+            return np.zeros((3, 2), np.float32), {}
+
+        def close_batch(self) -> None:
+            pass
+
+    envs = make_vec(lambda: Short(), 3, num_workers=0)
+    try:
+        envs.reset()
+        with pytest.raises(pycollect.EnvOutputError, match=r"observations of shape \(2, 2\), not one row per sub-env"):
+            envs.step(np.zeros(3, np.int64))
+    finally:
+        envs.close()
+
+
+def test_as_batched_refuses_a_single_env() -> None:
+    with pytest.raises(ConfigError, match="CountingEnv is not a batched env"):
+        as_batched(CountingEnv())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="EnvPool is not installed")
+class TestEnvPool:
+    def test_a_collector_over_envpool_in_workers_ends_and_restarts_episodes_with_seeded_repeatable_batches(
+        self,
+    ) -> None:
+        def batches() -> list[Any]:
+            collector = pycollect.Collector(
+                "envpool:CartPole-v1", None, frames_per_batch=2 * K * 40, envs_per_worker=K, num_workers=2, seed=4
+            )
+            try:
+                return [collector.next_batch() for _ in range(2)]
+            finally:
+                collector.shutdown()
+
+        first, second = batches(), batches()
+        for a, b in zip(first, second, strict=True):
+            for key in a.keys(True, True):
+                assert torch.equal(a[key], b[key]), key
+        batch = first[0]
+        done = batch["next", "done"][..., 0]
+        assert done.any()
+        # After an end, the next frame starts a new episode: a new trajectory id, an observation near 0
+        rows, steps = torch.nonzero(done[:, :-1], as_tuple=True)
+        assert torch.all(batch["collector", "traj_ids"][rows, steps + 1] != batch["collector", "traj_ids"][rows, steps])
+        assert torch.all(batch["observation"][rows, steps + 1].abs() <= 0.05)
+
+    def test_envpool_refuses_reserved_kwargs_and_unknown_tasks(self) -> None:
+        with pytest.raises(UnknownEnvError, match="EnvPool has no task 'NoSuchTask-v9'"):
+            resolve_env("envpool:NoSuchTask-v9")
+        with pytest.raises(ConfigError, match=r"env_kwargs\['seed'\]"):
+            resolve_env("envpool:CartPole-v1", {"seed": 3})
+
+    def test_make_vec_over_envpool_next_step_and_same_step(self) -> None:
+        for mode in ("next_step", "same_step"):
+            envs = make_vec("envpool:CartPole-v1", 4, num_workers=2, autoreset_mode=mode)
+            try:
+                envs.reset(seed=0)
+                ended = finals = 0
+                for _ in range(40):
+                    *_, terminated, truncated, info = envs.step(np.zeros(4, np.int64))
+                    ended += int((terminated | truncated).sum())
+                    finals += int(info.get("_final_obs", np.zeros(1, bool)).sum())
+                assert ended > 0
+                assert finals == (ended if mode == "same_step" else 0)
+            finally:
+                envs.close()
+
+
+def test_a_crash_inside_a_batched_env_restarts_its_worker_and_cuts_all_its_sub_envs() -> None:
+    envs = make_vec(functools.partial(_sync_of, _CrashOnceEnv, 2, AutoresetMode.NEXT_STEP), 4, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        restarted = None
+        for _ in range(10):
+            *_, truncated, info = envs.step(np.zeros(4, np.int64))
+            if "worker_restarted" in info:
+                restarted = info["worker_restarted"] & info["_worker_restarted"]
+                break
+        assert restarted is not None, "no restart seen"
+        assert restarted.tolist() == [False, False, True, True]  # both sub-envs of worker 1
+        assert truncated[2:].all()
+    finally:
+        envs.close()
+
+
+class _CrashOnceEnv(CountingEnv):
+    """Exits its worker process at its third step, in worker 1's first generation only."""
+
+    def __init__(self) -> None:
+        super().__init__(length=100)
+        import os
+
+        from pycollect._engines.workers import contract
+
+        here = int(os.environ.get(contract.ENV_WORKER, "-1")), int(os.environ.get(contract.ENV_GENERATION, "0"))
+        self.armed = here == (1, 1)
+
+    def step(self, action: int) -> Any:
+        if self.armed and self._t == 2:
+            import os
+
+            os._exit(3)
+        return super().step(action)
+
+
+def test_a_probe_of_a_batched_source_steps_the_whole_batch() -> None:
+    source = resolve_env(functools.partial(_sync_of, CountingEnv, 3, AutoresetMode.NEXT_STEP))
+    probe = source.make()
+    try:
+        observation, _ = probe.reset(seed=1)
+        assert observation.shape == (2,)
+        observation, reward, *_ = probe.step(0)
+        assert reward == 1.0 and observation[1] == 1
+    finally:
+        probe.close()
+
+
+def test_an_env_factory_that_raises_names_the_batched_backend() -> None:
+    source = resolve_env("gymnasium-vector:CartPole-v1", {"no_such_kwarg": 1})
+    with pytest.raises(EnvCreationError, match="gymnasium-vector:CartPole-v1"):
+        source.make()
+
+
+@pytest.mark.parametrize(("own", "mode"), SERVED, ids=[f"{o.name}-as-{m.name}" for o, m in SERVED])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_batch_stored_whole_equals_its_single_envs_step_for_step(
+    own: AutoresetMode, mode: AutoresetMode, num_workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Infos empty, observations exact: the group stores the batch's arrays whole (no per-env Python)."""
+    from pycollect._steps.group import EnvGroup
+
+    wholes: list[bool] = []
+    store = EnvGroup._store_batch
+
+    def spy(group: EnvGroup, result: Any) -> Any:
+        stored = store(group, result)
+        wholes.append(stored[0])
+        return stored
+
+    monkeypatch.setattr(EnvGroup, "_store_batch", spy)  # seen in this process (num_workers=0)
+    per_worker = K // max(1, num_workers)
+    factory = functools.partial(_sync_of, CountingEnv, per_worker, own, length=3)
+    ours = make_vec(factory, K, num_workers=num_workers, autoreset_mode=mode)
+    theirs = make_vec(functools.partial(CountingEnv, length=3), K, num_workers=0, autoreset_mode=mode)
+    try:
+        np.testing.assert_array_equal(ours.reset(seed=8)[0], theirs.reset(seed=8)[0])
+        ended = np.zeros(K, bool)
+        for step in range(20):
+            if mode is AutoresetMode.DISABLED and ended.any():
+                np.testing.assert_array_equal(
+                    ours.reset(options={"reset_mask": ended})[0], theirs.reset(options={"reset_mask": ended})[0]
+                )
+            actions = np.full(K, step % 3, np.int64)
+            got, want = ours.step(actions), theirs.step(actions)
+            assert_same(got, want, f"step {step}")
+            ended = got[2] | got[3]
+    finally:
+        ours.close()
+        theirs.close()
+    if num_workers == 0:
+        assert wholes and all(wholes), wholes
