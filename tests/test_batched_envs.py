@@ -373,3 +373,25 @@ def test_a_batch_stored_whole_equals_its_single_envs_step_for_step(
         theirs.close()
     if num_workers == 0:
         assert wholes and all(wholes), wholes
+
+
+def test_sb3_vec_env_over_a_batched_env_equals_it_over_the_single_envs() -> None:
+    from pycollect.vector import SB3VecEnv
+
+    def run(env: Any) -> list[Any]:
+        vec = SB3VecEnv(env, K, num_workers=2)
+        try:
+            vec.seed(6)
+            steps = [vec.reset()]
+            for t in range(30):
+                observations, rewards, dones, infos = vec.step(np.full(K, t % 2, np.int64))
+                terminal = tuple(info.get("terminal_observation") for info in infos)
+                steps.append((observations, rewards, dones, terminal))
+            return steps
+        finally:
+            vec.close()
+
+    single = run(functools.partial(gym.make, "CartPole-v1"))
+    batched = run(functools.partial(_sync_of, gym.make, K // 2, AutoresetMode.NEXT_STEP, id="CartPole-v1"))
+    assert_same(tuple(batched), tuple(single))
+    assert any(step[2].any() for step in single[1:])  # episodes ended: terminal observations compared

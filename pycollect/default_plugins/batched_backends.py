@@ -77,7 +77,7 @@ class EnvPoolBackend(EnvBackend):
     def check(self, target: Any, env_kwargs: Mapping[str, Any]) -> None:
         """EnvPool is installed and lists the task; no env is built."""
         if importlib.util.find_spec("envpool") is None:
-            raise UnknownEnvError(f"env 'envpool:{target}' needs EnvPool: pip install envpool")
+            raise UnknownEnvError(f"env 'envpool:{target}' needs EnvPool: pip install \"pycollect-rl[envpool]\"")
         import envpool
 
         if not isinstance(target, str) or target not in envpool.list_all_envs():

@@ -41,3 +41,11 @@ def agents_policy() -> Any:
     from tensordict.nn import TensorDictModule
 
     return TensorDictModule(_AgentsCategorical(), in_keys=[("agents", "observation")], out_keys=[("agents", "action")])
+
+
+def batched_cartpoles() -> Any:
+    """Two CartPoles in one gymnasium SyncVectorEnv: a batched env of 2 sub-envs (reset by mask)."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    return SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2, autoreset_mode=AutoresetMode.NEXT_STEP)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from ray_helpers import ActsItsWeight, InfoCountingEnv, agents_policy
+from ray_helpers import ActsItsWeight, InfoCountingEnv, agents_policy, batched_cartpoles
 from tensordict import TensorDictBase
 
 from pycollect import (
@@ -79,6 +79,20 @@ def test_batches_have_the_local_format_and_each_actor_the_derived_seed(ray_clust
             for batch, expected in zip(batches, alone, strict=True):
                 for key in ("observation", "action", ("next", "reward"), ("next", "done")):
                     assert torch.equal(batch[key][index], expected[key][0]), (index, key)
+
+
+def test_a_batched_env_in_each_actor_gives_the_batches_of_its_single_envs(
+    ray_cluster: None, runtime_env: dict[str, Any]
+) -> None:
+    settings = {"frames_per_batch": 64, "total_frames": 128, "num_workers": 1, "envs_per_worker": 2, "seed": 5}
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5, runtime_env=runtime_env)
+    with Collector(batched_cartpoles, engine=engine, **settings) as collector:
+        batched = [batch.clone() for batch in collector]
+    with Collector(ENV, engine=RayEngine(num_actors=2, num_cpus_per_actor=0.5), **settings) as collector:
+        single = [batch.clone() for batch in collector]
+    for ours, theirs in zip(batched, single, strict=True):
+        for key in theirs.keys(True, True):
+            assert torch.equal(ours[key], theirs[key]), key
 
 
 @pytest.mark.timeout(300)
