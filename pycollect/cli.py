@@ -52,8 +52,8 @@ Start with:
   pycollect run --workers 2 -v           ... and say when each worker starts and ends
   pycollect run --help                   every option of 'run'
   pycollect plugins                      the env backends, weight-sync schemes, device
-                                         policies, engines and inference runners installed,
-                                         and which plugin provides each
+                                         policies, engines, inference runners and step
+                                         backends installed, and which plugin provides each
 """
 
 
@@ -306,10 +306,11 @@ def _add_plugins_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     """``pycollect plugins``."""
     plugins = commands.add_parser(
         "plugins",
-        help="list the env backends, weight-sync schemes and device policies, and their plugins",
+        help="list what the installed plugins provide (env backends, schemes, engines, step backends...)",
         description=(
-            "List every registered env backend, weight-sync scheme and device placement policy "
-            "with the plugin, distribution and version that provides it, built-ins included, "
+            "List every registered env backend, weight-sync scheme, device placement policy, engine, "
+            "inference runner and step backend (what steps a vector env) with the plugin, distribution "
+            "and version that provides it, built-ins included, "
             f"and installed plugins that were not loaded ({DISABLE_VARIABLE}, {LOAD_VARIABLE})."
         ),
     )
@@ -508,6 +509,7 @@ _KIND_TITLES = {
     "device_policy": "device policy",
     "engine": "engine",
     "inference_runner": "inference runner",
+    "step_backend": "step backend",
 }
 _KIND_KEYS = {
     "env_backend": "env_backends",
@@ -515,6 +517,7 @@ _KIND_KEYS = {
     "device_policy": "device_policies",
     "engine": "engines",
     "inference_runner": "inference_runners",
+    "step_backend": "step_backends",
 }
 
 

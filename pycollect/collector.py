@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
@@ -110,7 +110,11 @@ class Collector:
         env: A gymnasium id (``"CartPole-v1"``), a backend-prefixed spec
             (``"gymnasium:CartPole-v1"``, ``"callable:package.module:make_env"``, or the
             prefix of any installed env-backend plugin such as ``"dm_control:cheetah-run"``)
-            or a factory callable returning a gymnasium-style env (picklable, for workers).
+            or a factory callable returning a gymnasium-style env (picklable, for workers), or
+            a batched env (a gymnasium ``VectorEnv``, EnvPool, a
+            :class:`~pycollect.envs.batched.BatchedEnv`) of ``envs_per_worker`` sub-envs. A
+            list, one entry per worker, gives each worker its own (a heterogeneous pool, on
+            the ``workers`` and ``central`` engines; every entry must fill the same batches).
         policy: ``None`` for uniform random actions; a tensordict ``TensorDictModule`` (gets
             the observation TensorDict, writes ``"action"`` and optionally more keys); a
             ``torch.nn.Module`` (gets one tensor per observation field, returns the action);
@@ -119,7 +123,8 @@ class Collector:
             workers the policy is pickled (cloudpickle) into each of them.
         config: The settings, whole (``None``: made of ``overrides`` alone, which must then
             include ``frames_per_batch``).
-        env_kwargs: Keyword arguments for the environment constructor.
+        env_kwargs: Keyword arguments for the environment constructor; a list of them, one per
+            worker, gives each worker its own.
         weights_from: The module whose weights ``update_policy_weights_()`` sends to the
             workers when the policy is not itself that module, e.g. a function over a network
             (``policy=lambda td: net(td["observation"]).argmax(-1), weights_from=net``). The
@@ -151,11 +156,11 @@ class Collector:
 
     def __init__(
         self,
-        env: str | Callable[..., Any] | EnvSource,
+        env: str | Callable[..., Any] | EnvSource | Sequence[Any],
         policy: Policy = None,
         *,
         config: CollectorConfig | None = None,
-        env_kwargs: Mapping[str, Any] | None = None,
+        env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         weights_from: torch.nn.Module | None = None,
         replay_buffer: Any = None,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,

@@ -18,10 +18,11 @@ entry-point group::
 Every hook returns one class or a list of classes; each class names itself with its ``name``
 class attribute, which users pass as a string (``env="mything:level-1"``,
 ``weight_sync="mything"``, ``device_policy="mything"``, ``engine="mything"``,
-``inference_runner="mything"``). pycollect's own env backends, weight-sync schemes, device
-policies, engines and inference runners are plugins too (``pycollect.default_plugins``),
-registered before any entry point loads. Names are unique across plugins: two classes with
-one name are a :class:`~pycollect.PluginError` that names both plugins.
+``inference_runner="mything"``, ``make_vec(..., step_backend="mything")``). pycollect's own env
+backends, weight-sync schemes, device policies, engines, inference runners and step backends
+are plugins too (``pycollect.default_plugins``), registered before any entry point loads.
+Names are unique across plugins: two classes with one name are a
+:class:`~pycollect.PluginError` that names both plugins.
 
 Hooks are called in the trainer process only. Workers receive the class that was chosen (by
 reference, so its module must be importable there) and never scan entry points.
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from pycollect._steps.backend import StepBackend  # public as pycollect.vector.StepBackend (a layer above)
     from pycollect.devices import DevicePolicy
     from pycollect.engines import EngineFactory
     from pycollect.envs import EnvBackend
@@ -50,6 +52,7 @@ __all__ = [
     "register_env_backend",
     "register_inference_runner",
     "register_scheme",
+    "register_step_backend",
 ]
 
 PROJECT = "pycollect"
@@ -110,4 +113,15 @@ def register_inference_runner() -> type[InferenceRunner] | Sequence[type[Inferen
         One :class:`~pycollect.inference.InferenceRunner` subclass, or a list of them. Users
         select one with ``Collector(..., inference_runner="<name>")`` or pass an instance
         configured through its constructor.
+    """
+
+
+@hookspec
+def register_step_backend() -> type[StepBackend] | Sequence[type[StepBackend]]:  # type: ignore[empty-body]
+    """Contribute step backends: what steps a vector env's environments, and where.
+
+    Returns:
+        One :class:`~pycollect.vector.StepBackend` subclass, or a list of them. Users select
+        one with ``make_vec(..., step_backend="<name>")`` (or ``SB3VecEnv(...)``, or
+        :func:`~pycollect.vector.start_backend`), or pass the class.
     """

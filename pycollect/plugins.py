@@ -1,6 +1,6 @@
 """The plugin manager: built-in plugins, entry points, and the lookup of names.
 
-pycollect has five extension points, each with one hook (:mod:`pycollect.hookspecs`):
+pycollect has six extension points, each with one hook (:mod:`pycollect.hookspecs`):
 
 ========================  ==========================  =====================================
 hook                      contributes                 selected by
@@ -10,13 +10,15 @@ register_scheme()         :class:`~pycollect.weights.WeightSyncScheme`  ``weight
 register_device_policy()  :class:`~pycollect.devices.DevicePolicy`      ``device_policy="<name>"``
 register_engine()         :class:`~pycollect.engines.EngineFactory`     ``engine="<name>"``
 register_inference_runner()  :class:`~pycollect.inference.InferenceRunner`  ``inference_runner="<name>"``
+register_step_backend()   :class:`~pycollect.vector.StepBackend`        ``make_vec(..., step_backend="<name>")``
 ========================  ==========================  =====================================
 
 Loading happens once per process, on first use, in the trainer: the built-in plugins of
 :mod:`pycollect.default_plugins` first, then every entry point of the ``pycollect`` group.
-Names are turned into plugin objects in one place, :func:`resolve`, which the collector calls
-with its config and env argument; worker processes never load plugins: they receive the
-objects the trainer resolved.
+Names are turned into plugin objects in two places: :func:`resolve`, which the collector calls
+with its config and env argument, and :func:`resolve_step_backend`, which a vector env calls
+with its config; worker processes never load plugins: they receive the objects the trainer
+resolved.
 
 Two environment variables choose which installed plugins load (each a comma-separated list of
 entry-point or distribution names; built-in plugins always load):
@@ -42,7 +44,7 @@ import importlib.metadata
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar, cast
 
@@ -50,11 +52,13 @@ import pluggy
 
 from pycollect import hookspecs
 from pycollect._messages import first_line
-from pycollect.config import CollectorConfig
+from pycollect._steps.backend import StepBackend
+from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.default_plugins import DEFAULT_PLUGINS
 from pycollect.devices.placement import DevicePolicy
 from pycollect.engines.base import EngineFactory
 from pycollect.envs.backend import EnvBackend
+from pycollect.envs.pool import PerWorkerSources, per_worker, with_num_envs
 from pycollect.envs.source import EnvSource, parse_env
 from pycollect.exceptions import (
     ConfigError,
@@ -88,8 +92,10 @@ __all__ = [
     "registrations",
     "resolve",
     "resolve_env",
+    "resolve_step_backend",
     "scheme",
     "skipped",
+    "step_backend",
     "unregister",
 ]
 
@@ -103,7 +109,7 @@ name stays ``pycollect`` (``pycollect`` on PyPI is an unrelated project).
 DISABLE_VARIABLE = "PYCOLLECT_DISABLE_PLUGINS"
 LOAD_VARIABLE = "PYCOLLECT_LOAD_PLUGINS"
 
-Kind = Literal["env_backend", "scheme", "device_policy", "engine", "inference_runner"]
+Kind = Literal["env_backend", "scheme", "device_policy", "engine", "inference_runner", "step_backend"]
 """An extension point, named like the hook that feeds it."""
 
 
@@ -114,6 +120,11 @@ class _ExtensionPoint:
     interface: type
     noun: str  # in messages: "env backend"
     unknown: type[ConfigError]
+    public: str = ""  # in messages, where the interface's public name is not pycollect.<its name>
+
+    def interface_name(self) -> str:
+        """The interface as users import it, for messages."""
+        return self.public or f"pycollect.{self.interface.__qualname__}"
 
 
 _POINTS: dict[Kind, _ExtensionPoint] = {
@@ -135,6 +146,15 @@ _POINTS: dict[Kind, _ExtensionPoint] = {
         InferenceRunner,
         "inference runner",
         UnknownInferenceRunnerError,
+    ),
+    # ConfigError itself: pycollect.exceptions has no UnknownStepBackendError (yet); the message names the value
+    "step_backend": _ExtensionPoint(
+        "step_backend",
+        "register_step_backend",
+        StepBackend,
+        "step backend",
+        ConfigError,
+        "pycollect.vector.StepBackend",
     ),
 }
 
@@ -307,7 +327,7 @@ def _checked(cls: Any, point: _ExtensionPoint, info: PluginInfo) -> str:
     if not (isinstance(cls, type) and issubclass(cls, interface)):
         raise PluginError(
             f"plugin {info.describe()}: {point.hook}() returned {cls!r}; expected a subclass of "
-            f"{interface.__module__.split('.')[0]}.{interface.__qualname__} (or a list of them)",
+            f"{point.interface_name()} (or a list of them)",
             plugin=info.name,
         )
     name = getattr(cls, "name", None)
@@ -492,6 +512,15 @@ def inference_runner(name: str) -> type[InferenceRunner]:
     return cast(type[InferenceRunner], _lookup("inference_runner", name))
 
 
+def step_backend(name: str) -> type[StepBackend]:
+    """The step backend class registered as ``name``.
+
+    Raises:
+        ConfigError: No step backend has that name; the message lists the known ones.
+    """
+    return cast(type[StepBackend], _lookup("step_backend", name))
+
+
 def instance(kind: Literal["scheme", "device_policy", "engine", "inference_runner"], value: Any, argument: str) -> Any:
     """Resolve a ``weight_sync`` / ``device_policy`` / ``engine`` / ``inference_runner`` argument.
 
@@ -547,7 +576,9 @@ def _registered_as(point: _ExtensionPoint, cls: type) -> Registration | None:
 
 
 def resolve(
-    config: CollectorConfig, env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[str, Any] | None = None
+    config: CollectorConfig,
+    env: str | Callable[..., Any] | EnvSource | Sequence[Any],
+    env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[CollectorConfig, EnvSource]:
     """Turn every plugin name a collector was given into the plugin's object, and check them.
 
@@ -583,31 +614,58 @@ def resolve(
         inference_runner=instance("inference_runner", config.inference_runner, "inference_runner"),
     )
     factory.check(resolved)
+    source = resolve_env(env, env_kwargs, num_workers=resolved.num_workers)
+    if isinstance(source, PerWorkerSources) and factory.name not in _POOL_ENGINES:
+        raise ConfigError(
+            f"engine {factory.name!r} takes one env for all its workers; a list of envs (one per worker) runs on "
+            f"engine={' or '.join(map(repr, _POOL_ENGINES))}"
+        )
     # A batched backend builds one batched env of envs_per_worker sub-envs per worker
-    return resolved, replace(resolve_env(env, env_kwargs), num_envs=resolved.envs_per_worker)
+    return resolved, with_num_envs(source, resolved.envs_per_worker)
 
 
-def resolve_env(env: str | Callable[..., Any] | EnvSource, env_kwargs: Mapping[str, Any] | None = None) -> EnvSource:
+_POOL_ENGINES = ("workers", "central")
+"""The engines that give each worker its own env source (a heterogeneous pool)."""
+
+
+def resolve_env(
+    env: str | Callable[..., Any] | EnvSource | Sequence[Any],
+    env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    *,
+    num_workers: int | None = None,
+) -> EnvSource:
     """Resolve and check a user's ``env`` argument, building nothing.
+
+    ``env`` or ``env_kwargs`` may be a list, one entry per worker (with ``num_workers``): a
+    heterogeneous pool, resolved entry by entry into a
+    :class:`~pycollect.envs.pool.PerWorkerSources`.
 
     Args:
         env: ``"<backend>:<target>"``, a bare gymnasium id such as ``"CartPole-v1"``, or a
             factory callable (the ``callable`` backend), or an :class:`~pycollect.envs.source.EnvSource`
             resolved before (returned as it is).
         env_kwargs: Keyword arguments for the environment constructor.
+        num_workers: The workers a list of envs (or of env_kwargs) is given to.
 
     Raises:
         UnknownBackendError: The prefix names no registered backend.
         UnknownEnvError: The backend does not know the target.
         ConfigError: ``env`` or ``env_kwargs`` has the wrong type, or ``env`` is a vector
-            env, a TorchRL env or an env instance rather than something to build envs from.
+            env, a TorchRL env or an env instance rather than something to build envs from, or
+            a list of another length than ``num_workers``.
         PluginError: An installed plugin is broken.
     """
+    if isinstance(env, list | tuple) or isinstance(env_kwargs, list | tuple):
+        if num_workers is None:
+            raise ConfigError("a list of envs (or of env_kwargs) gives one env per worker: here there are no workers")
+        pool = per_worker(env, env_kwargs, num_workers)
+        assert pool is not None
+        return PerWorkerSources.of([resolve_env(entry, kwargs) for entry, kwargs in pool])
     if isinstance(env, EnvSource):  # already resolved (an engine building collectors elsewhere)
         if env_kwargs:
             raise ConfigError("env_kwargs cannot be given with a resolved EnvSource: it carries its own")
         return env
-    name, target, kwargs = parse_env(env, env_kwargs)
+    name, target, kwargs = parse_env(env, cast(Mapping[str, Any] | None, env_kwargs))  # a list went above
     backend = env_backend(name)()
     backend.check(target, kwargs)
     return EnvSource(backend, target, kwargs, _adopters() if name == "callable" else ())
@@ -618,3 +676,36 @@ def _adopters() -> tuple[EnvBackend, ...]:
     found = _loaded().collect(_POINTS["env_backend"])
     classes = [cast(type[EnvBackend], reg.cls) for reg in found.values()]
     return tuple(cls() for cls in classes if cls.adopt is not EnvBackend.adopt)
+
+
+def resolve_step_backend(value: str | type[StepBackend] | None, config: VectorConfig) -> type[StepBackend]:
+    """Resolve a vector env's ``step_backend`` argument to a class, and let it check the settings.
+
+    The step backend's counterpart of :func:`resolve`, which ``make_vec``, ``SB3VecEnv`` and
+    :func:`pycollect.vector.start_backend` call before anything is built.
+
+    Args:
+        value: A registered name, a :class:`~pycollect.vector.StepBackend` subclass (taken as
+            it is, registered or not), or ``None``: the registered ``inprocess`` backend for
+            ``num_workers=0``, ``workers`` otherwise.
+        config: The vector env's settings, which the class's ``check`` sees.
+
+    Raises:
+        ConfigError: An unknown name (the message lists the registered ones), a value of
+            the wrong type, or settings the backend refuses.
+        PluginError: An installed plugin is broken.
+    """
+    point = _POINTS["step_backend"]
+    if value is None:
+        value = "workers" if config.num_workers else "inprocess"
+    if isinstance(value, str):
+        cls = step_backend(value)
+    elif isinstance(value, type) and issubclass(value, StepBackend):
+        cls = value
+    else:
+        raise point.unknown(
+            f"step_backend={value!r}: expected the name of a registered {point.noun}, or a subclass of "
+            f"{point.interface_name()}"
+        )
+    cls.check(config)
+    return cls

@@ -190,3 +190,51 @@ def test_pycollect_torchrl_names_the_plugin_where_it_is_missing(monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "pycollect_torchrl.parallel", None)
     with pytest.raises(ImportError, match="pip install pycollect-torchrl"):
         pycollect.torchrl.ParallelEnv  # noqa: B018 - the attribute access is what raises
+
+
+def _named(module: str, name: str) -> type:
+    """A class that looks, by its names alone, like another library's (as foreign_env reads it)."""
+    return type(name, (), {"__module__": module})
+
+
+@pytest.mark.parametrize(
+    ("base", "described", "hint", "factory"),
+    [
+        (
+            _named("gymnasium.vector.vector_env", "VectorEnv"),
+            "a gymnasium VectorEnv instance (Mine of 4 envs)",
+            "",
+            False,
+        ),
+        (_named("torchrl.envs.common", "EnvBase"), "a TorchRL EnvBase instance (Mine)", "pycollect-torchrl", True),
+        (
+            _named("pettingzoo.utils.env", "ParallelEnv"),
+            "a PettingZoo ParallelEnv instance (Mine: several agents)",
+            "pycollect-pettingzoo",
+            True,
+        ),
+        (
+            _named("pettingzoo.utils.env", "AECEnv"),
+            "a PettingZoo AECEnv instance (Mine: several agents)",
+            "pycollect-pettingzoo",
+            True,
+        ),
+        (_named("elsewhere", "EnvBase"), None, "", False),
+    ],
+)
+def test_foreign_envs_are_described_pointed_to_their_plugin_and_their_classes_are_factories(
+    base: type, described: str | None, hint: str, factory: bool
+) -> None:
+    from pycollect.envs.source import _adoptable_class, _plugin_hint, foreign_env
+
+    mine = type("Mine", (base,), {"__module__": "user"})
+    env = mine()
+    env.num_envs = 4
+    assert foreign_env(env) == described
+    assert foreign_env(mine) == (described and described.replace(" instance", " class").replace(" of 4 envs", ""))
+    said = _plugin_hint(described)
+    assert (hint in said and f"pip install {hint}" in said) if hint else said == ""
+    assert _adoptable_class(mine) is factory
+    # The hint follows the library, not the text: a class named after another library gets its own library's
+    other = type("PettingZooTorchRL", (base,), {"__module__": "user"})
+    assert _plugin_hint(foreign_env(other())) == said

@@ -29,7 +29,7 @@ def test_the_plugin_guide_examples_pass_the_conformance_checkers(
             modules.append(module)
         else:
             tests.append(source)
-    assert len(modules) == 4 and len(tests) == 1, "an example per hook but engines, one test"
+    assert len(modules) == 5 and len(tests) == 1, "an example per hook but engines, one test"
     importlib.invalidate_caches()
     namespace: dict[str, object] = {}
     for name in modules:
@@ -44,6 +44,39 @@ def test_the_plugin_guide_examples_pass_the_conformance_checkers(
     policy = torch.nn.Sequential(torch.nn.Linear(2, 2), _Argmax())  # CountingEnv: Box(2) observations
     with Collector(CountingEnv, policy, frames_per_batch=8, inference_runner="bf16") as collector:
         assert collector.next_batch()["action"].shape == (1, 8)
+    # The step backend has no conformance checker either: a vector env over it steps as the in-process one.
+    _step_threaded_and_in_process()
+
+
+def _step_threaded_and_in_process() -> None:
+    import threading
+
+    import numpy as np
+
+    from pycollect.testing.envs import CountingEnv
+    from pycollect.vector import make_vec
+
+    stepped_in: list[str] = []
+
+    class Recorded(CountingEnv):
+        def step(self, action):  # type: ignore[no-untyped-def]
+            stepped_in.append(threading.current_thread().name)
+            return super().step(action)
+
+    results = []
+    for step_backend in ("threaded", None):
+        venv = make_vec(Recorded, 3, num_workers=0, step_backend=step_backend)
+        try:
+            assert type(venv._backend).name == (step_backend or "inprocess")
+            venv.reset(seed=1)
+            results.append([venv.step(np.array([1, 0, 1]))[:4] for _ in range(5)])
+        finally:
+            venv.close()
+    for threaded, plain in zip(*results, strict=True):
+        for a, b in zip(threaded, plain, strict=True):
+            np.testing.assert_array_equal(a, b)
+    main = threading.main_thread().name
+    assert main not in stepped_in[:15] and set(stepped_in[15:]) == {main}  # the threaded steps, then the plain ones
 
 
 class _Argmax(torch.nn.Module):
@@ -60,6 +93,7 @@ def test_every_hook_is_documented_with_its_signature() -> None:
         "register_env_backend",
         "register_inference_runner",
         "register_scheme",
+        "register_step_backend",
     ]
     for hook in hooks:
         assert inspect.signature(getattr(hookspecs, hook)).parameters == {}

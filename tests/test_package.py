@@ -179,6 +179,8 @@ TORCH_FREE = [
     "pycollect.default_plugins.cpu_devices",
     "pycollect.default_plugins.round_robin_devices",
     "pycollect.default_plugins.explicit_devices",
+    "pycollect.default_plugins.step_backends",
+    "pycollect.vector.backend",
 ]
 
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from pycollect import ConfigError, TransportError
-from pycollect._steps.backend import StepBackend, check_indices
 from pycollect.testing.envs import CountingEnv
-from pycollect.vector import make_vec
+from pycollect.vector import StepBackend, make_vec
+from pycollect.vector.backend import check_indices
 
 pytestmark = pytest.mark.timeout(120)
 

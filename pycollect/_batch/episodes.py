@@ -7,8 +7,10 @@ the environments stepped in this process or in workers, in sync or async mode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import torch
 from tensordict import TensorDictBase
 
 from pycollect._keys import NEXT_DONE, REWARD, TRAJ_IDS
@@ -52,7 +54,7 @@ class EpisodeRecord:
         """
         traj_ids = batch.get(TRAJ_IDS)
         steps = traj_ids.shape[-1]
-        ids = traj_ids.numpy().reshape(-1, steps)
+        ids = _host(traj_ids).reshape(-1, steps)
         starts = np.empty(ids.shape, bool)
         starts[:, 0] = True
         np.not_equal(ids[:, 1:], ids[:, :-1], out=starts[:, 1:])
@@ -60,10 +62,10 @@ class EpisodeRecord:
         run = np.cumsum(starts)  # each frame's run, counted from 1
         run -= 1
         first = np.flatnonzero(starts)  # each run's first frame (flat)
-        rewards = batch.get(REWARD).numpy().reshape(-1)  # float32, summed in float64 by bincount
+        rewards = _host(batch.get(REWARD)).reshape(-1)  # float32, summed in float64 by bincount
         sums = np.bincount(run, weights=rewards, minlength=first.size).tolist()
         lengths = np.bincount(run, minlength=first.size).tolist()
-        finished = set(run[batch.get(NEXT_DONE).numpy().reshape(-1)].tolist())
+        finished = set(run[_host(batch.get(NEXT_DONE)).reshape(-1)].tolist())
         run_ids = ids.reshape(-1)[first].tolist()
         self._batches += 1
         open_runs, ended = self._open, []
@@ -87,3 +89,8 @@ class EpisodeRecord:
         if self._batches % 100 == 0:
             stale = self._batches - _FORGET_AFTER
             self._open = {k: v for k, v in self._open.items() if v[2] > stale}
+
+
+def _host(tensor: torch.Tensor) -> Any:
+    """``tensor``'s values as numpy: a view on the CPU, a copy from a device (3 small arrays a batch)."""
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()

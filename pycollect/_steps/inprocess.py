@@ -1,4 +1,4 @@
-"""The in-process step backend (``num_workers=0``): every env in one group, in the trainer."""
+"""The in-process step backend, ``"inprocess"`` (``num_workers=0``): every env in one group, in the trainer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pycollect._steps.backend import InfoParts, check_indices
+from pycollect._steps.backend import InfoParts, StepBackend, check_indices
 from pycollect._steps.group import EnvGroup
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import VectorConfig
@@ -19,12 +19,13 @@ from pycollect.exceptions import ConfigError
 __all__ = ["InProcessBackend"]
 
 
-class InProcessBackend:
+class InProcessBackend(StepBackend):
     """Steps every env of a vector env in this process, as one :class:`~pycollect._steps.group.EnvGroup`.
 
-    Implements :class:`~pycollect._steps.backend.StepBackend`; its result arrays are plain
-    numpy arrays it owns. Infos travel as material only (no info fields: nothing crosses a
-    process boundary here).
+    The :class:`~pycollect.vector.StepBackend` registered as ``"inprocess"`` (the default for
+    ``num_workers=0``); its result arrays are plain numpy arrays it owns. Infos travel as
+    material only (no info fields: nothing crosses a process boundary here). A step happens in
+    :meth:`step_wait`, in the caller's thread.
 
     Args:
         envs: The environments, built (``config.num_envs`` of them); the backend closes them.
@@ -36,6 +37,8 @@ class InProcessBackend:
         ConfigError: The envs' spaces differ from each other.
         UnsupportedSpaceError: A space has a leaf pycollect cannot lay out.
     """
+
+    name = "inprocess"
 
     def __init__(self, envs: Sequence[GymLikeEnv], config: VectorConfig, env_name: str = "env") -> None:
         first = envs[0]
@@ -68,6 +71,20 @@ class InProcessBackend:
         self.info = self.group.info
 
     @classmethod
+    def check(cls, config: VectorConfig) -> None:
+        """Refuse workers: this backend has none.
+
+        Raises:
+            ConfigError: ``num_workers`` is not 0.
+        """
+        if config.num_workers:
+            raise ConfigError(
+                f"step_backend={cls.name!r} steps the envs in this process; got num_workers={config.num_workers} "
+                "(pass num_workers=0)"
+            )
+        super().check(config)
+
+    @classmethod
     def start(cls, source: EnvSource, config: VectorConfig) -> InProcessBackend:
         """Build ``config.num_envs`` envs from ``source`` and a backend over them (closing them if that fails).
 
@@ -87,7 +104,7 @@ class InProcessBackend:
             raise
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: np.ndarray | None) -> InfoParts:
-        """Reset every env or the envs of ``mask`` (see :class:`~pycollect._steps.backend.StepBackend`)."""
+        """Reset every env or the envs of ``mask`` (see :class:`~pycollect.vector.StepBackend`)."""
         material = self.group.reset(seeds, options, mask)
         return [] if material is None else [(0, material)]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pycollect._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from pycollect.default_plugins.builtin_engines import Central, InProcess, Workers
+    from pycollect.default_plugins.builtin_engines import Central, Device, InProcess, Workers
     from pycollect.default_plugins.cpu_devices import CpuPolicy
     from pycollect.default_plugins.explicit_devices import ExplicitPolicy
     from pycollect.default_plugins.inference_runners import CompileRunner, PlainRunner
@@ -27,6 +27,7 @@ __all__ = [
     "Central",
     "CompileRunner",
     "CpuPolicy",
+    "Device",
     "ExplicitPolicy",
     "InProcess",
     "NoSyncScheme",
@@ -49,6 +50,7 @@ DEFAULT_PLUGINS = (
     "pycollect.default_plugins.explicit_devices",
     "pycollect.default_plugins.builtin_engines",
     "pycollect.default_plugins.inference_runners",
+    "pycollect.default_plugins.step_backends",
 )
 """Import paths of the built-in plugin modules."""
 
@@ -60,6 +62,7 @@ BUILTIN_CLASSES = {
     "SharedMemoryScheme": "pycollect.default_plugins.shared_memory_scheme",
     "TorchDistributedScheme": "pycollect.default_plugins.torch_distributed_scheme",
     "Central": "pycollect.default_plugins.builtin_engines",
+    "Device": "pycollect.default_plugins.builtin_engines",
     "InProcess": "pycollect.default_plugins.builtin_engines",
     "Workers": "pycollect.default_plugins.builtin_engines",
     "PlainRunner": "pycollect.default_plugins.inference_runners",

@@ -1,4 +1,4 @@
-"""The built-in engines, ``inprocess``, ``workers`` and ``central``, registered as any plugin's would be."""
+"""The built-in engines, ``inprocess``, ``workers``, ``central`` and ``device``, registered as any plugin's would be."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pycollect.config import CollectorConfig
     from pycollect.envs.source import EnvSource
 
-__all__ = ["Central", "InProcess", "Workers"]
+__all__ = ["Central", "Device", "InProcess", "Workers"]
 
 
 class InProcess(EngineFactory):
@@ -130,11 +130,59 @@ class Central(EngineFactory):
         )
 
 
+class Device(EngineFactory):
+    """One device env stepped in the trainer, its rollouts kept on its device: no host copy at any step.
+
+    ``Collector(env, policy, engine="device", envs_per_worker=N, frames_per_batch=N * T)``: ``env``
+    builds a :class:`~pycollect.envs.DeviceBatchedEnv` of ``N`` sub-envs (a factory returning one,
+    or an env backend with :meth:`~pycollect.envs.EnvBackend.make_device`), and the batches are
+    ``[N, T]`` TensorDicts on the env's device, with the other engines' keys, dtypes and
+    semantics (docs/device.md). The policy is the trainer's own object, called on the env's
+    observation tensors, so no weight-sync scheme moves it.
+    """
+
+    name = "device"
+    default_weight_sync = "no_sync"  # nothing moves: update_policy_weights_() needs no scheme
+    policy_in_trainer = True
+
+    def check(self, config: CollectorConfig) -> None:
+        """Refuse workers and the settings that only mean something for host envs or workers."""
+        if config.num_workers:
+            raise ConfigError(
+                f"engine='device' steps one device env in this process, where its tensors are; got "
+                f"num_workers={config.num_workers}: leave num_workers=0 and give the env all the sub-envs "
+                "(envs_per_worker)"
+            )
+        scheme = getattr(config.weight_sync, "name", config.weight_sync)
+        if scheme != "no_sync":
+            raise ConfigError(
+                f"weight_sync={scheme!r}: engine='device' calls the very policy object in this process, so no scheme "
+                "moves its weights (update_policy_weights_() needs none); leave weight_sync unset"
+            )
+        placement = getattr(config.device_policy, "name", config.device_policy)
+        if placement != "cpu":
+            raise ConfigError(
+                f"device_policy={placement!r}: engine='device' has no workers to place; the env's device is where "
+                "the policy runs and the batches are stored"
+            )
+        if config.info_keys:
+            raise ConfigError(
+                f"info_keys={list(config.info_keys)!r}: a device env's step returns no info dict (its values would be "
+                "read on the host); return what you need as part of the observation"
+            )
+
+    def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
+        """Build the device env here and check it, the settings and the policy."""
+        from pycollect._engines.device import DeviceEngine
+
+        return DeviceEngine.start(config, env_source, policy, weights_module)
+
+
 def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @hookimpl
 def register_engine() -> Sequence[type[EngineFactory]]:
-    """Register :class:`InProcess`, :class:`Workers` and :class:`Central`."""
-    return [InProcess, Workers, Central]
+    """Register :class:`InProcess`, :class:`Workers`, :class:`Central` and :class:`Device`."""
+    return [InProcess, Workers, Central, Device]

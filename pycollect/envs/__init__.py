@@ -13,11 +13,30 @@ Modules:
     specs: :class:`Field` (key, shape, dtype: the one record of a batch array) and
         :class:`EnvSpecs` / :class:`FieldSpec`, gymnasium spaces as fixed-shape fields.
     source: :class:`EnvSource`, a user's ``env`` argument resolved to a backend.
+    batched: :class:`BatchedEnv`, ``N`` sub-envs stepped in one call (a gymnasium
+        ``VectorEnv``, EnvPool, a simulator of your own), stepped by pycollect as ``N`` envs.
+    device: :class:`DeviceBatchedEnv`, ``N`` sub-envs whose torch tensors stay on their device
+        (``engine="device"``), and :func:`is_device_env`.
+    pool: :class:`PerWorkerSources`, one env source per worker (``env=[...]``).
 """
 
 from __future__ import annotations
 
 from pycollect.envs.backend import EnvBackend, GymLikeEnv, import_factory
-from pycollect.envs.specs import EnvSpecs, Field, FieldSpec, specs_from_spaces
+from pycollect.envs.batched import BatchedEnv
+from pycollect.envs.device import DeviceBatchedEnv, is_device_env
+from pycollect.envs.specs import EnvSpecs, Field, FieldSpec, spaces_from_specs, specs_from_spaces
 
-__all__ = ["EnvBackend", "EnvSpecs", "Field", "FieldSpec", "GymLikeEnv", "import_factory", "specs_from_spaces"]
+__all__ = [
+    "BatchedEnv",
+    "DeviceBatchedEnv",
+    "EnvBackend",
+    "EnvSpecs",
+    "Field",
+    "FieldSpec",
+    "GymLikeEnv",
+    "import_factory",
+    "is_device_env",
+    "spaces_from_specs",
+    "specs_from_spaces",
+]

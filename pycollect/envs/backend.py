@@ -5,10 +5,15 @@ from __future__ import annotations
 import abc
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pycollect.envs.specs import EnvSpecs, specs_from_spaces
 from pycollect.exceptions import UnknownEnvError
+
+if TYPE_CHECKING:
+    import torch
+
+    from pycollect.envs.device import DeviceBatchedEnv
 
 __all__ = ["EnvBackend", "GymLikeEnv", "import_factory"]
 
@@ -69,6 +74,31 @@ class EnvBackend(abc.ABC):
             A :class:`~pycollect.envs.batched.BatchedEnv`, a gymnasium ``VectorEnv`` or an EnvPool env.
         """
         raise NotImplementedError(f"env backend {self.name!r} builds single envs")
+
+    device_env: ClassVar[bool] = False
+    """Whether :meth:`make_device` builds device envs, which ``engine="device"`` steps (``pycollect.envs.device``)."""
+
+    def make_device(
+        self, target: Any, env_kwargs: Mapping[str, Any], num_envs: int, device: torch.device | None
+    ) -> DeviceBatchedEnv:
+        """Build one device env of ``num_envs`` sub-envs (a backend whose :attr:`device_env` is true).
+
+        Optional: a backend of simulators that step on an accelerator (a JAX or CUDA simulator)
+        implements it and sets :attr:`device_env`; ``engine="device"`` then calls it once, in the
+        trainer, and steps the env there. A backend may build both kinds (:meth:`make` or
+        :meth:`make_batched` for the other engines, with numpy on the host).
+
+        Args:
+            target: What follows the backend prefix in the env spec, or the object passed.
+            env_kwargs: Keyword arguments for the environment's constructor.
+            num_envs: The sub-envs to build (the collector's ``envs_per_worker``).
+            device: Where the env's tensors must live: the collector's ``env_device``, else its
+                ``device``; ``None``: the backend's choice (a JAX backend: JAX's default device).
+
+        Returns:
+            A :class:`~pycollect.envs.DeviceBatchedEnv` of ``num_envs`` sub-envs.
+        """
+        raise NotImplementedError(f"env backend {self.name!r} builds no device envs")
 
     def specs(self, env: GymLikeEnv) -> EnvSpecs:
         """Report the fields of a built environment (from its gymnasium spaces by default)."""

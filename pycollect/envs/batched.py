@@ -18,7 +18,7 @@ infos are exactly those of ``N`` envs stepped one by one, through the same code.
 :class:`BatchedEnv` is the one interface pycollect steps: :class:`VectorEnvAdapter` wraps a
 gymnasium ``VectorEnv`` (EnvPool's gymnasium API included, through :class:`EnvPoolAdapter`), and a
 plugin or a user may subclass it for any other batched simulator (see
-:mod:`pycollect.default_plugins.gymnax_backend` for a JAX one). What a batched env must offer:
+``pycollect_jax.env.GymnaxBatchedEnv`` in ``plugins/pycollect-jax`` for a JAX one). What a batched env must offer:
 
 * ``step_batch(actions)``: every sub-env steps (or, in ``NEXT_STEP`` mode, resets where it ended
   at the step before) and returns ``(observations, rewards, terminated, truncated, infos)``;
@@ -130,12 +130,19 @@ class BatchedEnv(abc.ABC):
         own = self.autoreset_mode
         if mode is own or (mode is AutoresetMode.SAME_STEP and self.partial_reset):
             return None
-        can = own.name.lower() + (" (and same_step, resetting sub-envs by mask)" if self.partial_reset else "")
+        wanted, has = mode.name.lower(), own.name.lower()
+        if self.partial_reset:  # it serves same_step too, but its sub-envs cannot sit a step out
+            cannot = "sit out the step after its episode ends" if mode is AutoresetMode.NEXT_STEP else "wait"
+            return (
+                f"{what} needs autoreset mode {wanted}, but batched env {self.describe()} autoresets in {has} mode "
+                f"(and serves same_step by resetting sub-envs by mask); its sub-envs all step together, so none can "
+                f"{cannot}: use autoreset_mode='same_step'"
+            )
         return (
-            f"{what} needs autoreset mode {mode.name.lower()}, but batched env {self.describe()} autoresets in {can} "
-            "mode only and cannot reset some sub-envs without the others; give it an env that resets sub-envs "
-            "by mask (gymnasium's SyncVectorEnv or AsyncVectorEnv of the single envs, EnvPool) or one that "
-            "autoresets in the mode needed"
+            f"{what} needs autoreset mode {wanted}, but batched env {self.describe()} autoresets in {has} mode only "
+            "and cannot reset some sub-envs without the others; give it an env that resets sub-envs by mask "
+            "(gymnasium's SyncVectorEnv or AsyncVectorEnv of the single envs, EnvPool) or one that autoresets in "
+            "the mode needed"
         )
 
     def check(self, mode: AutoresetMode, limit: int | None, what: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any, cast
 from pycollect._messages import first_line
 from pycollect.envs.backend import EnvBackend, GymLikeEnv
 from pycollect.envs.batched import SubEnv, as_batched, is_batched, sub_env_count_error
+from pycollect.envs.device import device_env_refusal, is_device_env
 from pycollect.envs.specs import EnvSpecs
 from pycollect.exceptions import ConfigError, EnvCreationError, PyCollectError
 
@@ -104,6 +105,9 @@ class EnvSource:
                 f"building env {self.describe()!r} with env_kwargs={dict(self.env_kwargs)!r} raised "
                 f"{type(exc).__name__}: {first_line(exc)}"
             ) from exc
+        if is_device_env(env):  # stepping it here would copy every step to the host
+            _close(env)
+            raise ConfigError(device_env_refusal(env, self.describe()))
         if is_batched(env):
             view: GymLikeEnv = as_batched(env).views()[0]
             return view
@@ -147,27 +151,65 @@ def _close(env: Any) -> None:
         env.close()
 
 
+@dataclass(frozen=True)
+class _ForeignLibrary:
+    """A library whose envs pycollect recognises and does not step itself.
+
+    Attributes:
+        package: Its top-level package, as its classes' ``__module__`` names it.
+        label: Its name in messages (``"TorchRL"``).
+        classes: The env base classes recognised, by name.
+        plugin: The plugin package that steps its envs (adopting what a factory returns), or
+            ``None``: no plugin does, and a class of it is no factory.
+        returning: The hint's end: what the user's factory returns.
+        note: Said after the class name (``": several agents"``).
+        counted: Say how many envs an instance holds (``num_envs``) after the class name.
+    """
+
+    package: str
+    label: str
+    classes: tuple[str, ...]
+    plugin: str | None = None
+    returning: str = ""
+    note: str = ""
+    counted: bool = False
+
+
+_FOREIGN_LIBRARIES = (
+    _ForeignLibrary("gymnasium", "gymnasium", ("VectorEnv",), counted=True),
+    _ForeignLibrary("torchrl", "TorchRL", ("EnvBase",), plugin="pycollect-torchrl", returning="the EnvBase"),
+    _ForeignLibrary(
+        "pettingzoo",
+        "PettingZoo",
+        ("ParallelEnv", "AECEnv"),
+        plugin="pycollect-pettingzoo",
+        returning="the Parallel or AEC env",
+        note=": several agents",
+    ),
+)
+"""What :func:`foreign_env` recognises, what :func:`_plugin_hint` says of it, and whose classes
+are factories (:data:`_ADOPTABLE_CLASSES`): one row per library, in the order they are tried."""
+
+
 def _plugin_hint(what: str | None) -> str:
     """Where to get the plugin that steps a foreign env, if one exists (``""`` otherwise)."""
-    if what is not None and "PettingZoo" in what:
-        return (
-            ". PettingZoo envs step in pycollect through the pycollect-pettingzoo plugin (pip install "
-            "pycollect-pettingzoo), which adopts what a factory returns (env=make_env, make_env returning the "
-            "Parallel or AEC env)"
-        )
-    if what is None or "TorchRL" not in what:
-        return ""
-    return (
-        ". TorchRL envs step in pycollect through the pycollect-torchrl plugin (pip install pycollect-torchrl), "
-        "which adopts what a factory returns (env=make_env, make_env returning the EnvBase)"
-    )
+    for library in _FOREIGN_LIBRARIES:
+        if what is not None and library.plugin is not None and what.startswith(f"a {library.label} "):
+            return (
+                f". {library.label} envs step in pycollect through the {library.plugin} plugin (pip install "
+                f"{library.plugin}), which adopts what a factory returns (env=make_env, make_env returning "
+                f"{library.returning})"
+            )
+    return ""
 
 
-_ADOPTABLE_CLASSES = {("torchrl", "EnvBase"), ("pettingzoo", "ParallelEnv"), ("pettingzoo", "AECEnv")}
+_ADOPTABLE_CLASSES = {
+    (library.package, name) for library in _FOREIGN_LIBRARIES if library.plugin is not None for name in library.classes
+}
 
 
 def _adoptable_class(obj: Any) -> bool:
-    """Whether ``obj`` is a TorchRL ``EnvBase`` or PettingZoo env subclass: a factory (``env=GymEnv``)."""
+    """Whether ``obj`` is a subclass of an env class a plugin adopts (TorchRL's, PettingZoo's): a factory."""
     return isinstance(obj, type) and bool(_ADOPTABLE_CLASSES & _lineage(obj))
 
 
@@ -189,15 +231,15 @@ def foreign_env(obj: Any) -> str | None:
     cls = obj if isinstance(obj, type) else type(obj)
     names = _lineage(cls)
     kind = "class" if isinstance(obj, type) else "instance"
-    if ("gymnasium", "VectorEnv") in names:
-        count = getattr(obj, "num_envs", None) if kind == "instance" else None
-        size = f" of {count} envs" if isinstance(count, int) else ""
-        return f"a gymnasium VectorEnv {kind} ({cls.__name__}{size})"
-    if ("torchrl", "EnvBase") in names:
-        return f"a TorchRL EnvBase {kind} ({cls.__name__})"
-    for api in ("ParallelEnv", "AECEnv"):
-        if ("pettingzoo", api) in names:
-            return f"a PettingZoo {api} {kind} ({cls.__name__}: several agents)"
+    for library in _FOREIGN_LIBRARIES:
+        for api in library.classes:
+            if (library.package, api) not in names:
+                continue
+            note = library.note
+            if library.counted:
+                count = getattr(obj, "num_envs", None) if kind == "instance" else None
+                note += f" of {count} envs" if isinstance(count, int) else ""
+            return f"a {library.label} {api} {kind} ({cls.__name__}{note})"
     return None
 
 

@@ -7,17 +7,17 @@ samples from it, and a user policy's output is checked against it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import gymnasium as gym
 import numpy as np
 
 from pycollect._keys import Key
-from pycollect.exceptions import UnsupportedSpaceError
+from pycollect.exceptions import ConfigError, UnsupportedSpaceError
 
-__all__ = ["EnvSpecs", "Field", "FieldSpec", "specs_from_spaces"]
+__all__ = ["EnvSpecs", "Field", "FieldSpec", "spaces_from_specs", "specs_from_spaces"]
 
 
 @dataclass(frozen=True)
@@ -241,6 +241,112 @@ def specs_from_spaces(observation_space: gym.Space[Any], action_space: gym.Space
         )
     action = _leaf(("action",), action_space)
     return EnvSpecs(observation, action, observation_space, action_space)
+
+
+@overload
+def spaces_from_specs(observation: Sequence[FieldSpec], action: None = None) -> tuple[gym.Space[Any], None]: ...
+
+
+@overload
+def spaces_from_specs(
+    observation: Sequence[FieldSpec], action: FieldSpec | Sequence[FieldSpec]
+) -> tuple[gym.Space[Any], gym.Space[Any]]: ...
+
+
+def spaces_from_specs(
+    observation: Sequence[FieldSpec], action: FieldSpec | Sequence[FieldSpec] | None = None
+) -> tuple[gym.Space[Any], gym.Space[Any] | None]:
+    """Build gymnasium spaces from fields: the inverse of :func:`specs_from_spaces`.
+
+    Every field becomes a ``Box`` of its shape, dtype and bounds, and the boxes are nested in
+    ``Dict`` spaces where the fields sit: an observation field at its ``path`` (``None``:
+    ``key[1:]``, :meth:`EnvSpecs.observation_paths`), so one field at ``()`` is the space
+    itself; an action given as one field is its ``Box``; action fields given as a sequence (an
+    :attr:`EnvSpecs.actions`) sit at ``path`` (``None``: ``key``), as :meth:`EnvSpecs.env_action`
+    puts them. Dict keys keep the fields' order. ``specs_from_spaces`` of the result gives
+    fields equal to these, bounds included; what was a ``Discrete``, ``MultiDiscrete`` or
+    ``MultiBinary`` comes back as an integer ``Box`` of the same values (a field does not say
+    which it was). Integer and bool bounds are the field's float bounds saturated at the
+    dtype's range (``-inf`` becomes the dtype's minimum).
+
+    Args:
+        observation: The observation fields (:attr:`EnvSpecs.observation`).
+        action: The action field (:attr:`EnvSpecs.action`), or the action leaves
+            (:attr:`EnvSpecs.actions`); ``None``: no action space.
+
+    Returns:
+        ``(observation_space, action_space)``; ``action_space`` is ``None`` without ``action``.
+
+    Raises:
+        ConfigError: No field, or two fields whose places clash (the same place, or one inside
+            another); the message names their keys.
+    """
+    observation_space = _space_at(
+        [(spec.key[1:] if spec.path is None else spec.path, spec) for spec in observation], "observation"
+    )
+    if action is None:
+        return observation_space, None
+    if isinstance(action, FieldSpec):
+        return observation_space, _field_box(action)
+    return observation_space, _space_at([(spec.path or spec.key, spec) for spec in action], "action")
+
+
+def _field_box(spec: FieldSpec) -> gym.spaces.Box:
+    """One field as a ``Box`` of its shape, dtype and bounds (integer and bool bounds saturated at its range)."""
+    dtype = spec.dtype
+    as_given: Any = dtype  # gymnasium's stub names scalar types only; Box takes the dtype itself too, exactly
+    if dtype == np.bool_ or np.issubdtype(dtype, np.integer):
+        return gym.spaces.Box(_saturated(spec.low, dtype), _saturated(spec.high, dtype), spec.shape, as_given)
+    return gym.spaces.Box(spec.low.astype(dtype), spec.high.astype(dtype), spec.shape, as_given)
+
+
+def _clash(what: str, keys: str, spec: FieldSpec) -> ConfigError:
+    return ConfigError(
+        f"{what} fields {keys}: {'/'.join(spec.key)} sits where another field does, or inside it, or around it"
+    )
+
+
+def _saturated(bound: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """Float64 bounds as an integer (or bool) ``dtype``, saturating at its range.
+
+    A plain cast would not do: ``float(2**63 - 1)`` is ``2**63``, which does not cast back.
+    """
+    if dtype == np.bool_:
+        return np.asarray(bound > 0)
+    info = np.iinfo(dtype)
+    above, below = bound >= float(info.max), bound <= float(info.min)
+    out = np.where(above | below, 0, bound).astype(dtype)
+    out[above], out[below] = info.max, info.min
+    return out
+
+
+def _space_at(placed: list[tuple[Key, FieldSpec]], what: str) -> gym.Space[Any]:
+    """The fields' boxes, each at its place (a path of Dict keys); one field at ``()`` is the space itself."""
+    if not placed:
+        raise ConfigError(f"no {what} fields to build a space from")
+    keys = ", ".join("/".join(spec.key) for _, spec in placed)
+    if any(not path for path, _ in placed):
+        if len(placed) > 1:
+            raise ConfigError(
+                f"{what} fields {keys}: one of them is the whole {what} (path ()), so it must be the only one"
+            )
+        return _field_box(placed[0][1])
+    tree: dict[str, Any] = {}
+    for path, spec in placed:
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise _clash(what, keys, spec)
+        if path[-1] in node:
+            raise _clash(what, keys, spec)
+        node[path[-1]] = _field_box(spec)
+
+    def build(node: dict[str, Any]) -> gym.spaces.Dict:
+        # A list of pairs: gymnasium sorts the keys of a plain dict, and the fields' order is the leaves' order
+        return gym.spaces.Dict([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
+
+    return build(tree)
 
 
 def read_leaf(raw: Any, path: Key) -> Any:

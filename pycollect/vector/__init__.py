@@ -11,6 +11,13 @@ are one :class:`VectorConfig` (:mod:`pycollect.config`).
 this package imports neither Stable-Baselines3 nor torch; SB3 is an optional extra
 (``pip install "pycollect-rl[sb3]"``).
 
+What steps the envs is a :class:`StepBackend` (:mod:`pycollect.vector.backend`), chosen by
+name like any plugin (``make_vec(..., step_backend="<name>")``; by default ``"inprocess"`` for
+``num_workers=0``, ``"workers"`` otherwise) and contributed by plugins through the
+``register_step_backend()`` hook; :func:`start_backend` starts one, for code that builds on it
+as ``SB3VecEnv`` and ``pycollect.torchrl.ParallelEnv`` do. :class:`SpaceLayout` is how a
+backend holds a space: its leaves, in a fixed order.
+
 The internals both sides of a process boundary use are in :mod:`pycollect._steps`.
 """
 
@@ -20,11 +27,21 @@ from typing import TYPE_CHECKING
 
 from pycollect._lazy import lazy_exports
 from pycollect.config import VectorConfig, default_num_workers
-from pycollect.vector.env import VectorEnv, make_vec
+from pycollect.vector.backend import SpaceLayout, StepBackend
+from pycollect.vector.env import VectorEnv, make_vec, start_backend
 
 if TYPE_CHECKING:
     from pycollect.vector.sb3 import SB3VecEnv
 
 __getattr__, __dir__ = lazy_exports(__name__, {"SB3VecEnv": "pycollect.vector.sb3"}, globals())
 
-__all__ = ["SB3VecEnv", "VectorConfig", "VectorEnv", "default_num_workers", "make_vec"]
+__all__ = [
+    "SB3VecEnv",
+    "SpaceLayout",
+    "StepBackend",
+    "VectorConfig",
+    "VectorEnv",
+    "default_num_workers",
+    "make_vec",
+    "start_backend",
+]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -12,16 +11,15 @@ import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._steps.backend import StepBackend
 from pycollect._steps.group import disabled_message
 from pycollect._steps.infos import InfoMerger
-from pycollect._steps.inprocess import InProcessBackend
 from pycollect._steps.spaces import ActionChecker
 from pycollect.config import SupervisionConfig, VectorConfig
+from pycollect.envs.pool import with_num_envs
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ActionError, ConfigError, VectorEnvClosedError
-from pycollect.plugins import resolve_env
+from pycollect.plugins import resolve_env, resolve_step_backend
 
 __all__ = ["VectorEnv", "make_vec", "start_backend"]
 
@@ -167,7 +165,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         passed = None if options is None else dict(options)
         if passed is not None and "reset_mask" in passed:
             raise ConfigError("async_reset() resets every env: reset_mask is for reset() (batch_size == num_envs)")
-        self._backend.pool_reset(seeds, passed)  # type: ignore[attr-defined]
+        self._backend.pool_reset(seeds, passed)
         self._was_reset, self._received = True, None
 
     def recv(
@@ -201,7 +199,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             return (*result, ids)
         backend = self._backend
         k = self._envs_per_worker
-        workers, materials = backend.pool_recv(self.batch_size // k)  # type: ignore[attr-defined]
+        workers, materials = backend.pool_recv(self.batch_size // k)
         rows = self._rows.get(key := tuple(workers))
         if rows is None:
             rows = self._rows[key] = _Rows.of(workers, k)
@@ -209,7 +207,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         layout, ids, take = backend.observation, rows.ids, rows.take
         obs = layout.batched([take(array) for array in backend.observations], copy=False)
         terminated, truncated = take(backend.terminated), take(backend.truncated)
-        parts = [(position * k, materials[w]) for position, w in enumerate(workers) if materials[w]]
+        parts = [(position * k, material) for position, w in enumerate(workers) if (material := materials[w])]
         final = backend.final_observations
         infos = self._batch_infos.merge(
             parts,
@@ -242,7 +240,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             self.step_async(actions)
             self._received = None
             return
-        backend: Any = self._backend
+        backend = self._backend
         if self._worker_writers is not None:
             [worker] = self._received_workers
             self._worker_writers[worker](actions)  # ActionError: nothing written, nothing sent
@@ -418,16 +416,17 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
 
 
 def make_vec(
-    env: str | Callable[..., Any] | EnvSource,
+    env: str | Callable[..., Any] | EnvSource | Sequence[Any],
     num_envs: int,
     *,
     num_workers: int | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     copy: bool = True,
-    env_kwargs: Mapping[str, Any] | None = None,
+    env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     batch_size: int | None = None,
     info_keys: Sequence[str] | None = None,
     supervision: SupervisionConfig | None = None,
+    step_backend: str | type[StepBackend] | None = None,
     **supervision_overrides: Any,
 ) -> VectorEnv:
     """A gymnasium vector env of ``num_envs`` envs, stepped by pycollect.
@@ -448,7 +447,8 @@ def make_vec(
 
     Args:
         env: A gymnasium id (``"CartPole-v1"``), ``"<backend>:<target>"`` for an env backend
-            plugin, or a callable that builds one env (a factory or an env class).
+            plugin, or a callable that builds one env (a factory or an env class) or a batched env
+            of ``num_envs / num_workers`` sub-envs. A list, one per worker, gives each worker its own.
         num_envs: How many envs (1 or more).
         num_workers: Worker processes to step them in; ``0``: in this process. ``None`` (the
             default): as many as there are CPUs, or fewer, so that they split ``num_envs``
@@ -457,7 +457,7 @@ def make_vec(
             ``gymnasium.vector.AutoresetMode``.
         copy: ``True``: observations are fresh arrays. ``False``: views of the arrays the
             results are written into, valid until the next ``step`` or ``reset``.
-        env_kwargs: Keyword arguments for every env's constructor.
+        env_kwargs: Keyword arguments for every env's constructor (a list: one dict per worker).
         batch_size: Fewer than ``num_envs`` (a multiple of ``num_envs / num_workers``): a pool
             that serves the first envs ready, ``batch_size`` at a time, through
             :meth:`VectorEnv.async_reset`, :meth:`VectorEnv.recv` and :meth:`VectorEnv.send`
@@ -470,12 +470,17 @@ def make_vec(
             (``final_obs``, ``final_info``, ``worker_restarted``) are always there.
         supervision: How worker processes are watched and restarted (a
             :class:`~pycollect.SupervisionConfig`; ``None``: its defaults).
+        step_backend: What steps the envs: the name of a registered
+            :class:`~pycollect.vector.StepBackend` (``"inprocess"``, ``"workers"``, or a plugin's;
+            ``pycollect plugins`` lists them) or such a class. ``None`` (the default):
+            ``"inprocess"`` for ``num_workers=0``, ``"workers"`` otherwise.
         **supervision_overrides: Fields of :class:`~pycollect.SupervisionConfig` applied on
             top (``restart="never"``, ``max_restarts=5``, ``heartbeat_timeout_s=10``...).
 
     Raises:
-        ConfigError: A bad argument (the message names it), before any env is built; envs
-            whose spaces differ; ``env`` that is not something to build envs from.
+        ConfigError: A bad argument (the message names it; an unknown ``step_backend``, or
+            settings it refuses, too), before any env is built; envs whose spaces differ;
+            ``env`` that is not something to build envs from.
         UnknownEnvError: The backend does not know the env.
         EnvCreationError: An env's constructor raised.
         UnsupportedSpaceError: A space pycollect cannot lay out (Text, Graph, Sequence...).
@@ -490,7 +495,7 @@ def make_vec(
         copy=copy,
         supervision=settings,
     )
-    backend, name = start_backend(env, config, env_kwargs)
+    backend, name = start_backend(env, config, env_kwargs, step_backend=step_backend)
     try:
         return VectorEnv(backend, config, name=name)
     except BaseException:
@@ -506,28 +511,52 @@ _MAKE_VEC_ARGUMENTS = (
     "batch_size",
     "info_keys",
     "supervision",
+    "step_backend",
 )
 
 
 def start_backend(
-    env: str | Callable[..., Any] | EnvSource, config: VectorConfig, env_kwargs: Mapping[str, Any] | None = None
+    env: str | Callable[..., Any] | EnvSource | Sequence[Any],
+    config: VectorConfig,
+    env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    *,
+    step_backend: str | type[StepBackend] | None = None,
 ) -> tuple[StepBackend, str]:
-    """The step backend of a vector env (in this process, or over worker processes) and the env's name.
+    """Start the step backend of a vector env; return it and the env's name.
 
     What :func:`make_vec`, :class:`pycollect.vector.SB3VecEnv` and ``pycollect.torchrl.ParallelEnv``
-    stand on; ``env`` and ``env_kwargs`` are :func:`make_vec`'s.
+    stand on; ``env``, ``env_kwargs`` and ``step_backend`` are :func:`make_vec`'s. The step
+    backend is resolved and its :meth:`~pycollect.vector.StepBackend.check` sees ``config``, and
+    the env argument is resolved and checked by its env backend, before anything is built.
+    Close the backend when done (a :class:`VectorEnv` over it does).
+
+    Args:
+        env: A gymnasium id, ``"<backend>:<target>"``, a factory callable, or an
+            :class:`~pycollect.envs.source.EnvSource` resolved before.
+        config: The vector env's settings (:class:`~pycollect.VectorConfig`).
+        env_kwargs: Keyword arguments for every env's constructor.
+        step_backend: A registered step backend's name or a :class:`~pycollect.vector.StepBackend`
+            subclass; ``None``: ``"inprocess"`` for ``num_workers=0``, ``"workers"`` otherwise.
 
     Raises:
-        UnknownEnvError: The backend does not know the env.
-        ConfigError: ``env`` is not something to build envs from, or what the backend's ``start`` raises.
+        ConfigError: An unknown ``step_backend`` (the message lists the registered ones) or
+            settings it refuses; ``env`` is not something to build envs from; what the
+            backend's ``start`` raises, or a ``start`` that returns no ``StepBackend``.
+        UnknownEnvError: The env backend does not know the env.
+        PluginError: An installed plugin is broken.
     """
+    chosen = resolve_step_backend(step_backend, config)
     # A batched backend builds one batched env of each worker's envs (all of them in this process)
-    source = dataclasses.replace(resolve_env(env, env_kwargs), num_envs=config.envs_per_worker)
-    backend: StepBackend
-    if config.num_workers == 0:
-        backend = InProcessBackend.start(source, config)
-    else:
-        backend = WorkerStepBackend.start(source, config)
+    source = with_num_envs(resolve_env(env, env_kwargs, num_workers=config.num_workers), config.envs_per_worker)
+    backend = chosen.start(source, config)
+    if not isinstance(backend, StepBackend):
+        closing = getattr(backend, "close", None)
+        if callable(closing):
+            closing()  # whatever it started: stopped now, not at the process's exit
+        raise ConfigError(
+            f"step backend {chosen.name!r} ({chosen.__module__}.{chosen.__qualname__}): start() returned "
+            f"{backend!r}, not a pycollect.vector.StepBackend"
+        )
     return backend, source.describe()
 
 

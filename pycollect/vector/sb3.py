@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
+from pycollect._steps.backend import StepBackend
 from pycollect._steps.spaces import ActionChecker
 from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
@@ -35,7 +36,7 @@ from pycollect.vector.env import start_backend
 
 __all__ = ["SB3VecEnv"]
 
-_ARGUMENTS = ("num_workers", "env_kwargs", "info_keys", "supervision")
+_ARGUMENTS = ("num_workers", "env_kwargs", "info_keys", "supervision", "step_backend")
 
 
 class SB3VecEnv(VecEnv):
@@ -84,6 +85,9 @@ class SB3VecEnv(VecEnv):
             ``terminal_observation`` is always there.
         supervision: How the worker processes are watched and restarted
             (:class:`~pycollect.SupervisionConfig`).
+        step_backend: What steps the envs, as for :func:`pycollect.make_vec`: a registered
+            :class:`~pycollect.vector.StepBackend`'s name or such a class (``None``:
+            ``"inprocess"`` for ``num_workers=0``, ``"workers"`` otherwise).
         **supervision_overrides: Its fields, applied on top (``restart="never"``...).
 
     Raises:
@@ -103,6 +107,7 @@ class SB3VecEnv(VecEnv):
         env_kwargs: Mapping[str, Any] | None = None,
         info_keys: Sequence[str] | None = None,
         supervision: SupervisionConfig | None = None,
+        step_backend: str | type[StepBackend] | None = None,
         **supervision_overrides: Any,
     ) -> None:
         settings = SupervisionConfig.from_settings(supervision, also=_ARGUMENTS, **supervision_overrides)
@@ -113,7 +118,7 @@ class SB3VecEnv(VecEnv):
             info_keys=info_keys,
             supervision=settings,
         )
-        backend, name = start_backend(env, config, env_kwargs)
+        backend, name = start_backend(env, config, env_kwargs, step_backend=step_backend)
         self._backend = backend
         self._name = name
         self.closed = False

@@ -199,3 +199,25 @@ def test_actions_that_do_not_fit_are_refused_before_any_worker_sees_them(action:
         env.step(env.rand_action(env.reset()))  # nothing was sent: the workers step on
     finally:
         env.close()
+
+
+def test_the_plugin_uses_only_pycollects_public_api() -> None:
+    """The plugin (ParallelEnv: start_backend, StepBackend) imports only names pycollect's public modules export."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    import pycollect_torchrl
+
+    private = []
+    for path in sorted(Path(pycollect_torchrl.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pycollect":
+                module = node.module or ""
+                exported = getattr(importlib.import_module(module), "__all__", ())
+                for alias in node.names:
+                    if any(part.startswith("_") for part in module.split(".")) or alias.name not in exported:
+                        private.append(f"{path.name}:{node.lineno}: from {module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                private += [f"{path.name}:{node.lineno}: import {a.name}" for a in node.names if "._" in a.name]
+    assert not private, private

@@ -110,6 +110,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
     from pycollect._rollout.action_source import action_source
     from pycollect._rollout.runner import EnvRunner
     from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
+    from pycollect.envs.pool import source_for
 
     placement = spec.placements[worker]
     if not placement.cuda:
@@ -119,8 +120,9 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
     envs = []
     receiver = spec.weights
     try:
-        envs.extend(spec.env_source.make_envs(k))
-        specs = spec.env_source.specs(envs[0])
+        source = source_for(spec.env_source, worker)  # a pool's worker has an env of its own
+        envs.extend(source.make_envs(k))
+        specs = source.specs(envs[0])
         policy, weights = spec.load_policy()  # ``weights`` is the module the scheme updates
         device = None
         if policy is not None:  # torch is only imported for a real policy
@@ -150,7 +152,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
             max_frames_per_traj=config.max_frames_per_traj,
             traj_id_start=traj_id_start(worker, w, generation),
             traj_id_stride=w,
-            env_name=spec.env_source.describe(),
+            env_name=source.describe(),
             worker=worker,
             info=spec.info,
         )

@@ -46,6 +46,7 @@ from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
 from pycollect.envs.batched import check_probe
+from pycollect.envs.pool import check_pool
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import (
     CollectorClosedError,
@@ -181,6 +182,11 @@ class WorkerPool(Engine):
             plan = plan_rollout(config, env_source, probe, policy)
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
+        check_pool(  # a pool's other envs must fill the same batches
+            env_source,
+            lambda source, env: {"spaces": (env.observation_space, env.action_space), "fields": source.specs(env)},
+            lambda env: check_probe(env, config.envs_per_worker, AutoresetMode.SAME_STEP, limit, "a collector"),
+        )
         _picklable(env_source, f"env {env_source.describe()!r}")
         _picklable(config, "the collector's config (its weight_sync, device_policy or engine object)")
         try:

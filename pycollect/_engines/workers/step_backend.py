@@ -1,6 +1,7 @@
 """The trainer's side of a vector env over worker processes (``make_vec(num_workers=N)``).
 
-:class:`WorkerStepBackend` implements :class:`~pycollect._steps.backend.StepBackend` with
+:class:`WorkerStepBackend`, the :class:`~pycollect.vector.StepBackend` registered as
+``"workers"`` (the default for ``num_workers >= 1``), steps a vector env's envs in
 ``N`` supervised worker processes of ``K = num_envs / N`` envs each (the loop in
 :mod:`.steps`), started and stopped by a :class:`~.processes.WorkerProcesses`, whose
 shared-memory segment holds everything a step moves, one step deep: per field, the rows of
@@ -39,13 +40,14 @@ from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.processes import WorkerProcesses
 from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
 from pycollect._native import _core
-from pycollect._steps.backend import InfoParts, check_indices
+from pycollect._steps.backend import InfoParts, StepBackend, check_indices
 from pycollect._steps.group import InfoEntry, Material
 from pycollect._steps.info_fields import probe_info_fields
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import WEIGHT_BUFFERS, VectorConfig
 from pycollect.engines import close_within
 from pycollect.envs.batched import check_probe
+from pycollect.envs.pool import check_pool
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, TransportError, VectorEnvClosedError
 
@@ -60,11 +62,14 @@ _POLL_S = 0.1  # how often a waiting trainer looks at the supervisor's events
 logger = logging.getLogger("pycollect.vector")
 
 
-class WorkerStepBackend:
+class WorkerStepBackend(StepBackend):
     """Steps ``num_envs`` envs in ``num_workers`` supervised processes, results in shared memory.
 
-    Build it with :meth:`start`. The attributes are :class:`~pycollect._steps.backend.StepBackend`'s.
+    Build it with :meth:`start`. The attributes are :class:`~pycollect.vector.StepBackend`'s; it
+    serves a pool (``batch_size < num_envs``: the ``pool_*`` methods).
     """
+
+    name = "workers"
 
     def __init__(self, spec: StepWorkerSpec, metadata: Mapping[str, Any], render_mode: str | None) -> None:
         config = spec.config
@@ -132,6 +137,16 @@ class WorkerStepBackend:
         self.info = info_arrays(self._spec, arrays)
 
     @classmethod
+    def check(cls, config: VectorConfig) -> None:
+        """Require workers.
+
+        Raises:
+            ConfigError: ``num_workers`` is 0.
+        """
+        if not config.num_workers:
+            raise ConfigError(f"step_backend={cls.name!r} needs num_workers >= 1; got num_workers=0")
+
+    @classmethod
     def start(cls, source: EnvSource, config: VectorConfig, probe: Any = None) -> WorkerStepBackend:
         """Check the env (one probe env's spaces, pickling), find its info fields, then start the workers.
 
@@ -163,6 +178,11 @@ class WorkerStepBackend:
             if own_probe:
                 with contextlib.suppress(Exception):  # a probe that fails to close does not stop the start
                     close_within(probe, source, config.supervision.shutdown_grace_s, what="probe env")
+        check_pool(  # a pool's other envs must fill the same rows
+            source,
+            lambda _source, env: {"spaces": (env.observation_space, env.action_space)},
+            lambda env: check_probe(env, config.envs_per_worker, mode, config.max_episode_steps, "a vector env"),
+        )
         try:
             cloudpickle.dumps(source)
         except Exception as exc:
@@ -176,7 +196,7 @@ class WorkerStepBackend:
     # -- the StepBackend interface --------------------------------------------------------
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: np.ndarray | None) -> InfoParts:
-        """Reset every env or the envs of ``mask`` (see :class:`~pycollect._steps.backend.StepBackend`)."""
+        """Reset every env or the envs of ``mask`` (see :class:`~pycollect.vector.StepBackend`)."""
         k = self._k
         payloads = {}
         for w in range(self.num_workers):

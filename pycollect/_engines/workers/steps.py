@@ -31,6 +31,7 @@ import numpy as np
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
 from pycollect._steps.group import EnvGroup
+from pycollect.envs.pool import source_for
 from pycollect.exceptions import PyCollectError, TransportError
 
 __all__ = ["serve_steps"]
@@ -54,7 +55,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
     actions = rows("action", writable=False)
     envs: list[Any] = []
     try:
-        envs.extend(spec.env_source.make_envs(k))
+        envs.extend(source_for(spec.env_source, worker).make_envs(k))  # a pool's worker: its own env
         group = EnvGroup(
             envs,
             config.autoreset_mode,
@@ -65,7 +66,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
             terminated,
             truncated,
             rows("final", writable=True) if config.final_observations else None,
-            env_name=spec.env_source.describe(),
+            env_name=source_for(spec.env_source, worker).describe(),
             env_offset=worker * k,
             worker=worker,
             info_keys=config.info_keys,

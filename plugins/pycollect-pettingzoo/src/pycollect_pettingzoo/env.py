@@ -43,7 +43,7 @@ import gymnasium as gym
 import numpy as np
 
 from pycollect import ConfigError, EnvOutputError, UnsupportedSpaceError
-from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect.envs.specs import EnvSpecs, FieldSpec, spaces_from_specs
 from pycollect_pettingzoo.groups import group_map
 
 __all__ = ["MultiAgentEnv", "Options", "reward_name", "to_parallel"]
@@ -166,33 +166,6 @@ def _stacked_action(space: gym.Space[Any], n: int, agent: str) -> gym.Space[Any]
     )
 
 
-def _box(spec: FieldSpec) -> gym.spaces.Box:
-    if spec.dtype == np.bool_:
-        return gym.spaces.Box(0, 1, spec.shape, np.bool_)  # type: ignore[arg-type]  # gymnasium's stub is too narrow
-    if np.issubdtype(spec.dtype, np.integer):
-        info = np.iinfo(spec.dtype)
-        low = np.clip(spec.low, info.min, info.max).astype(spec.dtype)
-        high = np.clip(spec.high, info.min, info.max).astype(spec.dtype)
-        return gym.spaces.Box(low, high, spec.shape, spec.dtype)
-    return gym.spaces.Box(spec.low.astype(spec.dtype), spec.high.astype(spec.dtype), spec.shape, spec.dtype)
-
-
-def _nested_space(fields: list[FieldSpec]) -> gym.spaces.Dict:
-    tree: dict[str, Any] = {}
-    for spec in fields:
-        assert spec.path is not None
-        node = tree
-        for part in spec.path[:-1]:
-            node = node.setdefault(part, {})
-        node[spec.path[-1]] = _box(spec)
-
-    def build(node: dict[str, Any]) -> gym.spaces.Dict:
-        # a list of pairs: gymnasium sorts a plain dict's keys, and the fields' order is the leaves' order
-        return gym.spaces.Dict([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
-
-    return build(tree)
-
-
 def _info_fields(group: str, agent_infos: list[Mapping[str, Any]]) -> list[tuple[str, FieldSpec]]:
     """The group's info entries: those every agent reports, as numbers or numeric arrays of one shape.
 
@@ -263,7 +236,7 @@ class MultiAgentEnv:
             self._state = self._state_field()
             fields.append(self._state)
         self.fields = tuple(fields)
-        self.observation_space = _nested_space(fields)
+        self.observation_space, _ = spaces_from_specs(fields)  # every field sits at its path, in this order
         self.action_space = gym.spaces.Dict([(g.name, self._action_space[g.name]) for g in self._groups])
         self.rewards = tuple(
             FieldSpec(

@@ -11,7 +11,6 @@ laid out in fixed-size fields is refused here, in the trainer, before any worker
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 from pycollect import ConfigError
-from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect.envs.specs import EnvSpecs, FieldSpec, spaces_from_specs
 
 __all__ = ["RESERVED_KEYS", "Layout", "OneHotFieldSpec", "OneHotSpace", "layout"]
 
@@ -179,26 +178,8 @@ def _leaf_spec(key: Key, spec: Any, what: str, path: Key | None) -> FieldSpec:
     return cls(key, shape, dtype, low, high, discrete, f"{type(spec).__name__}{list(shape)}", path)
 
 
-def _integer_bound(bound: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
-    """Float64 bounds as ``dtype``, saturating at its range (``float(2**63 - 1)`` does not cast back)."""
-    if dtype == np.bool_:
-        return (bound > 0).astype(dtype)
-    info = np.iinfo(dtype)
-    above, below = bound >= float(info.max), bound <= float(info.min)
-    out = np.where(above | below, 0, bound).astype(dtype)
-    out[above], out[below] = info.max, info.min
-    return out
-
-
-def _box(field: FieldSpec) -> gym.spaces.Box:
-    dtype = field.dtype
-    if dtype == np.bool_ or np.issubdtype(dtype, np.integer):
-        low, high = _integer_bound(field.low, dtype), _integer_bound(field.high, dtype)
-        return gym.spaces.Box(low, high, field.shape, dtype)
-    return gym.spaces.Box(field.low.astype(dtype), field.high.astype(dtype), field.shape, dtype)
-
-
-def _action_space(spec: Any, field: FieldSpec) -> gym.Space[Any]:
+def _action_space(spec: Any, field: FieldSpec, box: gym.Space[Any]) -> gym.Space[Any]:
+    """The action's gymnasium space: by the kind of TorchRL spec, ``box`` (the field's ``Box``) for a continuous one."""
     from torchrl.data import Binary, Categorical, MultiCategorical, MultiOneHot, OneHot
 
     if isinstance(spec, OneHot):
@@ -214,24 +195,7 @@ def _action_space(spec: Any, field: FieldSpec) -> gym.Space[Any]:
         return gym.spaces.MultiDiscrete((field.high + 1).astype(np.int64))
     if isinstance(spec, Categorical):
         return gym.spaces.Discrete(int(field.high) + 1)
-    return _box(field)
-
-
-def _observation_space(fields: Sequence[FieldSpec]) -> gym.Space[Any]:
-    if len(fields) == 1:
-        return _box(fields[0])
-    tree: dict[str, Any] = {}
-    for field in fields:
-        node = tree
-        for part in field.key[:-1]:
-            node = node.setdefault(part, {})
-        node[field.key[-1]] = _box(field)
-
-    def build(node: dict[str, Any]) -> gym.spaces.Dict:
-        # a list of pairs: gymnasium sorts the keys of a plain dict, and the spec's order is the fields' order
-        return gym.spaces.Dict([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
-
-    return build(tree)
+    return box
 
 
 def layout(env: Any) -> Layout:
@@ -293,6 +257,8 @@ def layout(env: Any) -> Layout:
         fields.append(_leaf_spec(key, spec, "observation", () if single else key))
     action_spec = env.full_action_spec[action_keys[0]]
     action = _leaf_spec(("action",), action_spec, "action", None)
+    # One observation leaf is the whole observation (path ()), several sit at their keys; the action is its Box
+    observation_space, action_box = spaces_from_specs(fields, action)
     return Layout(
         observation=tuple(fields),
         action=action,
@@ -301,6 +267,6 @@ def layout(env: Any) -> Layout:
         reward_dtype=reward_spec.dtype,
         has_terminated=("terminated",) in done_keys,
         has_truncated=("truncated",) in done_keys,
-        observation_space=_observation_space(fields),
-        action_space=_action_space(action_spec, action),
+        observation_space=observation_space,
+        action_space=_action_space(action_spec, action, action_box),
     )

@@ -5,9 +5,10 @@ A TorchRL ``EnvBase`` of ``batch_size=[num_workers]`` with the signature and bat
 ``step_and_maybe_reset``, ``rollout``, the batched specs, ``set_seed`` chained through the
 workers), so it drops into TorchRL's ``Collector``, ``MultiSyncCollector`` and ``env.rollout()``.
 Underneath it is the step-level exchange of ``pycollect.make_vec``
-(:func:`pycollect.vector.env.start_backend`, with a :class:`pycollect.VectorConfig` in
-``DISABLED`` autoreset mode): one supervised, non-daemonic worker process per env, actions and
-results through shared memory with futex-backed handshakes, and the supervision of every
+(:func:`pycollect.vector.start_backend`: the ``workers`` :class:`pycollect.vector.StepBackend`,
+with a :class:`pycollect.VectorConfig` in ``DISABLED`` autoreset mode): one supervised,
+non-daemonic worker process per env, actions and results through shared memory with
+futex-backed handshakes, and the supervision of every
 pycollect worker (a crash raises :class:`pycollect.WorkerCrashedError` carrying the env's
 traceback, or restarts the worker as configured; shutdown is bounded; nothing is left behind).
 
@@ -32,6 +33,7 @@ from torchrl.envs.utils import _aggregate_end_of_traj
 
 from pycollect import ActionError, ConfigError, SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
+from pycollect.vector import StepBackend
 from pycollect_torchrl.backend import TorchRLBackend, is_torchrl_env
 from pycollect_torchrl.layout import Layout, layout
 
@@ -170,7 +172,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         self.reward_spec = output_spec["full_reward_spec"]
         self.done_spec = output_spec["full_done_spec"]
         self.num_workers = num_workers
-        self._backend: Any = None
+        self._backend: StepBackend | None = None
         self._closed = True
         self._leaves: list[tuple[int, tuple[str, ...]]] = []
         self._ended = np.zeros(num_workers, bool)  # done at their last step, not reset since
@@ -189,17 +191,23 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
 
     def start(self) -> None:
         """Start the workers (done by the first ``reset``, ``step`` or ``set_seed``)."""
+        self._started()
+
+    def _started(self) -> StepBackend:
+        """The step backend, started now if it was not."""
         if self._backend is not None:
-            return
-        from pycollect.vector.env import start_backend
+            return self._backend
+        from pycollect.vector import start_backend
 
         source = EnvSource(TorchRLBackend(), self._factory, self._env_kwargs)
-        backend, _ = start_backend(source, self._vector_config)
+        backend, _ = start_backend(source, self._vector_config, step_backend="workers")
         self._backend = backend
         self._closed = False
         self._ended[:] = False
+        # The backend's observation leaves (its SpaceLayout's order) are the layout's fields, found by path
         keys = {spec.path: spec.key for spec in self._layout.observation}
         self._leaves = [(n, keys[tuple(leaf.path)]) for n, leaf in enumerate(backend.observation.leaves)]
+        return backend
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         """Stop the workers (each env's ``close()`` runs); a later use starts them again."""
@@ -225,16 +233,16 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         Returns:
             The seed the last env returned (the next one to use).
         """
-        self.start()
+        backend = self._started()
         for i in range(self.num_workers):
-            seed = self._backend.call("set_seed", (seed,), {"static_seed": static_seed}, [i])[0]
+            seed = backend.call("set_seed", (seed,), {"static_seed": static_seed}, [i])[0]
         return seed
 
     def _set_seed(self, seed: int | None) -> None:
         self.set_seed(seed)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
-        self.start()
+        backend = self._started()
         n = self.num_workers
         mask: np.ndarray | None = None
         if tensordict is not None:
@@ -247,7 +255,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
             if mask.all():
                 mask = None
         if mask is None or mask.any():
-            self._backend.reset([None] * n, None, mask)
+            backend.reset([None] * n, None, mask)
             self._ended[mask if mask is not None else slice(None)] = False
         source = self._observations()
         for key in self.done_keys:
@@ -303,6 +311,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
 
     def _observations(self) -> dict[str, Any]:
         """The workers' observations, copied out of shared memory: a (nested) dict of ``[num_workers, ...]`` tensors."""
+        assert self._backend is not None  # after a reset or step
         arrays = self._backend.observations
         source: dict[str, Any] = {}
         for n, key in self._leaves:

@@ -1,0 +1,734 @@
+"""Collecting from one device env in the trainer: the engine of ``Collector(..., engine="device")``.
+
+A :class:`~pycollect.envs.DeviceBatchedEnv` steps ``envs_per_worker`` sub-envs in one call on its
+device (a GPU, for a JAX or CUDA simulator). This engine builds one, in this process, and writes
+each step of a rollout into ``[N, T, ...]`` tensors allocated on that device before the rollout,
+with the keys, dtypes and semantics of the other engines' batches. Per step: one policy call
+on the observation tensors as the env returned them, one env step, and a few tensor writes;
+nothing is converted to numpy, copied to the host or read there (no ``.item()``, no
+``bool(tensor)``, no boolean-mask index, no Python loop over sub-envs), so on CUDA the loop
+queues work and never waits for the device.
+
+What the host engines work out per env and per step is done here on whole tensors:
+
+* episode ends: the env resets a sub-env whose episode ended in the same step (``SAME_STEP``);
+  ``("next", "observation")`` takes its ``final_observation`` there;
+* ``max_frames_per_traj``: a step counter per sub-env, and :meth:`~pycollect.envs.DeviceBatchedEnv.reset_envs`
+  with the mask of the sub-envs it cuts, called at every step once a cut is possible (which
+  sub-envs, if any, is known only on the device);
+* trajectory ids: computed once per rollout from its done flags (a new id where an episode
+  starts, handed out in step order and, within a step, in sub-env order, as the in-process
+  engine hands them out);
+* random actions (``policy=None``, ``init_random_frames``): drawn on the device from a
+  ``torch.Generator`` seeded from the collector's seed, for the whole rollout at once.
+
+Values are never checked here (that would read them on the host): what the env and the policy
+return is checked by shape, dtype and device at every step, which costs no device time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+
+from pycollect._engines.resources import (
+    BATCHES_HELD,
+    batch_bytes,
+    check_fits,
+    check_fits_before_env,
+    format_bytes,
+)
+from pycollect._keys import (
+    IS_INIT,
+    NEXT_DONE,
+    NEXT_OBS_PREFIX,
+    NEXT_TERMINATED,
+    NEXT_TRUNCATED,
+    POLICY_VERSION,
+    REWARD,
+    TRAJ_IDS,
+    Key,
+)
+from pycollect._messages import first_line
+from pycollect._rollout.action_source import action_source
+from pycollect._rollout.fields import NEVER_WRITTEN, batch_fields
+from pycollect._rollout.policy import add_group_dims, parameters_device
+from pycollect._rollout.seeding import action_rng, env_seeds
+from pycollect.config import CollectorConfig
+from pycollect.engines import Engine, RolloutPlan
+from pycollect.envs.device import DeviceBatchedEnv, is_device_env
+from pycollect.envs.source import EnvSource, foreign_env
+from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
+from pycollect.exceptions import ConfigError, EnvCreationError, EnvOutputError, PolicyError, PyCollectError
+
+__all__ = ["DeviceEngine", "build_device_env", "env_device"]
+
+_TAKES = (
+    "engine='device' takes a factory returning a DeviceBatchedEnv (pycollect.envs.DeviceBatchedEnv) or an env "
+    "backend that builds one (EnvBackend.make_device)"
+)
+
+
+class DeviceEngine(Engine):
+    """Steps one device env here, one rollout per batch, into fresh tensors on the env's device.
+
+    The policy is the very object the user passed, called where the env's tensors are: weights
+    trained in place are live at once, and :meth:`publish_weights` has nothing to move.
+
+    Args:
+        plan: What every rollout holds.
+        env: The device env, already built and checked (:func:`build_device_env`).
+        config: The collector's settings.
+        env_name: The env's name, for messages.
+        policy: The policy (``None``: random actions only).
+    """
+
+    def __init__(
+        self, plan: RolloutPlan, env: DeviceBatchedEnv, config: CollectorConfig, env_name: str, policy: Any
+    ) -> None:
+        self.plan = plan
+        self.env = env
+        self.env_name = env_name
+        self.device = env_device(env)
+        self.num_envs = env.num_envs
+        self.steps = config.steps_per_batch
+        self.reset_at_each_iter = config.reset_at_each_iter
+        self.max_frames_per_traj = config.max_frames_per_traj
+        device, count = self.device, self.num_envs
+        specs = plan.specs
+        self._fields = [
+            (field.key, (count, self.steps, *field.shape), _torch_dtype(field.dtype)) for field in plan.fields
+        ]
+        self._leaves = [
+            _Leaf.of(spec, path, count)
+            for spec, (_, path) in zip(specs.observation, specs.observation_paths(), strict=True)
+        ]
+        self._action = specs.action
+        self._action_dtype = _torch_dtype(specs.action.dtype)
+        self._checks = _OutputChecks(env_name, count, device)
+        self._seeds = env_seeds(config.seed, count)
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int(action_rng(config.seed).integers(0, 2**63 - 1)))
+        self._random = _RandomActions(specs.action, count, device, generator)
+        self._policy = None if policy is None else _DevicePolicy(policy, plan, config, count, device)
+        carried = plan.actions.carried
+        self._carried = {
+            c.key: torch.zeros((count, *c.shape), dtype=_torch_dtype(c.dtype), device=device) for c in carried
+        }
+        # Device-side state between batches: what the policy reads next, trajectory ids, step counts.
+        self._current: list[torch.Tensor] = []
+        self._traj_ids = torch.zeros(count, dtype=torch.int64, device=device)
+        self._next_traj_id = torch.zeros((), dtype=torch.int64, device=device)
+        self._lengths = torch.zeros(count, dtype=torch.int64, device=device)
+        self._clock = 0  # steps since the last full reset: no trajectory limit can cut before it reaches the limit
+        self._started = False
+        self._batches = 0
+        self._closed = False
+
+    @classmethod
+    def start(
+        cls, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: torch.nn.Module | None = None
+    ) -> DeviceEngine:
+        """Build the device env, check it, the settings and the policy; nothing steps yet.
+
+        Raises:
+            ConfigError: (subclasses naming the kind) what :func:`build_device_env` refuses, a
+                device setting or a policy on another device than the env's, a policy that does
+                not fit the action space, rollouts that do not fit the device's memory.
+        """
+        frames = config.envs_per_worker * config.steps_per_batch
+        check_fits_before_env(config, "the device batches", BATCHES_HELD * frames)
+        env = build_device_env(config, env_source)
+        name = env_source.describe()
+        try:
+            _check_devices(config, env, name, policy, weights_module)
+            specs = specs_from_spaces(env.single_observation_space, env.single_action_space)
+            actions = action_source(
+                policy,
+                specs,
+                env.num_envs,
+                env_device(env),
+                action_rng(config.seed),
+                config.exploration_type,
+                None,  # the dry run calls the policy itself; the runner is prepared at the first step
+            )
+            plan = RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried))
+            _check_memory(config, plan, env)
+            return cls(plan, env, config, name, policy)
+        except BaseException:
+            env.close()
+            raise
+
+    # -- a batch -------------------------------------------------------------------------
+
+    def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
+        """Collect one ``[N, T]`` batch on the env's device with the policy as it is now (``policy_version``)."""
+        out = {key: torch.empty(shape, dtype=dtype, device=self.device) for key, shape, dtype in self._fields}
+        for key in NEVER_WRITTEN:
+            if key in out:
+                out[key].zero_()
+        if not self._started:
+            self._reset(self._seeds)
+        elif self.reset_at_each_iter and self._batches > 0:
+            self._reset(None)  # each sub-env goes on with its own stream
+        out[POLICY_VERSION].fill_(policy_version)
+        use_policy = not random_actions and self._policy is not None
+        self._rollout(out, use_policy)
+        self._batches += 1
+        return _tensordict(out, self.num_envs, self.steps, self.device)
+
+    def _reset(self, seeds: Sequence[int] | None) -> None:
+        """Every sub-env starts an episode (and a trajectory); ``seeds`` only at the first reset."""
+        raw = self.env.reset(seeds)
+        self._current = self._checks.observation(self._leaves, raw, "on reset")
+        self._traj_ids = self._next_traj_id + torch.arange(self.num_envs, dtype=torch.int64, device=self.device)
+        self._next_traj_id = self._next_traj_id + self.num_envs
+        self._lengths.zero_()
+        self._clock = 0
+        for key, value in self._carried.items():
+            value.fill_(key == IS_INIT)  # a first step: is_init True, recurrent states zero
+        self._started = True
+
+    def _rollout(self, out: dict[Key, torch.Tensor], use_policy: bool) -> None:
+        """Step ``T`` times, writing step ``t`` into column ``t`` of every ``[N, T, ...]`` tensor of ``out``."""
+        env, checks, steps, count = self.env, self._checks, self.steps, self.num_envs
+        leaves = self._leaves
+        obs_cols = [out[leaf.key].unbind(1) for leaf in leaves]
+        next_cols = [out[leaf.next_key].unbind(1) for leaf in leaves]
+        action_cols = out[self._action.key].unbind(1)
+        reward_cols = out[REWARD][..., 0].unbind(1)
+        term_cols = out[NEXT_TERMINATED][..., 0].unbind(1)
+        trunc_cols = out[NEXT_TRUNCATED][..., 0].unbind(1)
+        carried_cols = [(out[key].unbind(1), value) for key, value in self._carried.items()]
+        policy = self._policy if use_policy else None
+        extras_cols: list[tuple[Key, tuple[torch.Tensor, ...]]] = []
+        if policy is not None:
+            extras_cols = [(key, out[key].unbind(1)) for key in policy.extra_keys if key in out]
+        else:
+            for key in self._policy.extra_keys if self._policy is not None else ():
+                if key in out:
+                    out[key].zero_()  # no policy call: its outputs are zeros, as the host engines store them
+        drawn = None if policy is not None else self._random.draw(steps)
+        limit = self.max_frames_per_traj
+        is_init = self._carried.get(IS_INIT)
+        states = [(key, value) for key, value in self._carried.items() if key != IS_INIT]
+        for t in range(steps):
+            current = self._current
+            for cols, value in zip(obs_cols, current, strict=True):
+                cols[t].copy_(value)
+            for cols, value in carried_cols:
+                cols[t].copy_(value)
+            if policy is None:
+                assert drawn is not None
+                action = drawn[t]
+                for _, value in states:
+                    value.zero_()  # no policy call: the state stays a start
+            else:
+                action, extras = policy.act(current, self._carried, t)
+                for key, cols in extras_cols:
+                    cols[t].copy_(extras[key])
+                for key, value in states:
+                    value.copy_(extras[(*NEXT_OBS_PREFIX, *key)])
+            action_cols[t].copy_(action)
+            # In the action space's dtype, as the env takes it (a no-op for a policy that returns it so)
+            raw, reward, terminated, truncated, final = env.step(action.to(self._action_dtype))
+            step = t + 1
+            observation = checks.observation(leaves, raw, f"at step {step}")
+            reward, terminated, truncated = checks.step(reward, terminated, truncated, step)
+            reward_cols[t].copy_(reward)
+            term_cols[t].copy_(terminated)
+            ended = terminated | truncated
+            finals = checks.observation(leaves, final, f"at step {step} (final_observation)")
+            for leaf, cols, value, last in zip(leaves, next_cols, observation, finals, strict=True):
+                torch.where(ended.view(leaf.mask_shape), last, value, out=cols[t])
+            self._clock += 1
+            if limit is None:
+                trunc_cols[t].copy_(truncated)
+                self._current = observation
+            else:
+                self._lengths += 1
+                if self._clock >= limit:  # from here on some sub-env may reach the limit: which, only the device knows
+                    reached = self._lengths >= limit
+                    torch.logical_or(truncated, reached, out=trunc_cols[t])
+                    cut = reached & ~ended
+                    ended = ended | reached
+                    self._current = checks.observation(
+                        leaves, env.reset_envs(cut), f"after step {step} (reset_envs, max_frames_per_traj)"
+                    )
+                else:
+                    trunc_cols[t].copy_(truncated)
+                    self._current = observation
+                self._lengths.masked_fill_(ended, 0)
+            if is_init is not None:
+                is_init.copy_(ended.view(count, 1))
+                for _, value in states:
+                    value.masked_fill_(ended.view(count, *([1] * (value.dim() - 1))), 0)
+        torch.logical_or(out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out=out[NEXT_DONE])
+        self._number_trajectories(out[NEXT_DONE][..., 0], out[TRAJ_IDS])
+
+    def _number_trajectories(self, done: torch.Tensor, traj_out: torch.Tensor) -> None:
+        """Write each frame's trajectory id from the rollout's done flags, and carry the ids on.
+
+        A trajectory starts after each done frame. Its id is the next one handed out, in the
+        order the in-process engine hands them out: step by step, and within a step by sub-env.
+        So the ``k``-th start of the rollout, counted step-major, gets ``next + k``; each frame
+        takes the id of the last start at or before it (``cummax`` over time of the starts'
+        ranks), or, before any, the id its sub-env came in with.
+        """
+        count, steps = done.shape
+        starts = torch.zeros_like(done)
+        starts[:, 1:] = done[:, :-1]
+        rank = starts.t().reshape(-1).cumsum(0).reshape(steps, count).t() - 1  # step-major order
+        last = torch.where(starts, rank, -1).cummax(dim=1).values
+        traj_out.copy_(torch.where(last >= 0, self._next_traj_id + last, self._traj_ids[:, None]))
+        started = starts.sum()
+        ending = done[:, -1]  # these start a trajectory at the next batch's first step, after every start above
+        following = self._next_traj_id + started + ending.cumsum(0) - 1
+        self._traj_ids = torch.where(ending, following, traj_out[:, -1])
+        self._next_traj_id = self._next_traj_id + started + ending.sum()
+
+    # -- the rest of the engine interface ------------------------------------------------
+
+    def publish_weights(self, weights: Any, version: int) -> None:
+        """Nothing to move: the env steps with the very policy object being trained."""
+
+    def state(self) -> dict[str, Any]:
+        """Trajectory numbering, to continue it after :meth:`load_state` (the in-process engine's layout)."""
+        return {"runner": {"next_traj_id": int(self._next_traj_id.item())}}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state` (an in-process engine's state loads too)."""
+        if "runner" in state:
+            value = int(state["runner"]["next_traj_id"])
+            self._next_traj_id = torch.tensor(value, dtype=torch.int64, device=self.device)
+
+    def close(self) -> None:
+        """Close the env (once)."""
+        if not self._closed:
+            self._closed = True
+            self.env.close()
+
+
+# -- building and checking the env ------------------------------------------------------
+
+
+def build_device_env(config: CollectorConfig, env_source: EnvSource) -> DeviceBatchedEnv:
+    """Build the one device env of ``engine="device"``, checked against ``envs_per_worker``.
+
+    Through the backend's :meth:`~pycollect.envs.EnvBackend.make_device` where it builds device
+    envs (:attr:`~pycollect.envs.EnvBackend.device_env`), with ``env_device`` (else ``device``) as the
+    device asked for; otherwise through its ``make``, which for the ``callable`` backend is
+    ``factory(**env_kwargs)``, and what that builds must be a device env.
+
+    Raises:
+        EnvCreationError: The backend (the env's constructor) raised.
+        ConfigError: The backend builds no device env (the message names the env and the engines
+            that step it), or the env has another number of sub-envs than ``envs_per_worker``,
+            or is malformed (no ``torch.device``).
+    """
+    backend, name = env_source.backend, env_source.describe()
+    if not backend.device_env and backend.batched:
+        raise ConfigError(
+            f"engine='device' cannot step env {name!r}: env backend {backend.name!r} builds numpy batched envs, "
+            f"not device envs; {_TAKES}. Env {name!r} steps with engine='inprocess' (num_workers=0), 'workers' "
+            "or 'central' (num_workers >= 1)"
+        )
+    asked = _ordinal(config.env_device if config.env_device is not None else config.device)
+    try:
+        if backend.device_env:
+            env: Any = backend.make_device(env_source.target, env_source.env_kwargs, config.envs_per_worker, asked)
+        else:
+            env = backend.make(env_source.target, env_source.env_kwargs)
+    except PyCollectError:
+        raise
+    except Exception as exc:
+        raise EnvCreationError(
+            f"building env {name!r} with env_kwargs={dict(env_source.env_kwargs)!r} raised "
+            f"{type(exc).__name__}: {first_line(exc)}"
+        ) from exc
+    if not is_device_env(env):
+        built = foreign_env(env) or f"a {type(env).__name__}"
+        if callable(getattr(env, "close", None)):
+            env.close()
+        raise ConfigError(
+            f"engine='device' cannot step env {name!r}: it built {built}, not a device env; {_TAKES}. Env "
+            f"{name!r} steps with engine='inprocess' (num_workers=0), 'workers' or 'central' (num_workers >= 1)"
+        )
+    device_env = cast(DeviceBatchedEnv, env)
+    try:
+        device = getattr(device_env, "device", None)
+        if not isinstance(device, torch.device):
+            raise ConfigError(
+                f"device env {name!r} ({type(device_env).__name__}) has device={device!r}: a DeviceBatchedEnv's "
+                "device must be a torch.device"
+            )
+        if device_env.num_envs != config.envs_per_worker:
+            raise ConfigError(
+                f"env {name!r} built a device env of {device_env.num_envs} sub-envs ({device_env.describe()}), but "
+                f"envs_per_worker is {config.envs_per_worker}: the device env is the collector's envs; set "
+                f"envs_per_worker={device_env.num_envs}"
+            )
+    except BaseException:
+        device_env.close()
+        raise
+    return device_env
+
+
+def _check_devices(
+    config: CollectorConfig, env: DeviceBatchedEnv, name: str, policy: Any, weights_module: torch.nn.Module | None
+) -> None:
+    """Every device setting, and the policy's parameters, where the env's tensors are.
+
+    Raises:
+        ConfigError: A setting names another device (the batch would be copied per step or per
+            batch, which this engine exists to avoid).
+        PolicyError: The policy's parameters are on another device.
+    """
+    here = env_device(env)
+    for setting in ("env_device", "device", "policy_device", "storing_device"):
+        value = _ordinal(getattr(config, setting))
+        if value is not None and value != here:
+            raise ConfigError(
+                f"{setting}={str(value)!r}, but device env {name!r} is on {here}: engine='device' steps the env, runs "
+                f"the policy and stores the batches where the env's tensors are, with no copy; leave {setting} unset "
+                f"(or set it to {str(here)!r}) and move what you need elsewhere yourself (batch.to('cpu'))"
+            )
+    own = parameters_device(weights_module if weights_module is not None else policy)
+    if own is not None and _ordinal(own) != here:
+        raise PolicyError(
+            f"the policy's parameters are on {own}, but device env {name!r} is on {here}: engine='device' calls the "
+            f"policy on the env's observations where they are; move the policy there first (policy.to({str(here)!r}))"
+        )
+
+
+def _check_memory(config: CollectorConfig, plan: RolloutPlan, env: DeviceBatchedEnv) -> None:
+    """The batches held at once fit the env's device: host memory for the CPU, free device memory for CUDA."""
+    needed = BATCHES_HELD * batch_bytes(plan.fields, env.num_envs, config.steps_per_batch)
+    device = env_device(env)
+    if device.type == "cpu":
+        check_fits("the device batches", needed, config)
+        return
+    if not config.check_resources or device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    if needed > free:
+        raise ConfigError(
+            f"the device batches would take {format_bytes(needed)}, but only {format_bytes(free)} of {device}'s "
+            f"memory is free (frames_per_batch={config.frames_per_batch}, envs_per_worker={config.envs_per_worker}); "
+            "lower frames_per_batch, or pass check_resources=False if you know the memory will be there"
+        )
+
+
+def env_device(env: DeviceBatchedEnv) -> torch.device:
+    """The env's device, with an index for CUDA (``cuda``: the current CUDA device), as its tensors report theirs."""
+    device = _ordinal(env.device)
+    assert device is not None  # checked by build_device_env
+    return device
+
+
+def _ordinal(device: torch.device | str | None) -> torch.device | None:
+    """``cuda`` without an index is the current CUDA device (TorchRL's rule), so devices compare by index."""
+    if device is None:
+        return None
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
+# -- per step: observations, env outputs, the policy, random actions ----------------------
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    """One observation leaf: where it sits in the batch and in the env's observation, what it must be."""
+
+    key: Key
+    next_key: Key
+    path: Key
+    shape: tuple[int, ...]  # of the batch: [N, *shape]
+    floating: bool
+    mask_shape: tuple[int, ...]  # a [N] mask broadcast over one step of the leaf
+    space: str
+
+    @classmethod
+    def of(cls, spec: FieldSpec, path: Key, count: int) -> _Leaf:
+        return cls(
+            spec.key,
+            (*NEXT_OBS_PREFIX, *spec.key),
+            path,
+            (count, *spec.shape),
+            spec.dtype.kind == "f",
+            (count, *([1] * len(spec.shape))),
+            spec.space,
+        )
+
+
+class _OutputChecks:
+    """What the env returns, checked by shape, dtype and device (metadata: no device time, no copy)."""
+
+    def __init__(self, env: str, count: int, device: torch.device) -> None:
+        self.env = env
+        self.count = count
+        self.device = device
+
+    def observation(self, leaves: Sequence[_Leaf], raw: Any, when: str) -> list[torch.Tensor]:
+        """The leaves of ``raw``, in field order, each checked.
+
+        Raises:
+            EnvOutputError: A leaf is missing, not a tensor, or of another shape, kind of dtype or device.
+        """
+        values = []
+        for leaf in leaves:
+            value = raw
+            for name in leaf.path:
+                if not isinstance(value, Mapping) or name not in value:
+                    raise EnvOutputError(
+                        f"device env {self.env!r} {when} returned an observation without {'/'.join(leaf.key)!r} "
+                        f"({type(raw).__name__}); its observation space is a Dict with that key"
+                    )
+                value = value[name]
+            if (
+                not isinstance(value, torch.Tensor)
+                or value.device != self.device
+                or value.shape != leaf.shape
+                or value.is_floating_point() != leaf.floating
+                or value.is_complex()
+            ):
+                raise EnvOutputError(
+                    f"device env {self.env!r} {when} returned observation {'/'.join(leaf.key)!r} {_describe(value)}; "
+                    f"its observation space {leaf.space} says a tensor of shape {leaf.shape} on {self.device} "
+                    f"({'a floating-point' if leaf.floating else 'an integer'} dtype)"
+                )
+            values.append(value)
+        return values
+
+    def step(self, reward: Any, terminated: Any, truncated: Any, step: int) -> tuple[torch.Tensor, ...]:
+        """The reward (real, ``[N]``) and the flags (bool, ``[N]``) of step ``step``, checked."""
+        expected = (self.count,)
+        if (
+            not isinstance(reward, torch.Tensor)
+            or reward.device != self.device
+            or reward.shape != expected
+            or reward.is_complex()
+            or reward.dtype == torch.bool
+        ):
+            raise EnvOutputError(
+                f"device env {self.env!r} at step {step} returned reward {_describe(reward)}; rewards are a real "
+                f"tensor of shape {expected} on {self.device}"
+            )
+        for name, value in (("terminated", terminated), ("truncated", truncated)):
+            if (
+                not isinstance(value, torch.Tensor)
+                or value.device != self.device
+                or value.shape != expected
+                or value.dtype != torch.bool
+            ):
+                raise EnvOutputError(
+                    f"device env {self.env!r} at step {step} returned {name} {_describe(value)}; it must be a bool "
+                    f"tensor of shape {expected} on {self.device}"
+                )
+        return reward, terminated, truncated
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"of shape {tuple(value.shape)} and dtype {value.dtype} on {value.device}"
+    return f"of type {type(value).__name__}"
+
+
+class _DevicePolicy:
+    """The user's policy, called on device tensors once per step; its outputs checked, never copied.
+
+    How it is called is the host engines' rule (:class:`~pycollect._rollout.policy.PolicyRunner`,
+    whose dry run at the engine's start found the extra outputs and carried state): a plain
+    ``torch.nn.Module`` gets one tensor per observation leaf, anything else a ``TensorDict`` of the
+    observation (and ``is_init``, a recurrent state), under ``torch.no_grad()`` and the exploration
+    type; the inference runner, if any, is prepared at the first call.
+    """
+
+    def __init__(
+        self, policy: Any, plan: RolloutPlan, config: CollectorConfig, count: int, device: torch.device
+    ) -> None:
+        self.policy = policy
+        self.count = count
+        self.device = device
+        self._call: Callable[..., Any] = policy
+        runner = config.inference_runner
+        self._runner = None if isinstance(runner, str) else runner
+        self._exploration = InteractionType(config.exploration_type)
+        self._takes_tensordict = not (
+            isinstance(policy, torch.nn.Module) and not isinstance(policy, TensorDictModuleBase)
+        )
+        specs: EnvSpecs = plan.specs
+        self._specs = specs
+        self._obs_keys = [spec.key for spec in specs.observation]
+        action = specs.action
+        self._action_key = action.key
+        self._action_shape = (count, *action.shape)
+        self._discrete = action.discrete
+        self._action_space = action.space
+        self.extra_keys: tuple[Key, ...] = tuple(o.key for o in plan.actions.outputs)
+        self._extras = {o.key: (torch.Size((count, *o.shape)), _torch_dtype(o.dtype)) for o in plan.actions.outputs}
+
+    def act(
+        self, observation: Sequence[torch.Tensor], carried: Mapping[Key, torch.Tensor], step: int
+    ) -> tuple[torch.Tensor, dict[Key, torch.Tensor]]:
+        """The actions of step ``step`` and the extra outputs, checked (shape, dtype, device).
+
+        Raises:
+            PolicyError: The actions or an extra output differ from the dry run's (shape, kind of
+                dtype) or are not tensors on the env's device.
+        """
+        if self._runner is not None:
+            self._call, self._runner = self._runner.prepare(self.policy, self.device), None
+        with torch.no_grad(), set_interaction_type(self._exploration):
+            if self._takes_tensordict:
+                td = TensorDict(batch_size=[self.count], device=self.device)
+                for key, value in zip(self._obs_keys, observation, strict=True):
+                    td.set(key, value)
+                for key, value in carried.items():
+                    td.set(key, value)
+                add_group_dims(td, self._specs.group_sizes)
+                raw = self._call(td)
+            else:
+                raw = self._call(*observation)
+        extras: dict[Key, torch.Tensor] = {}
+        if isinstance(raw, TensorDictBase | Mapping):
+            action = _get(raw, self._action_key)
+            for key in self.extra_keys:
+                extras[key] = _get(raw, key)
+        else:
+            action = raw
+        self._check_action(action, step)
+        for key, value in extras.items():
+            shape, dtype = self._extras[key]
+            if (
+                not isinstance(value, torch.Tensor)
+                or value.shape != shape
+                or value.dtype != dtype
+                or value.device != self.device
+            ):
+                raise PolicyError(
+                    f"policy {_name(self.policy)} returned {'/'.join(key)!r} {_describe(value)} at step {step + 1}, "
+                    f"but of shape {tuple(shape)} and dtype {dtype} when the collector was built (on {self.device}); "
+                    "an extra output is stored as it first came: return the same shape, dtype and device on every call"
+                )
+        return action, extras
+
+    def _check_action(self, action: Any, step: int) -> None:
+        if (
+            isinstance(action, torch.Tensor)
+            and action.device == self.device
+            and action.shape == self._action_shape
+            and (action.is_floating_point() != self._discrete)
+            and not action.is_complex()
+        ):
+            return
+        kind = "an integer" if self._discrete else "a floating-point"
+        raise PolicyError(
+            f"policy {_name(self.policy)} returned actions {_describe(action)} at step {step + 1}; the action space "
+            f"{self._action_space} needs {kind} tensor of shape {self._action_shape} on {self.device} (the device "
+            "env's device: engine='device' moves nothing)"
+        )
+
+
+def _get(raw: TensorDictBase | Mapping[Any, Any], key: Key) -> Any:
+    """``raw[key]`` for a nested key, or a :class:`PolicyError` naming it."""
+    value: Any = raw
+    for part in key:
+        try:
+            value = value[part]
+        except (KeyError, TypeError):
+            raise PolicyError(
+                f"policy output has no {'/'.join(key)!r} key, which it had when the collector was built"
+            ) from None
+    return value
+
+
+def _name(policy: Any) -> str:
+    return getattr(policy, "__qualname__", None) or type(policy).__name__
+
+
+class _RandomActions:
+    """Uniform random actions from the action space, drawn on the device (normal where a Box is unbounded).
+
+    The rules of :meth:`~pycollect.envs.FieldSpec.sample`, with a ``torch.Generator`` on the env's
+    device instead of numpy's: integers uniform within the bounds, floats uniform between finite
+    bounds, normal without, and exponential off the one finite bound of a half-bounded Box.
+    """
+
+    def __init__(self, spec: FieldSpec, count: int, device: torch.device, generator: torch.Generator) -> None:
+        self.count = count
+        self.device = device
+        self.generator = generator
+        self.shape = spec.shape
+        self.dtype = _torch_dtype(spec.dtype)
+        self.discrete = spec.discrete
+        low, high = np.asarray(spec.low, np.float64), np.asarray(spec.high, np.float64)
+        if spec.discrete:
+            self._low = torch.as_tensor(low, dtype=torch.int64, device=device)
+            self._span = torch.as_tensor(high - low + 1, dtype=torch.int64, device=device)
+            return
+        bounded = np.isfinite(low) & np.isfinite(high)
+        lower, upper = np.isfinite(low) & ~np.isfinite(high), ~np.isfinite(low) & np.isfinite(high)
+        # Which draws are needed is known on the host, once: no draw is made for nothing
+        self._uniform = bool(bounded.any())
+        self._normal = not bool(bounded.all())
+        self._exponential = bool((lower | upper).any())
+        self._bounded, self._lower, self._upper = (torch.as_tensor(a, device=device) for a in (bounded, lower, upper))
+        self._low = torch.as_tensor(np.where(bounded | lower, low, 0.0), device=device)
+        self._high = torch.as_tensor(np.where(bounded | upper, high, 1.0), device=device)
+
+    def draw(self, steps: int) -> torch.Tensor:
+        """``[steps, N, *shape]`` actions (each step's ``[N, *shape]`` contiguous, as the env gets it)."""
+        size = (steps, self.count, *self.shape)
+        g, device = self.generator, self.device
+        if self.discrete:
+            uniform = torch.rand(size, generator=g, dtype=torch.float64, device=device)
+            values = self._low + (uniform * self._span).to(torch.int64).minimum(self._span - 1)
+            return values.to(self.dtype)
+        out = torch.zeros(size, dtype=torch.float64, device=device)
+        if self._normal:
+            out = torch.randn(size, generator=g, dtype=torch.float64, device=device)
+        if self._uniform:
+            uniform = torch.rand(size, generator=g, dtype=torch.float64, device=device)
+            out = torch.where(self._bounded, self._low + uniform * (self._high - self._low), out)
+        if self._exponential:
+            exponential = torch.empty(size, dtype=torch.float64, device=device).exponential_(generator=g)
+            out = torch.where(self._lower, self._low + exponential, out)
+            out = torch.where(self._upper, self._high - exponential, out)
+        return out.to(self.dtype)
+
+
+def _tensordict(out: Mapping[Key, torch.Tensor], count: int, steps: int, device: torch.device) -> TensorDict:
+    """The rollout's tensors as a ``[N, T]`` TensorDict on ``device`` (time named), without per-leaf checks.
+
+    Every tensor is ours and fits by construction (see :func:`pycollect._batch.tensordict.to_tensordict`,
+    which does the same for the host engines' arrays).
+    """
+    nested: dict[str, Any] = {}
+    for key, tensor in out.items():
+        level = nested
+        for part in key[:-1]:
+            level = level.setdefault(part, {})
+        level[key[-1]] = tensor
+    size = torch.Size((count, steps))
+
+    def build(node: dict[str, Any]) -> TensorDict:
+        for name, value in node.items():
+            if isinstance(value, dict):
+                node[name] = build(value)
+        return TensorDict._new_unsafe(node, batch_size=size, device=device, names=[None, "time"])
+
+    return build(nested)

@@ -1,0 +1,633 @@
+"""engine="device": one device env stepped in the trainer, rollouts kept on its device, no host copy per step.
+
+The reference is the host engine over the same env: :class:`HostCartPole` is :class:`TorchCartPole`
+stepped on the CPU and handed to ``engine="inprocess"`` as a numpy batched env, so the two engines'
+batches must be equal value for value (keys, dtypes, shapes, observations, flags, trajectory ids,
+truncation, recurrent state) wherever the policy decides the actions.
+
+CUDA: every test that takes ``device`` runs on each device this machine has (the CPU, and CUDA where
+it is available), so nothing is skipped where CUDA is absent (CI fails a run with a skipped test)
+and the CUDA runs happen wherever a GPU is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+
+import pycollect
+from pycollect import Collector, CollectorConfig
+from pycollect.default_plugins.builtin_engines import Device
+from pycollect.engines import Engine
+from pycollect.envs import DeviceBatchedEnv, EnvBackend, is_device_env
+from pycollect.envs.device import device_env_refusal
+from pycollect.envs.source import EnvSource
+from pycollect.exceptions import ConfigError, ConformanceError, EnvCreationError, EnvOutputError, PolicyError
+from pycollect.testing.device_envs import HostCartPole, TorchCartPole, TorchPointMass, forbid_host_transfers
+
+pytestmark = pytest.mark.timeout(120)
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+N, T = 6, 40
+
+
+class Argmax(torch.nn.Module):
+    """A deterministic CartPole policy: a seeded linear layer, the larger logit."""
+
+    def __init__(self, seed: int = 3) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.linear = torch.nn.Linear(4, 2)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.randn(2, 4, generator=generator))
+            self.linear.bias.copy_(torch.randn(2, generator=generator))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.linear(observation).argmax(-1)
+
+
+class PushRight(torch.nn.Module):
+    """Always action 1 (and an extra output, a TensorDict policy's ``value``), whatever the observation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.ones(observation.shape[0], dtype=torch.int64, device=observation.device)
+
+
+def valued_actor() -> TensorDictModule:
+    """A TensorDict policy with an extra output: the action and a float ``value``."""
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = Argmax()
+
+        def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.net(observation), observation.sum(-1, keepdim=True)
+
+    return TensorDictModule(Net(), in_keys=["observation"], out_keys=["action", "value"])
+
+
+def lstm_actor() -> Any:
+    from policies import lstm_actor as make
+
+    return make()
+
+
+def device_collector(
+    policy: Any = None, *, env: Any = TorchCartPole, device: str = "cpu", **settings: Any
+) -> Collector:
+    settings.setdefault("frames_per_batch", N * T)
+    settings.setdefault("seed", 0)
+    kwargs = {"num_envs": N, "device": device, **settings.pop("env_kwargs", {})}
+    return Collector(env, policy, engine="device", envs_per_worker=N, env_kwargs=kwargs, **settings)
+
+
+def host_collector(policy: Any = None, **settings: Any) -> Collector:
+    settings.setdefault("frames_per_batch", N * T)
+    settings.setdefault("seed", 0)
+    return Collector(HostCartPole, policy, envs_per_worker=N, env_kwargs={"num_envs": N}, **settings)
+
+
+def batches(collector: Collector, count: int) -> list[TensorDictBase]:
+    with collector:
+        return [collector.next_batch() for _ in range(count)]
+
+
+def engine(policy: Any = None, *, env: Any = TorchCartPole, device: str = "cpu", **settings: Any) -> Engine:
+    """The engine alone, as a collector starts it (its next_batch is what the host-copy checks watch)."""
+    settings.setdefault("seed", 0)
+    config, source = pycollect.plugins.resolve(
+        CollectorConfig(frames_per_batch=N * T, envs_per_worker=N, engine="device", **settings),
+        env,
+        {"num_envs": N, "device": device},
+    )
+    assert isinstance(config.engine, Device)
+    return config.engine.start(config, source, policy, policy if isinstance(policy, torch.nn.Module) else None)
+
+
+def leaves(batch: TensorDictBase) -> dict[Any, torch.Tensor]:
+    return {
+        key if isinstance(key, tuple) else (key,): batch.get(key)
+        for key in batch.keys(include_nested=True, leaves_only=True)
+    }
+
+
+def assert_same_layout(device_batch: TensorDictBase, host_batch: TensorDictBase) -> None:
+    ours, theirs = leaves(device_batch), leaves(host_batch)
+    assert sorted(map(str, ours)) == sorted(map(str, theirs))
+    for key, value in theirs.items():
+        assert ours[key].dtype == value.dtype, key
+        assert ours[key].shape == value.shape, key
+    assert device_batch.batch_size == host_batch.batch_size
+    assert device_batch.names == host_batch.names == [None, "time"]
+
+
+def assert_equal(device_batches: Sequence[TensorDictBase], host_batches: Sequence[TensorDictBase]) -> None:
+    for n, (ours, theirs) in enumerate(zip(device_batches, host_batches, strict=True)):
+        assert_same_layout(ours, theirs)
+        for key, value in leaves(theirs).items():
+            assert torch.equal(leaves(ours)[key], value), f"batch {n}, {key}"
+
+
+# -- the batches ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batches_have_the_keys_dtypes_and_shapes_of_inprocess_batches_of_gymnasium_cartpole(device: str) -> None:
+    (ours,) = batches(device_collector(device=device), 1)
+    with Collector("CartPole-v1", None, frames_per_batch=N * T, envs_per_worker=N, seed=0) as collector:
+        theirs = collector.next_batch()
+    assert_same_layout(ours, theirs)
+    assert ours.device == torch.device(device) or ours.device.type == device
+    assert all(value.device.type == device for value in leaves(ours).values())
+
+
+@pytest.mark.parametrize(
+    ("policy", "settings"),
+    [
+        (Argmax, {}),
+        (Argmax, {"max_frames_per_traj": 7}),
+        (Argmax, {"reset_at_each_iter": True, "max_frames_per_traj": 30}),
+        (valued_actor, {"max_frames_per_traj": 11}),
+        (lstm_actor, {}),
+        (lstm_actor, {"max_frames_per_traj": 9}),
+    ],
+    ids=["module", "module-limit", "module-reset-each-iter", "tensordict-extra-output", "lstm", "lstm-limit"],
+)
+def test_batches_equal_the_inprocess_engines_over_the_same_env_value_for_value(policy: Any, settings: Any) -> None:
+    # A long enough run that episodes end by termination, by the limit, and across batches
+    ours = batches(device_collector(policy(), **settings), 4)
+    theirs = batches(host_collector(policy(), **settings), 4)
+    assert_equal(ours, theirs)
+    done = torch.stack([batch["next", "done"] for batch in ours])
+    assert done.any()
+
+
+def test_a_dict_observation_and_a_box_action_have_the_layout_a_host_engine_gives_those_spaces() -> None:
+    with device_collector(env=TorchPointMass, max_frames_per_traj=20) as collector:
+        batch = collector.next_batch()
+        fields = {field.key: field for field in collector.fields}
+    assert set(leaves(batch)) == set(fields)
+    for key, value in leaves(batch).items():
+        field = fields[key]
+        assert value.shape == (N, T, *field.shape), key
+        assert value.dtype == torch.from_numpy(np.empty(0, field.dtype)).dtype, key
+    assert ("observation", "position") in fields and ("next", "observation", "velocity") in fields
+    action = batch["action"]
+    assert action.dtype == torch.float32 and bool((action.abs() <= 1).all()) and action.std() > 0.1
+
+
+def test_the_collector_counts_the_episodes_the_inprocess_engine_counts() -> None:
+    with (
+        device_collector(Argmax(), max_frames_per_traj=15) as ours,
+        host_collector(Argmax(), max_frames_per_traj=15) as theirs,
+    ):
+        for _ in range(3):
+            ours.next_batch()
+            theirs.next_batch()
+        assert ours.episodes.count == theirs.episodes.count > 0
+        assert ours.episodes.return_sum == theirs.episodes.return_sum
+
+
+# -- seeds, trajectories, limits, random actions -------------------------------------------
+
+
+def test_the_same_seed_gives_the_same_batches_and_another_seed_others() -> None:
+    first = batches(device_collector(Argmax(), init_random_frames=N * T, seed=5), 3)
+    again = batches(device_collector(Argmax(), init_random_frames=N * T, seed=5), 3)
+    other = batches(device_collector(Argmax(), init_random_frames=N * T, seed=6), 3)
+    for a, b in zip(first, again, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(leaves(a).values(), leaves(b).values(), strict=True))
+    assert not torch.equal(first[0]["observation"], other[0]["observation"])
+    assert not torch.equal(first[0]["action"], other[0]["action"])
+
+
+def test_each_sub_env_starts_from_its_own_seed_whatever_the_others() -> None:
+    seeds = pycollect.env_seeds(0, N)
+    alone = TorchCartPole(1)
+    batched = TorchCartPole(N)
+    assert torch.equal(alone.reset([seeds[2]])[0], batched.reset(seeds)[2])
+
+
+def test_trajectory_ids_change_exactly_after_a_done_and_are_handed_out_in_step_then_env_order() -> None:
+    runs = batches(device_collector(None, max_frames_per_traj=25), 4)
+    ids = torch.cat([batch["collector", "traj_ids"] for batch in runs], dim=1)
+    done = torch.cat([batch["next", "done"][..., 0] for batch in runs], dim=1)
+    assert torch.equal(ids[:, 1:] != ids[:, :-1], done[:, :-1])
+    assert torch.equal(ids[:, 0], torch.arange(N))
+    # Each id belongs to one sub-env, and new ids come in order: by step, then by sub-env
+    starts = [(t + 1, env) for t in range(ids.shape[1] - 1) for env in range(N) if done[env, t]]
+    assert [int(ids[env, t]) for t, env in starts] == list(range(N, N + len(starts)))
+
+
+def test_max_frames_per_traj_truncates_every_trajectory_at_the_limit() -> None:
+    limit = 6
+    runs = batches(device_collector(PushRight(), max_frames_per_traj=limit, env_kwargs={"max_episode_steps": None}), 3)
+    ids = torch.cat([batch["collector", "traj_ids"] for batch in runs], dim=1)
+    truncated = torch.cat([batch["next", "truncated"][..., 0] for batch in runs], dim=1)
+    terminated = torch.cat([batch["next", "terminated"][..., 0] for batch in runs], dim=1)
+    _, lengths = torch.unique_consecutive(ids.flatten(), return_counts=True)
+    assert int(lengths.max()) <= limit
+    cut = truncated & ~terminated
+    assert cut.any()
+    for env, t in cut.nonzero().tolist():
+        assert int((ids[env, : t + 1] == ids[env, t]).sum()) == limit  # cut exactly at the limit
+    # The frame after a cut starts from a fresh state (the env's reset_envs), not the cut one's next
+    for env, t in cut.nonzero().tolist():
+        if t + 1 < ids.shape[1]:
+            observation = torch.cat([batch["observation"] for batch in runs], dim=1)
+            assert bool((observation[env, t + 1].abs() <= 0.05).all())
+
+
+def test_random_actions_first_then_the_policy() -> None:
+    with device_collector(PushRight(), init_random_frames=2 * N * T) as collector:
+        first, second, third, fourth = (collector.next_batch() for _ in range(4))
+    for batch in (first, second):
+        actions = batch["action"]
+        assert set(actions.unique().tolist()) == {0, 1}
+    for batch in (third, fourth):
+        assert bool((batch["action"] == 1).all())
+
+
+# -- zero host copies ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("env", "policy", "settings"),
+    [
+        (TorchCartPole, Argmax, {}),
+        (TorchCartPole, valued_actor, {"max_frames_per_traj": 5, "reset_at_each_iter": True}),
+        (TorchCartPole, lstm_actor, {"max_frames_per_traj": 5}),
+        (TorchPointMass, None, {"max_frames_per_traj": 5}),
+    ],
+    ids=["module", "tensordict-limit-reset", "lstm-limit", "dict-random"],
+)
+def test_next_batch_converts_nothing_for_the_host_and_moves_nothing_off_the_device(
+    device: str, env: Any, policy: Any, settings: Any
+) -> None:
+    module = None if policy is None else policy()
+    if isinstance(module, torch.nn.Module):
+        module.to(device)
+    started = engine(module, env=env, device=device, **settings)
+    try:
+        started.next_batch(random_actions=module is None, policy_version=0)  # the first reset takes the seeds
+        with forbid_host_transfers(device):
+            # numpy, cpu, item, tolist, bool/int/float, numpy.asarray, host-reading aten ops, cross-device copies
+            out = [started.next_batch(random_actions=module is None, policy_version=n) for n in (1, 2, 3)]
+    finally:
+        started.close()
+    here = torch.device(device)
+    for batch in out:
+        assert all(value.device.type == here.type for value in leaves(batch).values())
+    assert out[-1]["policy_version"].unique().tolist() == [3]
+
+
+def test_the_host_transfer_guard_catches_what_would_stall_a_gpu() -> None:
+    x, mask = torch.ones(3), torch.tensor([True, False, True])
+    for read in (
+        lambda: x.numpy(),
+        lambda: x.cpu(),
+        lambda: x.sum().item(),
+        lambda: x.tolist(),
+        lambda: bool(mask.any()),
+        lambda: np.asarray(x),
+        lambda: x[mask],
+        lambda: mask.nonzero(),
+        lambda: x.to("meta"),
+    ):
+        with forbid_host_transfers("cpu"), pytest.raises(ConformanceError):
+            read()
+    with forbid_host_transfers("cpu"):
+        torch.where(mask, x, 0.0).cumsum(0)
+    assert x.numpy().tolist() == [1.0, 1.0, 1.0]  # everything put back
+
+
+# -- weights, state, shutdown -------------------------------------------------------------
+
+
+def test_the_policy_is_the_trainers_object_and_updates_reach_the_next_batch() -> None:
+    policy = Argmax()
+    with device_collector(policy) as collector:
+        collector.next_batch()
+        with torch.no_grad():
+            policy.linear.bias.copy_(torch.tensor([0.0, 1e6]))  # action 1 from now on
+        collector.update_policy_weights_()
+        batch = collector.next_batch()
+        assert bool((batch["action"] == 1).all())
+        assert batch["policy_version"].unique().tolist() == [1]
+        learner = Argmax()
+        with torch.no_grad():
+            learner.linear.bias.copy_(torch.tensor([1e6, 0.0]))
+        collector.update_policy_weights_(learner)
+        batch = collector.next_batch()
+        assert bool((batch["action"] == 0).all())
+        assert batch["policy_version"].unique().tolist() == [2]
+
+
+def test_state_dict_continues_the_trajectory_numbering() -> None:
+    with device_collector(None) as collector:
+        collector.next_batch()
+        collector.next_batch()
+        state = collector.state_dict()
+        last = int(collector.next_batch()["collector", "traj_ids"].max())
+    assert state["runner"]["next_traj_id"] > N
+    with device_collector(None) as resumed:
+        resumed.load_state_dict(state)
+        first = resumed.next_batch()["collector", "traj_ids"][:, 0]
+    assert torch.equal(first, torch.arange(N) + state["runner"]["next_traj_id"])
+    assert last >= state["runner"]["next_traj_id"] - 1
+    with host_collector(None) as host:  # an in-process engine's state loads too
+        host.next_batch()
+        host_state = host.state_dict()
+    with device_collector(None) as resumed:
+        resumed.load_state_dict(host_state)
+        first = resumed.next_batch()["collector", "traj_ids"][:, 0]
+    assert torch.equal(first, torch.arange(N) + host_state["runner"]["next_traj_id"])
+
+
+def test_shutdown_closes_the_env_once() -> None:
+    built: list[TorchCartPole] = []
+
+    def make(**kwargs: Any) -> TorchCartPole:
+        built.append(TorchCartPole(**kwargs))
+        return built[-1]
+
+    collector = Collector(
+        make, None, engine=Device(), envs_per_worker=N, env_kwargs={"num_envs": N}, frames_per_batch=N
+    )
+    collector.next_batch()
+    collector.shutdown()
+    collector.shutdown()
+    assert len(built) == 1 and built[0].closed
+
+
+# -- a backend that builds device envs -----------------------------------------------------
+
+
+class CartPoleBackend(EnvBackend):
+    """A backend with make_device (and no host envs): ``target`` is ignored, the device is recorded."""
+
+    name = "torch-cartpole"
+    device_env = True
+    asked: ClassVar[list[tuple[int, torch.device | None]]] = []
+
+    def make(self, target: Any, env_kwargs: Any) -> Any:
+        raise NotImplementedError("device envs only")
+
+    def make_device(self, target: Any, env_kwargs: Any, num_envs: int, device: torch.device | None) -> TorchCartPole:
+        type(self).asked.append((num_envs, device))
+        return TorchCartPole(num_envs, device or "cpu", **env_kwargs)
+
+
+def test_a_backend_with_make_device_builds_the_env_with_envs_per_worker_sub_envs_on_the_device_asked() -> None:
+    source = EnvSource(CartPoleBackend(), "CartPole-v1", {"max_episode_steps": 20})
+    CartPoleBackend.asked.clear()
+    with Collector(source, None, engine="device", envs_per_worker=N, frames_per_batch=N * T, device="cpu") as collector:
+        batch = collector.next_batch()
+    assert CartPoleBackend.asked == [(N, torch.device("cpu"))]
+    assert batch.shape == (N, T) and bool(batch["next", "truncated"].any())  # its 20-step limit
+
+
+def test_the_base_backend_builds_no_device_env() -> None:
+    class HostOnly(EnvBackend):
+        name = "host-only"
+
+        def make(self, target: Any, env_kwargs: Any) -> Any:
+            return gym.make("CartPole-v1")
+
+    assert not HostOnly.device_env
+    with pytest.raises(NotImplementedError, match="host-only"):
+        HostOnly().make_device("x", {}, 2, None)
+
+
+# -- refusals, before the env steps --------------------------------------------------------
+
+
+class CountingFactory:
+    """A factory of device envs that counts what it builds (nothing must be built for a refused config)."""
+
+    def __init__(self) -> None:
+        self.built: list[TorchCartPole] = []
+        self.__qualname__ = "CountingFactory"
+
+    def __call__(self, **kwargs: Any) -> TorchCartPole:
+        self.built.append(TorchCartPole(**kwargs))
+        return self.built[-1]
+
+
+def test_workers_are_refused_by_name_before_any_env_is_built() -> None:
+    factory = CountingFactory()
+    with pytest.raises(ConfigError, match=r"engine='device' steps one device env in this process.*num_workers=2"):
+        Collector(factory, None, engine="device", num_workers=2, envs_per_worker=N, frames_per_batch=N)
+    assert factory.built == []
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs", "built"),
+    [
+        ("CartPole-v1", {}, r"built a CartPoleEnv|built a TimeLimit"),
+        (HostCartPole, {"num_envs": N}, "built a HostCartPole"),
+        ("gymnasium-vector:CartPole-v1", {}, "builds numpy batched envs"),
+    ],
+    ids=["gymnasium-id", "host-batched-factory", "batched-backend"],
+)
+def test_an_env_that_is_no_device_env_is_refused_naming_it_and_the_engines_that_step_it(
+    env: Any, kwargs: Any, built: str
+) -> None:
+    with pytest.raises(ConfigError, match=built) as raised:
+        Collector(env, None, engine="device", envs_per_worker=N, env_kwargs=kwargs, frames_per_batch=N)
+    message = str(raised.value)
+    assert "engine='device' cannot step env" in message and "engine='inprocess'" in message
+    assert "DeviceBatchedEnv" in message
+
+
+def test_another_count_of_sub_envs_than_envs_per_worker_is_refused_and_the_env_closed() -> None:
+    factory = CountingFactory()
+    with pytest.raises(ConfigError, match=r"device env of 4 sub-envs.*envs_per_worker is 8.*envs_per_worker=4"):
+        Collector(factory, None, engine="device", envs_per_worker=8, env_kwargs={"num_envs": 4}, frames_per_batch=8)
+    assert len(factory.built) == 1 and factory.built[0].closed
+
+
+@pytest.mark.parametrize("setting", ["storing_device", "device", "policy_device"])
+def test_a_device_setting_other_than_the_envs_device_is_refused_naming_both(setting: str) -> None:
+    # The env on "meta" (no data, no CUDA needed) stands for an env on a GPU with a setting naming the CPU
+    factory = CountingFactory()
+    with pytest.raises(ConfigError, match=rf"{setting}='cpu', but device env .* is on meta"):
+        Collector(
+            factory,
+            None,
+            engine="device",
+            envs_per_worker=N,
+            env_kwargs={"num_envs": N, "device": "meta"},
+            frames_per_batch=N,
+            **{setting: "cpu"},
+        )
+    assert factory.built[0].closed
+
+
+def test_a_policy_on_another_device_than_the_envs_is_refused() -> None:
+    with pytest.raises(PolicyError, match=r"parameters are on cpu, but device env .* is on meta.*policy.to\('meta'\)"):
+        Collector(
+            TorchCartPole,
+            Argmax(),
+            engine="device",
+            envs_per_worker=N,
+            env_kwargs={"num_envs": N, "device": "meta"},
+            frames_per_batch=N,
+        )
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"info_keys": ["x"]}, "info_keys=.*device env's step returns no info dict"),
+        ({"weight_sync": "shared_memory"}, "weight_sync='shared_memory': engine='device'"),
+        ({"device_policy": "round_robin"}, "device_policy='round_robin': engine='device'"),
+    ],
+)
+def test_settings_without_meaning_for_a_device_env_are_refused(settings: Any, match: str) -> None:
+    factory = CountingFactory()
+    with pytest.raises(ConfigError, match=match):
+        Collector(
+            factory,
+            None,
+            engine="device",
+            envs_per_worker=N,
+            env_kwargs={"num_envs": N},
+            frames_per_batch=N,
+            **settings,
+        )
+    assert factory.built == []
+
+
+def test_a_failing_factory_is_an_env_creation_error_naming_it() -> None:
+    def broken(**kwargs: Any) -> DeviceBatchedEnv:
+        raise RuntimeError("no simulator here")
+
+    with pytest.raises(EnvCreationError, match=r"broken.*RuntimeError: no simulator here"):
+        Collector(broken, None, engine="device", envs_per_worker=N, frames_per_batch=N)
+
+
+def test_a_device_env_is_told_apart_and_other_engines_refuse_it() -> None:
+    env = TorchCartPole(N)
+    assert is_device_env(env) and not is_device_env(HostCartPole(N)) and not is_device_env(gym.make("CartPole-v1"))
+    message = device_env_refusal(env, "callable:make")
+    assert "'callable:make' built a device env (TorchCartPole of 6 sub-envs on cpu)" in message
+    assert f"engine='device', envs_per_worker={N}" in message
+    for workers in (0, 2):  # refused where it is built (the probe), before any worker starts
+        with pytest.raises(ConfigError, match=r"built a device env \(TorchCartPole.*only engine='device' steps one"):
+            Collector(
+                TorchCartPole,
+                None,
+                envs_per_worker=N,
+                num_workers=workers,
+                env_kwargs={"num_envs": N},
+                frames_per_batch=N * max(1, workers),
+            )
+    with pytest.raises(ConfigError, match=r"built a device env \(TorchCartPole"):
+        pycollect.make_vec(TorchCartPole, N, num_workers=0, env_kwargs={"num_envs": N})
+
+
+class BadCartPole(TorchCartPole):
+    """Returns what a device env must not: chosen by ``fault``."""
+
+    def __init__(self, num_envs: int, fault: str) -> None:
+        super().__init__(num_envs)
+        self.fault = fault
+
+    def step(self, actions: torch.Tensor) -> Any:
+        observation, reward, terminated, truncated, final = super().step(actions)
+        if self.fault == "shape":
+            observation = observation[:, :3]
+        elif self.fault == "numpy":
+            observation = np.zeros((self.num_envs, 4), np.float32)
+        elif self.fault == "flags":
+            terminated = terminated.to(torch.int64)
+        elif self.fault == "reward":
+            reward = reward[:, None]
+        return observation, reward, terminated, truncated, final
+
+
+@pytest.mark.parametrize(
+    ("fault", "match"),
+    [
+        ("shape", r"observation 'observation' of shape \(6, 3\).*says a tensor of shape \(6, 4\)"),
+        ("numpy", r"observation 'observation' of type ndarray"),
+        ("flags", r"terminated of shape \(6,\) and dtype torch.int64.*must be a bool tensor"),
+        ("reward", r"reward of shape \(6, 1\)"),
+    ],
+)
+def test_what_the_env_returns_is_checked_by_shape_dtype_and_device(fault: str, match: str) -> None:
+    with (
+        Collector(
+            BadCartPole,
+            None,
+            engine="device",
+            envs_per_worker=N,
+            env_kwargs={"num_envs": N, "fault": fault},
+            frames_per_batch=N,
+        ) as collector,
+        pytest.raises(EnvOutputError, match=match),
+    ):
+        collector.next_batch()
+
+
+def test_a_policy_whose_actions_change_device_or_shape_is_refused_at_that_step() -> None:
+    class Drifting(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, observation: torch.Tensor) -> Any:
+            self.calls += 1
+            if self.calls <= 2:  # the dry run and the first step
+                return torch.zeros(observation.shape[0], dtype=torch.int64)
+            return np.zeros(observation.shape[0], np.int64)
+
+    with (
+        device_collector(Drifting()) as collector,
+        pytest.raises(PolicyError, match=r"returned actions of type ndarray at step 2"),
+    ):
+        collector.next_batch()
+
+
+def test_the_collectors_episode_counts_read_a_device_batch_once_through_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EpisodeRecord reads ids, rewards and flags of a batch on another device with one copy each (a CUDA batch)."""
+    from pycollect._batch import episodes
+
+    calls: list[str] = []
+    host = episodes._host
+
+    def counted(tensor: torch.Tensor) -> Any:
+        calls.append(tensor.device.type)
+        return host(tensor)
+
+    monkeypatch.setattr(episodes, "_host", counted)
+    with Collector(
+        TorchCartPole,
+        None,
+        engine="device",
+        envs_per_worker=N,
+        env_kwargs={"num_envs": N},
+        frames_per_batch=N * 40,
+        total_frames=N * 40,
+        seed=1,
+    ) as collector:
+        for _ in collector:
+            pass
+        assert collector.episodes.count > 0
+    assert calls == ["cpu"] * 3
