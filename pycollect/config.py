@@ -48,6 +48,7 @@ __all__ = [
     "SupervisionConfig",
     "VectorConfig",
     "default_num_workers",
+    "ordinal_device",
     "parse_autoreset_mode",
     "resolve_device",
 ]
@@ -138,7 +139,7 @@ def resolve_device(value: Any, what: str) -> torch.device:
     return device
 
 
-def _ordinal(device: torch.device | str | None) -> torch.device | None:
+def ordinal_device(device: torch.device | str | None) -> torch.device | None:
     """TorchRL's ``_make_ordinal_device``: ``cuda`` without an index is the current CUDA device."""
     if device is None:
         return None
@@ -472,7 +473,7 @@ class CollectorConfig:
     def requested_policy_device(self) -> torch.device | None:
         """``policy_device``, else ``device`` (TorchRL's rule), made ordinal (``cuda`` -> ``cuda:<current>``)."""
         chosen = self.policy_device if self.policy_device is not None else self.device
-        return _ordinal(chosen)
+        return ordinal_device(chosen)
 
     @property
     def resolved_storing_device(self) -> torch.device | None:
@@ -480,7 +481,7 @@ class CollectorConfig:
         chosen = self.storing_device
         if chosen is None and not self.num_workers:
             chosen = self.device
-        return _ordinal(chosen)
+        return ordinal_device(chosen)
 
     @property
     def replicas(self) -> int:

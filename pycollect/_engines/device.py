@@ -60,7 +60,7 @@ from pycollect._rollout.action_source import action_source
 from pycollect._rollout.fields import NEVER_WRITTEN, batch_fields
 from pycollect._rollout.policy import add_group_dims, parameters_device
 from pycollect._rollout.seeding import action_rng, env_seeds
-from pycollect.config import CollectorConfig
+from pycollect.config import CollectorConfig, ordinal_device
 from pycollect.engines import Engine, RolloutPlan
 from pycollect.envs.device import DeviceBatchedEnv, is_device_env
 from pycollect.envs.source import EnvSource, foreign_env
@@ -339,7 +339,7 @@ def build_device_env(config: CollectorConfig, env_source: EnvSource) -> DeviceBa
             f"not device envs; {_TAKES}. Env {name!r} steps with engine='inprocess' (num_workers=0), 'workers' "
             "or 'central' (num_workers >= 1)"
         )
-    asked = _ordinal(config.env_device if config.env_device is not None else config.device)
+    asked = ordinal_device(config.env_device if config.env_device is not None else config.device)
     try:
         if backend.device_env:
             env: Any = backend.make_device(env_source.target, env_source.env_kwargs, config.envs_per_worker, asked)
@@ -392,7 +392,7 @@ def _check_devices(
     """
     here = env_device(env)
     for setting in ("env_device", "device", "policy_device", "storing_device"):
-        value = _ordinal(getattr(config, setting))
+        value = ordinal_device(getattr(config, setting))
         if value is not None and value != here:
             raise ConfigError(
                 f"{setting}={str(value)!r}, but device env {name!r} is on {here}: engine='device' steps the env, runs "
@@ -400,7 +400,7 @@ def _check_devices(
                 f"(or set it to {str(here)!r}) and move what you need elsewhere yourself (batch.to('cpu'))"
             )
     own = parameters_device(weights_module if weights_module is not None else policy)
-    if own is not None and _ordinal(own) != here:
+    if own is not None and ordinal_device(own) != here:
         raise PolicyError(
             f"the policy's parameters are on {own}, but device env {name!r} is on {here}: engine='device' calls the "
             f"policy on the env's observations where they are; move the policy there first (policy.to({str(here)!r}))"
@@ -427,18 +427,8 @@ def _check_memory(config: CollectorConfig, plan: RolloutPlan, env: DeviceBatched
 
 def env_device(env: DeviceBatchedEnv) -> torch.device:
     """The env's device, with an index for CUDA (``cuda``: the current CUDA device), as its tensors report theirs."""
-    device = _ordinal(env.device)
+    device = ordinal_device(env.device)
     assert device is not None  # checked by build_device_env
-    return device
-
-
-def _ordinal(device: torch.device | str | None) -> torch.device | None:
-    """``cuda`` without an index is the current CUDA device (TorchRL's rule), so devices compare by index."""
-    if device is None:
-        return None
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
     return device
 
 

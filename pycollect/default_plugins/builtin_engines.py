@@ -103,18 +103,12 @@ class Central(EngineFactory):
                 "engine='central' needs num_workers >= 1 (its workers step the envs); with num_workers=0 the "
                 "in-process engine already runs the policy here"
             )
-        scheme = getattr(config.weight_sync, "name", config.weight_sync)
-        if scheme != "no_sync":
-            raise ConfigError(
-                f"weight_sync={scheme!r}: engine='central' runs the policy in this process, so no scheme moves its "
-                "weights (update_policy_weights_() needs none); leave weight_sync unset"
-            )
-        placement = getattr(config.device_policy, "name", config.device_policy)
-        if placement != "cpu":
-            raise ConfigError(
-                f"device_policy={placement!r}: engine='central' runs no policy in the workers; choose where the "
-                "policy runs with policy_device= (or device=)"
-            )
+        _refuse_worker_policy_settings(
+            config,
+            "central",
+            "runs the policy in this process, so no scheme moves its weights (update_policy_weights_() needs none)",
+            "runs no policy in the workers; choose where the policy runs with policy_device= (or device=)",
+        )
         if config.zero_copy:
             raise ConfigError(
                 "zero_copy=True: engine='central' assembles every batch in this process, so there are no "
@@ -153,18 +147,13 @@ class Device(EngineFactory):
                 f"num_workers={config.num_workers}: leave num_workers=0 and give the env all the sub-envs "
                 "(envs_per_worker)"
             )
-        scheme = getattr(config.weight_sync, "name", config.weight_sync)
-        if scheme != "no_sync":
-            raise ConfigError(
-                f"weight_sync={scheme!r}: engine='device' calls the very policy object in this process, so no scheme "
-                "moves its weights (update_policy_weights_() needs none); leave weight_sync unset"
-            )
-        placement = getattr(config.device_policy, "name", config.device_policy)
-        if placement != "cpu":
-            raise ConfigError(
-                f"device_policy={placement!r}: engine='device' has no workers to place; the env's device is where "
-                "the policy runs and the batches are stored"
-            )
+        _refuse_worker_policy_settings(
+            config,
+            "device",
+            "calls the very policy object in this process, so no scheme moves its weights (update_policy_weights_() "
+            "needs none)",
+            "has no workers to place; the env's device is where the policy runs and the batches are stored",
+        )
         if config.info_keys:
             raise ConfigError(
                 f"info_keys={list(config.info_keys)!r}: a device env's step returns no info dict (its values would be "
@@ -186,3 +175,23 @@ def _positive_int(value: object) -> bool:
 def register_engine() -> Sequence[type[EngineFactory]]:
     """Register :class:`InProcess`, :class:`Workers`, :class:`Central` and :class:`Device`."""
     return [InProcess, Workers, Central, Device]
+
+
+def _refuse_worker_policy_settings(config: CollectorConfig, engine: str, no_scheme: str, no_placement: str) -> None:
+    """Refuse a weight-sync scheme or device policy for an engine whose policy runs in this process.
+
+    Args:
+        config: The resolved settings.
+        engine: The engine's name, for the message.
+        no_scheme: Why the engine needs no scheme.
+        no_placement: Why it places no policy in workers.
+
+    Raises:
+        ConfigError: ``weight_sync`` other than ``no_sync``, or ``device_policy`` other than ``cpu``.
+    """
+    scheme = getattr(config.weight_sync, "name", config.weight_sync)
+    if scheme != "no_sync":
+        raise ConfigError(f"weight_sync={scheme!r}: engine={engine!r} {no_scheme}; leave weight_sync unset")
+    placement = getattr(config.device_policy, "name", config.device_policy)
+    if placement != "cpu":
+        raise ConfigError(f"device_policy={placement!r}: engine={engine!r} {no_placement}")
