@@ -24,14 +24,29 @@ no episodic life or reward clipping: ``benches/atari_env.py``'s settings). Conte
 * ``pycollect make_vec over gymnasium-vector``: ``make_vec("gymnasium-vector:CartPole-v1", 512,
   num_workers=2)`` stepped in a plain loop: each worker hosts one ``CartPoleVectorEnv(256)``.
 
+``jax``: gymnax's CartPole (the ``pycollect-jax`` plugin), 4,096 envs on the CPU, stepped in
+this process. Contenders:
+
+* ``raw jitted gymnax loop``: ``jax.jit`` of ``jax.vmap(env.step)`` (gymnax's step with its own
+  autoreset) over 4,096 envs, with the random actions drawn in JAX inside the same call,
+  ``block_until_ready`` at each step: the most a Python loop over this env gets.
+* ``pycollect engine='device' over gymnax``: ``Collector("gymnax:CartPole-v1", None,
+  engine="device", envs_per_worker=4096, num_workers=0, frames_per_batch=4096*32)``: the env
+  steps with torch tensors that share JAX's memory (``GymnaxDeviceEnv``), random actions drawn
+  by the engine with torch, ``[4096, 32]`` batches; whole batches timed, as every collector here.
+* ``pycollect engine='inprocess' over gymnax`` (reference): the same collector over the host
+  env (``GymnaxBatchedEnv``, numpy), stepped by the in-process engine.
+
 Targets (issue 41), medians of the per-round ratios: on Pong, pycollect over EnvPool >= 0.95x
 EnvPool alone and >= 1.1x pycollect over gymnasium Pong; on CartPole, make_vec >= 0.9x the two
-raw loops. Results go to ``benches/results/batched-<workload>.json`` and a plot next to it.
+raw loops; on gymnax, the device engine >= 0.9x the raw jitted loop. Results go to
+``benches/results/batched-<workload>.json`` and a plot next to it.
 
 Usage::
 
     python benches/batched.py                      # Pong: 3 rounds
     python benches/batched.py --workload cartpole
+    python benches/batched.py --workload jax       # needs pycollect-jax (plugins/pycollect-jax)
     python benches/batched.py --quick              # fewer frames, 2 rounds
 """
 
@@ -63,6 +78,10 @@ OVER_ENVPOOL = "pycollect workers over EnvPool (2 x 4, 1 thread each)"
 OVER_GYM = "pycollect workers over gymnasium Pong (2 x 4)"
 RAW_VECTOR = "two raw loops of CartPoleVectorEnv(256) in parallel"
 MAKE_VEC = "pycollect make_vec over gymnasium-vector (2 x 256)"
+JAX_ENVS = 4096  # gymnax CartPoles, in one batched env
+RAW_JAX = "raw jitted gymnax loop (4096 CartPoles)"
+DEVICE_JAX = "pycollect engine='device' over gymnax (4096)"
+HOST_JAX = "pycollect engine='inprocess' over gymnax (4096)"
 # EnvPool's Pong-v5 with benches/atari_env.py's preprocessing (what make_env builds from ALE)
 PONG_KWARGS = {
     "img_height": 84,
@@ -193,11 +212,81 @@ def make_vec_over_vector(frames: int) -> tp.Result:
     return tp._timed_steps(t0, envs, n, frames, prepare)
 
 
+class _Closing:
+    """What :func:`tp._timed_steps` closes after a raw loop: nothing to release."""
+
+    def close(self) -> None:
+        """Nothing: JAX frees the arrays with their last reference."""
+
+
+def raw_jax_loop(frames: int) -> tp.Result:
+    """gymnax's CartPole, 4,096 envs: one jitted call per step (vmapped step and autoreset, random actions)."""
+    import gymnax
+    import jax
+
+    n = JAX_ENVS
+    t0 = time.perf_counter()
+    env, params = gymnax.make("CartPole-v1")
+    step_all = jax.vmap(env.step, in_axes=(0, 0, 0, None))  # gymnax's step: resets where the episode ended
+
+    @jax.jit
+    def step(key: Any, state: Any) -> tuple[Any, ...]:
+        key, action_key, step_key = jax.random.split(key, 3)
+        actions = jax.random.randint(action_key, (n,), 0, 2)
+        obs, state, reward, terminated, truncated, info = step_all(
+            jax.random.split(step_key, n), state, actions, params
+        )
+        return key, state, obs, info["final_observation"], reward, terminated, truncated
+
+    def prepare() -> Callable[[int], Any]:
+        key, reset_key = jax.random.split(jax.random.PRNGKey(0))
+        _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, n), params)
+        carry = [key, state]
+
+        def run(count: int) -> None:
+            key, state = carry
+            for _ in range(count):
+                key, state, *out = step(key, state)
+                jax.block_until_ready(out)
+            carry[:] = [key, state]
+
+        return run
+
+    return tp._timed_steps(t0, _Closing(), n, frames, prepare)
+
+
+def _gymnax_collector(frames: int, engine: str) -> tp.Result:
+    cpu0, t0 = tp.CPU.read(), time.perf_counter()
+    collector = pycollect.Collector(
+        "gymnax:CartPole-v1",
+        None,
+        engine=engine,
+        envs_per_worker=JAX_ENVS,
+        num_workers=0,
+        frames_per_batch=JAX_ENVS * STEPS,
+        seed=0,
+    )
+    batches = max(1, round(frames / collector.frames_per_batch))
+    return tp._measure(collector, collector.next_batch, lambda _first: None, batches, t0, cpu0)
+
+
+def device_over_gymnax(frames: int) -> tp.Result:
+    """``Collector("gymnax:CartPole-v1", engine="device")``: 4,096 envs stepped with torch tensors over JAX's memory."""
+    return _gymnax_collector(frames, "device")
+
+
+def inprocess_over_gymnax(frames: int) -> tp.Result:
+    """``Collector("gymnax:CartPole-v1", engine="inprocess")``: the host env (numpy), for reference."""
+    return _gymnax_collector(frames, "inprocess")
+
+
 WORKLOADS: dict[str, dict[str, Callable[[int], tp.Result]]] = {
     "pong": {ENVPOOL: envpool_alone, OVER_ENVPOOL: over_envpool, OVER_GYM: over_gym},
     "cartpole": {RAW_VECTOR: raw_vector_loops, MAKE_VEC: make_vec_over_vector},
+    "jax": {RAW_JAX: raw_jax_loop, DEVICE_JAX: device_over_gymnax, HOST_JAX: inprocess_over_gymnax},
 }
-FRAMES = {"pong": 16_000, "cartpole": 4_000_000}
+FRAMES = {"pong": 16_000, "cartpole": 4_000_000, "jax": 8_388_608}
+BASELINES = {"pong": ENVPOOL, "cartpole": RAW_VECTOR, "jax": RAW_JAX}
 
 
 def main() -> None:
@@ -215,6 +304,8 @@ def main() -> None:
         parser.error(f"Pong needs EnvPool (pip install envpool): {problem}")
     if args.workload == "pong" and (problem := tp._missing("ale_py") or tp._missing("cv2")):
         parser.error(f"Pong needs ale-py and opencv-python-headless (pip install -e '.[bench]'): {problem}")
+    if args.workload == "jax" and (problem := tp._missing("pycollect_jax") or tp._missing("gymnax")):
+        parser.error(f"the jax workload needs pycollect-jax (pip install -e plugins/pycollect-jax): {problem}")
     rounds = args.rounds or (2 if args.quick else 3)
     frames = args.frames or FRAMES[args.workload]
     frames = frames // 4 if args.quick else frames
@@ -226,7 +317,7 @@ def main() -> None:
         names = list(contenders)
         shift = round_index % len(names)
         this_round = {name: contenders[name](frames).__dict__ for name in names[shift:] + names[:shift]}
-        base = this_round[ENVPOOL if args.workload == "pong" else RAW_VECTOR]["fps"]
+        base = this_round[BASELINES[args.workload]]["fps"]
         gym_pong = this_round.get(OVER_GYM, {}).get("fps")
         for entry in this_round.values():
             entry["round"] = round_index
@@ -276,6 +367,8 @@ def _targets(workload: str, summary: dict[str, dict[str, Any]]) -> list[tuple[st
             ("pycollect over EnvPool vs EnvPool alone", row["x baseline"], 0.95),
             ("pycollect over EnvPool vs pycollect over gymnasium Pong", row["x gymnasium pong"], 1.1),
         ]
+    if workload == "jax":
+        return [("engine='device' over gymnax vs the raw jitted loop", summary[DEVICE_JAX]["x baseline"], 0.9)]
     return [("make_vec over gymnasium-vector vs two raw loops", summary[MAKE_VEC]["x baseline"], 0.9)]
 
 
@@ -298,7 +391,8 @@ def _plot(path: Path, summary: dict[str, dict[str, Any]], workload: str) -> None
         color=["#C44E52" if name.startswith("pycollect") else "#8C8C8C" for name in labels],
     )
     ax.invert_yaxis()
-    ax.set_xlabel(f"frames/s, {'Pong (random actions)' if workload == 'pong' else 'CartPole (random actions)'}")
+    env = {"pong": "Pong", "cartpole": "CartPole", "jax": "gymnax CartPole, 4,096 envs"}[workload]
+    ax.set_xlabel(f"frames/s, {env} (random actions)")
     tp.save_figure(fig, path)
 
 

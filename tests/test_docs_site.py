@@ -34,6 +34,7 @@ PLUGIN_PACKAGES = {
     "pycollect_pettingzoo": "plugins/pycollect-pettingzoo/src/pycollect_pettingzoo/__init__.py",
     "pycollect_ray": "plugins/pycollect-ray/src/pycollect_ray/__init__.py",
     "pycollect_dmcontrol": "plugins/pycollect-dmcontrol/src/pycollect_dmcontrol/__init__.py",
+    "pycollect_jax": "plugins/pycollect-jax/src/pycollect_jax/__init__.py",
 }
 
 

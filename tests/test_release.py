@@ -40,6 +40,7 @@ REPOSITORY = "https://github.com/pycollect/pycollect"
 PLUGIN_PACKAGES = [
     "plugins/pycollect-dmcontrol",
     "plugins/pycollect-torchrl",
+    "plugins/pycollect-jax",
     "tests/plugin_packages/pycollect-example",
 ]
 GLIBC_FLOOR = 28  # torch's own wheels are manylinux_2_28
