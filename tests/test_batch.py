@@ -49,6 +49,10 @@ def test_to_tensordict_equals_the_public_constructors_batch_without_copying() ->
 class _PlainRecord(EpisodeRecord):
     """The record as it was first written (a sort by id), to compare with."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[int, tuple[float, int, int]] = {}
+
     def update(self, batch: TensorDictBase) -> None:
         ids = batch.get(("collector", "traj_ids")).reshape(-1).numpy()
         rewards = batch.get(("next", "reward")).reshape(-1).numpy().astype(np.float64)
@@ -105,5 +109,5 @@ def test_the_episode_record_counts_what_a_sort_by_id_counts(rows: int, steps: in
         assert (ours.count, ours.length_sum) == (plain.count, plain.length_sum)
         assert ours.recent_returns == plain.recent_returns
         assert ours.return_sum == plain.return_sum  # to the last bit
-        assert ours._open == plain._open
+        assert ours.open_trajectories() == plain._open
     assert ours.count >= 5  # episodes ended, and some went on across batches

@@ -35,7 +35,12 @@ class EpisodeRecord:
     return_sum: float = 0.0
     length_sum: int = 0
     recent_returns: list[float] = field(default_factory=list)
-    _open: dict[int, tuple[float, int, int]] = field(default_factory=dict, repr=False)
+    # The trajectories that had not finished at the end of a batch, sorted by id: their return so
+    # far, steps so far and the batch that saw them last (to forget those a reset cut off).
+    _open_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    _open_sums: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64), repr=False)
+    _open_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    _open_seen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     _batches: int = field(default=0, repr=False)
 
     @property
@@ -47,10 +52,10 @@ class EpisodeRecord:
         """Account for one ``[N, T]`` batch (before any trajectory split).
 
         A trajectory is a run of equal ids along a row (an id changes only where an episode
-        starts), so the runs are found with one comparison per frame instead of a sort; only
-        the runs that touch a row's ends meet trajectories of other batches. The frames are
-        handled by numpy, the few runs as Python lists: a numpy call on a handful of values
-        costs more than a Python loop over them.
+        starts), so the runs are found with one comparison per frame instead of a sort, and
+        their sums and lengths with one ``bincount`` each. Only the runs that touch a row's ends
+        meet trajectories of other batches (at most two a row): those are looked up in the table
+        of open trajectories (sorted arrays). All of it is numpy, whatever the number of episodes.
         """
         traj_ids = batch.get(TRAJ_IDS)
         steps = traj_ids.shape[-1]
@@ -63,32 +68,57 @@ class EpisodeRecord:
         run -= 1
         first = np.flatnonzero(starts)  # each run's first frame (flat)
         rewards = _host(batch.get(REWARD)).reshape(-1)  # float32, summed in float64 by bincount
-        sums = np.bincount(run, weights=rewards, minlength=first.size).tolist()
-        lengths = np.bincount(run, minlength=first.size).tolist()
-        finished = set(run[_host(batch.get(NEXT_DONE)).reshape(-1)].tolist())
-        run_ids = ids.reshape(-1)[first].tolist()
+        sums = np.bincount(run, weights=rewards, minlength=first.size)
+        lengths = np.bincount(run, minlength=first.size)
+        finished = np.zeros(first.size, bool)
+        finished[run[_host(batch.get(NEXT_DONE)).reshape(-1)]] = True
+        run_ids = ids.reshape(-1)[first]
         self._batches += 1
-        open_runs, ended = self._open, []
-        for n, (traj, frame) in enumerate(zip(run_ids, first.tolist(), strict=True)):
-            if frame % steps == 0 and traj in open_runs:  # at a row's start: it goes on from earlier
-                before, before_steps, _ = open_runs.pop(traj)
-                sums[n] += before
-                lengths[n] += before_steps
-            if n in finished:
-                ended.append((traj, n))
-            else:  # at most one per row, at its end
-                open_runs[traj] = (sums[n], lengths[n], self._batches)
-        ended.sort()  # in id order, as before
-        returns = [sums[n] for _, n in ended]
-        self.count += len(returns)
-        self.length_sum += sum(lengths[n] for _, n in ended)
-        for total in returns:  # one at a time: the same sum, to the last bit, as adding them as they finish
-            self.return_sum += total
-        self.recent_returns.extend(returns)
+        keep = np.ones(self._open_ids.size, bool)
+        if self._open_ids.size:  # a run at a row's start may go on from an earlier batch
+            at_start = np.flatnonzero(first % steps == 0)
+            where = np.searchsorted(self._open_ids, run_ids[at_start])
+            where[where == self._open_ids.size] = 0
+            going_on = self._open_ids[where] == run_ids[at_start]
+            runs, rows = at_start[going_on], where[going_on]
+            sums[runs] += self._open_sums[rows]
+            lengths[runs] += self._open_lengths[rows]
+            keep[rows] = False
+        unfinished = np.flatnonzero(~finished)  # at most one per row, at its end
+        self._set_open(
+            np.concatenate((self._open_ids[keep], run_ids[unfinished])),
+            np.concatenate((self._open_sums[keep], sums[unfinished])),
+            np.concatenate((self._open_lengths[keep], lengths[unfinished])),
+            np.concatenate((self._open_seen[keep], np.full(unfinished.size, self._batches, np.int64))),
+        )
+        ended = np.flatnonzero(finished)
+        ended = ended[np.argsort(run_ids[ended], kind="stable")]  # in id order, as they were numbered
+        returns = sums[ended]
+        self.count += int(returns.size)
+        self.length_sum += int(lengths[ended].sum())
+        if returns.size:  # added one at a time (cumsum is sequential): the same sum, to the last bit
+            self.return_sum = float(np.cumsum(np.concatenate(([self.return_sum], returns)))[-1])
+        self.recent_returns.extend(returns[-100:].tolist())
         del self.recent_returns[:-100]
         if self._batches % 100 == 0:
-            stale = self._batches - _FORGET_AFTER
-            self._open = {k: v for k, v in self._open.items() if v[2] > stale}
+            recent = self._open_seen > self._batches - _FORGET_AFTER
+            self._set_open(
+                self._open_ids[recent], self._open_sums[recent], self._open_lengths[recent], self._open_seen[recent]
+            )
+
+    def open_trajectories(self) -> dict[int, tuple[float, int, int]]:
+        """The trajectories not finished yet: ``{id: (return so far, steps so far, last batch that saw it)}``."""
+        return {
+            int(traj): (float(total), int(steps), int(seen))
+            for traj, total, steps, seen in zip(
+                self._open_ids, self._open_sums, self._open_lengths, self._open_seen, strict=True
+            )
+        }
+
+    def _set_open(self, ids: np.ndarray, sums: np.ndarray, lengths: np.ndarray, seen: np.ndarray) -> None:
+        order = np.argsort(ids, kind="stable")
+        self._open_ids, self._open_sums = ids[order], sums[order]
+        self._open_lengths, self._open_seen = lengths[order], seen[order]
 
 
 def _host(tensor: torch.Tensor) -> Any:
