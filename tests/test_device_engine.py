@@ -29,6 +29,7 @@ from pycollect.engines import Engine
 from pycollect.envs import DeviceBatchedEnv, EnvBackend, is_device_env
 from pycollect.envs.device import device_env_refusal
 from pycollect.envs.source import EnvSource
+from pycollect.envs.specs import specs_from_spaces
 from pycollect.exceptions import ConfigError, ConformanceError, EnvCreationError, EnvOutputError, PolicyError
 from pycollect.testing.device_envs import HostCartPole, TorchCartPole, TorchPointMass, forbid_host_transfers
 
@@ -200,6 +201,95 @@ def test_the_collector_counts_the_episodes_the_inprocess_engine_counts() -> None
         assert ours.episodes.return_sum == theirs.episodes.return_sum
 
 
+class BitPatterns(DeviceBatchedEnv):
+    """Sub-envs that never end, whose observations are fixed arbitrary bytes: step ``k`` returns ``frames[k]``.
+
+    A Dict of three leaves whose frames the engine moves as different element types: float32
+    ``(4,)`` (16 bytes), float64 ``(3,)`` (24 bytes) and uint8 ``(5,)``; the float bits include NaN
+    payloads, signalling NaNs, infinities, denormals and ``-0.0``.
+    """
+
+    final_observation_complete = True
+    built: ClassVar[list[BitPatterns]] = []
+
+    def __init__(self, num_envs: int, device: str = "cpu", steps: int = 2 * T + 1) -> None:
+        BitPatterns.built.append(self)
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.single_observation_space = gym.spaces.Dict(
+            {
+                "f32": gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+                "f64": gym.spaces.Box(-np.inf, np.inf, (3,), np.float64),
+                "u8": gym.spaces.Box(0, 255, (5,), np.uint8),
+            }
+        )
+        self.single_action_space = gym.spaces.Discrete(2)
+        generator = torch.Generator().manual_seed(7)
+        special = torch.tensor([0x7FA00001, 0x7FC12345, -(2**31), 1, 0x7F800000, -8388608, 0x7F800001, -1])
+        self.frames = []
+        for _ in range(steps):
+            f32 = torch.randint(-(2**31), 2**31, (num_envs, 4), generator=generator, dtype=torch.int32)
+            f32.view(-1)[: len(special)] = special.to(torch.int32)
+            f64 = torch.randint(-(2**63), 2**63 - 1, (num_envs, 3), generator=generator, dtype=torch.int64)
+            f64[0, 0] = 0x7FF0000000000001  # a signalling NaN
+            u8 = torch.randint(0, 256, (num_envs, 5), generator=generator, dtype=torch.uint8)
+            self.frames.append({"f32": f32.view(torch.float32), "f64": f64.view(torch.float64), "u8": u8})
+        self.frames = [{k: v.to(self.device) for k, v in frame.items()} for frame in self.frames]
+        self._step = 0
+        self._flags = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+
+    def reset(self, seeds: Sequence[int] | None = None) -> Any:
+        self._step = 0
+        return self.frames[0]
+
+    def step(self, actions: torch.Tensor) -> Any:
+        self._step += 1
+        frame = self.frames[self._step]
+        return frame, torch.zeros(self.num_envs, device=self.device), self._flags, self._flags, frame
+
+    def reset_envs(self, mask: torch.Tensor) -> Any:
+        return self.frames[self._step]
+
+
+def bits(value: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes, as integers of its element size (NaNs compare as their bits)."""
+    return value.cpu().view({1: torch.uint8, 4: torch.int32, 8: torch.int64}[value.element_size()])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_observations_are_stored_bit_for_bit_whatever_their_dtype(device: str) -> None:
+    with device_collector(env=BitPatterns, device=device) as collector:
+        runs = [collector.next_batch() for _ in range(2)]
+        env = BitPatterns.built[-1]
+    for n, batch in enumerate(runs):
+        for name in ("f32", "f64", "u8"):
+            stored = batch["observation", name]
+            following = batch["next", "observation", name]
+            for t in range(T):
+                assert torch.equal(bits(stored[:, t]), bits(env.frames[n * T + t][name])), (n, name, t)
+                assert torch.equal(bits(following[:, t]), bits(env.frames[n * T + t + 1][name])), (n, name, t)
+
+
+def test_batches_are_contiguous_and_their_memory_is_reused_only_once_the_caller_let_go() -> None:
+    with device_collector(Argmax()) as collector:
+        first = collector.next_batch()
+        assert all(value.is_contiguous() for value in leaves(first).values())
+        first.view(-1)  # as another engine's batch
+        kept = first["next", "observation"][:, :3]  # a view of one leaf keeps the whole batch's memory
+        expected = kept.clone()
+        addresses = {value.data_ptr() for value in leaves(first).values()}
+        seen = set(addresses)
+        del first
+        for _ in range(4):
+            batch = collector.next_batch()
+            held = {value.data_ptr() for value in leaves(batch).values()}
+            assert not addresses & held
+            seen |= held
+        assert torch.equal(kept, expected)
+        del kept, batch
+        reused = {value.data_ptr() for value in leaves(collector.next_batch()).values()}
+        assert reused <= seen  # nothing of the earlier batches is held now: their memory is handed out again
+
+
 # -- seeds, trajectories, limits, random actions -------------------------------------------
 
 
@@ -258,6 +348,170 @@ def test_random_actions_first_then_the_policy() -> None:
         assert set(actions.unique().tolist()) == {0, 1}
     for batch in (third, fourth):
         assert bool((batch["action"] == 1).all())
+
+
+class PickingCartPole(TorchCartPole):
+    """TorchCartPole that does not declare its final observations complete: the engine picks per row."""
+
+    final_observation_complete = False
+
+
+class MarkedCartPole(TorchCartPole):
+    """TorchCartPole whose final observation is a marker in the rows of sub-envs that did not end."""
+
+    def __init__(self, num_envs: int, device: str = "cpu", complete: bool = False) -> None:
+        super().__init__(num_envs, device, max_episode_steps=10)
+        self.final_observation_complete = complete
+
+    def step(self, actions: torch.Tensor) -> Any:
+        observation, reward, terminated, truncated, final = super().step(actions)
+        final = torch.where((terminated | truncated)[:, None], final, torch.full_like(final, 1234.0))
+        return observation, reward, terminated, truncated, final
+
+
+def test_final_observation_complete_is_off_by_default_and_true_of_the_testing_envs() -> None:
+    class Minimal(DeviceBatchedEnv):
+        def reset(self, seeds: Sequence[int] | None = None) -> Any: ...
+        def step(self, actions: torch.Tensor) -> Any: ...
+        def reset_envs(self, mask: torch.Tensor) -> Any: ...
+
+    assert Minimal.final_observation_complete is False
+    assert TorchCartPole.final_observation_complete and TorchPointMass.final_observation_complete
+    # What it promises: a row of final_observation is the step's own observation where no episode ended
+    cartpole, pointmass = TorchCartPole(64, max_episode_steps=20), TorchPointMass(64, max_episode_steps=15)
+    cartpole.reset(list(range(64)))
+    pointmass.reset(list(range(64)))
+    generator = torch.Generator().manual_seed(0)
+    ends = 0
+    for _ in range(60):
+        observation, _, terminated, truncated, final = cartpole.step(torch.randint(0, 2, (64,), generator=generator))
+        going = ~(terminated | truncated)
+        assert torch.equal(final[going], observation[going])
+        observation, _, terminated, truncated, final = pointmass.step(torch.rand(64, 2, generator=generator) * 2 - 1)
+        going = ~(terminated | truncated)
+        for name in ("position", "velocity"):
+            assert torch.equal(final[name][going], observation[name][going])
+        ends += int((~going).sum())
+    assert ends > 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "settings"),
+    [(Argmax, {"max_frames_per_traj": 7}), (lstm_actor, {}), (None, {"max_frames_per_traj": 9})],
+    ids=["module-limit", "lstm", "random-limit"],
+)
+def test_an_env_without_complete_final_observations_gives_the_same_batches(policy: Any, settings: Any) -> None:
+    picked = batches(device_collector(policy and policy(), env=PickingCartPole, **settings), 3)
+    copied = batches(device_collector(policy and policy(), env=TorchCartPole, **settings), 3)
+    assert_equal(picked, copied)
+    if policy is not None:  # and the in-process engine's, value for value
+        assert_equal(picked, batches(host_collector(policy(), **settings), 3))
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_the_flag_decides_whether_final_observation_is_stored_as_it_is(complete: bool) -> None:
+    (batch,) = batches(device_collector(Argmax(), env=MarkedCartPole, env_kwargs={"complete": complete}), 1)
+    done = batch["next", "done"][..., 0]
+    following = batch["next", "observation"]
+    assert done.any() and not done.all()
+    marked = (following == 1234.0).all(-1)
+    if complete:  # every row as the env returned it: the markers too
+        assert torch.equal(marked, ~done)
+    else:  # the step's observation where no episode ended: the next frame's
+        assert not marked.any()
+        going = ~done[:, :-1]
+        assert torch.equal(following[:, :-1][going], batch["observation"][:, 1:][going])
+
+
+class Still(DeviceBatchedEnv):
+    """Sub-envs that never move nor end, with any action space: the actions are the collector's draws alone.
+
+    Each step's actions, as the env got them, are kept in :attr:`taken`.
+    """
+
+    final_observation_complete = True
+    taken: ClassVar[list[torch.Tensor]] = []
+
+    def __init__(self, num_envs: int, action_space: gym.Space[Any], device: str = "cpu") -> None:
+        self.num_envs, self.device = num_envs, torch.device(device)
+        self.single_observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.single_action_space = action_space
+        self._observation = torch.zeros(num_envs, 1, device=self.device)
+        self._flags = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+        Still.taken = []
+
+    def reset(self, seeds: Sequence[int] | None = None) -> torch.Tensor:
+        return self._observation
+
+    def step(self, actions: torch.Tensor) -> Any:
+        Still.taken.append(actions.clone())
+        zero = torch.zeros(self.num_envs, device=self.device)
+        return self._observation, zero, self._flags, self._flags, self._observation
+
+    def reset_envs(self, mask: torch.Tensor) -> torch.Tensor:
+        return self._observation
+
+
+INT64 = np.iinfo(np.int64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.Discrete(2),
+        gym.spaces.Discrete(3, start=-1),
+        gym.spaces.Discrete(8, start=5),
+        gym.spaces.MultiDiscrete([3, 5, 2]),
+        gym.spaces.MultiDiscrete(np.full((2, 2), 4)),
+        gym.spaces.MultiBinary(5),
+        gym.spaces.MultiBinary([2, 3]),
+        gym.spaces.Box(0, 6, (2,), np.int32),
+        gym.spaces.Box(-128, 127, (3,), np.int8),
+        gym.spaces.Box(np.array([0, -(2**62)]), np.array([3, 2**62]), (2,), np.int64),
+        gym.spaces.Box(INT64.min, INT64.max, (2,), np.int64),
+    ],
+    ids=lambda space: repr(space),
+)
+def test_random_integer_actions_are_uniform_in_the_bounds_in_the_spaces_dtype(device: str, space: Any) -> None:
+    envs, steps = 64, 64
+    spec = specs_from_spaces(gym.spaces.Box(-1, 1, (1,)), space).action
+    kwargs = {"num_envs": envs, "action_space": space}
+    runs = [
+        batches(
+            Collector(
+                Still,
+                None,
+                engine="device",
+                envs_per_worker=envs,
+                env_kwargs={**kwargs, "device": device},
+                frames_per_batch=envs * steps,
+                seed=seed,
+            ),
+            2,
+        )
+        for seed in (0, 0, 1)
+    ]
+    actions = runs[0][0]["action"]
+    assert actions.shape == (envs, steps, *spec.shape) and actions.device.type == device
+    assert actions.dtype == torch.from_numpy(np.empty(0, spec.dtype)).dtype
+    # the env got each step's actions as the batch stores them
+    assert torch.equal(torch.stack(Still.taken[-steps:], 1), runs[2][1]["action"])
+    assert torch.equal(actions, runs[1][0]["action"]) and torch.equal(runs[0][1]["action"], runs[1][1]["action"])
+    assert not torch.equal(actions, runs[2][0]["action"]) and not torch.equal(actions, runs[0][1]["action"])
+    values = actions.reshape(-1, *spec.shape).cpu().to(torch.float64).numpy()
+    low, high = np.broadcast_to(spec.low, spec.shape), np.broadcast_to(spec.high, spec.shape)
+    assert (values >= low).all() and (values <= high).all()
+    draws = values.shape[0]
+    for index in np.ndindex(*spec.shape):
+        column, lo, hi = values[(slice(None), *index)], low[index], high[index]
+        if hi - lo < 256:  # every value, about as often as the others (a loose chi-square bound)
+            counts = np.array([(column == v).sum() for v in range(int(lo), int(hi) + 1)])
+            expected = draws / len(counts)
+            assert ((counts - expected) ** 2 / expected).sum() < 3 * len(counts) + 30, (index, counts)
+        else:  # many values: spread over the range
+            assert len(np.unique(column)) > draws // 2
+            assert column.min() < lo + (hi - lo) / 4 and column.max() > hi - (hi - lo) / 4
 
 
 # -- zero host copies ----------------------------------------------------------------------

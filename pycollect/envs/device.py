@@ -77,12 +77,20 @@ class DeviceBatchedEnv(abc.ABC):
             Discrete, MultiDiscrete, MultiBinary or a nested Dict of those).
         single_action_space: One sub-env's action space (Box, Discrete, MultiDiscrete or MultiBinary).
         device: Where every tensor the env takes and returns lives (``torch.device``).
+        final_observation_complete: Optional, ``False`` by default. ``True`` promises that
+            :meth:`step`'s ``final_observation`` holds every sub-env's own observation of the step,
+            not only the ended ones': the observation the step reached, before any reset (where
+            no episode ended, the same values as ``observation``). The collector then copies it as
+            the step's ``("next", "observation")`` as it is, instead of picking between the two by
+            the done flags (a select per step and leaf). Set it where it holds: a sub-env's row of
+            ``final_observation`` that is anything else would be stored as its next observation.
     """
 
     num_envs: int
     single_observation_space: Any
     single_action_space: Any
     device: torch.device
+    final_observation_complete: bool = False
 
     @abc.abstractmethod
     def reset(self, seeds: Sequence[int] | None = None) -> DeviceObservation:
@@ -114,7 +122,9 @@ class DeviceBatchedEnv(abc.ABC):
             row of ``observation`` is its new episode's first observation and its row of
             ``final_observation`` the ended episode's last one. The rows of
             ``final_observation`` of sub-envs that did not end may hold anything (the
-            collector takes ``observation`` there; returning ``observation`` itself is fine).
+            collector takes ``observation`` there; returning ``observation`` itself is fine),
+            unless :attr:`final_observation_complete` is set: then every row is the sub-env's
+            observation of this step, before any reset.
         """
 
     @abc.abstractmethod

@@ -97,6 +97,8 @@ class TorchCartPole(DeviceBatchedEnv):
     leaves ``[-2.4, 2.4]`` or the pole tilts past 12 degrees, ``truncated`` after
     ``max_episode_steps`` steps (``TimeLimit``'s rule: both may hold). A new episode starts from a
     state drawn uniformly in ``[-0.05, 0.05]`` from the sub-env's own stream (see the module).
+    ``final_observation`` is every sub-env's state after the step, ended or not
+    (:attr:`~pycollect.envs.DeviceBatchedEnv.final_observation_complete`).
 
     Args:
         num_envs: Sub-envs.
@@ -117,6 +119,7 @@ class TorchCartPole(DeviceBatchedEnv):
     tau = 0.02
     theta_threshold_radians = 12 * 2 * math.pi / 360
     x_threshold = 2.4
+    final_observation_complete = True  # the step's own state, for every sub-env
 
     def __init__(
         self, num_envs: int = 1, device: torch.device | str = "cpu", max_episode_steps: int | None = 500
@@ -212,12 +215,16 @@ class TorchPointMass(DeviceBatchedEnv):
     Observation ``{"position": Box(-1, 1, (2,)), "velocity": Box(-inf, inf, (2,))}`` (float32), action
     ``Box(-1, 1, (2,))`` (a force, float32). Reward: minus the distance to the centre.
     ``terminated`` when the point leaves the square, ``truncated`` after ``max_episode_steps``.
+    ``final_observation`` is every sub-env's point after the step (clamped into the square),
+    ended or not (:attr:`~pycollect.envs.DeviceBatchedEnv.final_observation_complete`).
 
     Args:
         num_envs: Sub-envs.
         device: Where every tensor lives.
         max_episode_steps: The time limit.
     """
+
+    final_observation_complete = True  # the step's own point, for every sub-env
 
     def __init__(self, num_envs: int = 1, device: torch.device | str = "cpu", max_episode_steps: int = 50) -> None:
         self.num_envs = num_envs

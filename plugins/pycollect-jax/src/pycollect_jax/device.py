@@ -176,7 +176,9 @@ class GymnaxDeviceEnv(DeviceBatchedEnv):
     The episodes are :class:`~pycollect_jax.env.GymnaxBatchedEnv`'s (the same functions of one
     sub-env, vmapped): termination apart from the time limit, sub-env ``i`` seeded with ``s``
     starting its key stream from ``jax.random.PRNGKey(s)``, an unseeded reset going on with the
-    sub-env's own stream.
+    sub-env's own stream. ``final_observation`` is every sub-env's observation of the step, ended
+    or not (:attr:`~pycollect.envs.DeviceBatchedEnv.final_observation_complete`): the collector
+    stores it as the next observation with a plain copy.
 
     Args:
         env: A gymnax environment (``gymnax.make(id)[0]``).
@@ -194,6 +196,8 @@ class GymnaxDeviceEnv(DeviceBatchedEnv):
         EnvCreationError: The env's spaces have no gymnasium counterpart, or its reset and step
             disagree on the state's structure.
     """
+
+    final_observation_complete = True  # the step's own observation, for every sub-env (SubEnvFunctions.step)
 
     def __init__(
         self,
