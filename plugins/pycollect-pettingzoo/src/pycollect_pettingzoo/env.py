@@ -159,7 +159,8 @@ def _stacked_action(space: gym.Space[Any], n: int, agent: str) -> gym.Space[Any]
         return gym.spaces.MultiBinary([n, *space.shape])
     if isinstance(space, gym.spaces.Box):
         low, high = _stack_bounds([space] * n)
-        return gym.spaces.Box(low.astype(space.dtype), high.astype(space.dtype), (n, *space.shape), space.dtype)
+        dtype: Any = space.dtype  # a Box's dtype is always set; gymnasium types it loosely
+        return gym.spaces.Box(low.astype(dtype), high.astype(dtype), (n, *space.shape), dtype)
     raise UnsupportedSpaceError(
         f"agent {agent!r}'s action space {space}: pycollect-pettingzoo takes Discrete, MultiDiscrete, MultiBinary "
         "and Box actions"

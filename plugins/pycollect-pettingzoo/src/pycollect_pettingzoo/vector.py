@@ -88,7 +88,7 @@ class StackedAgentsEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
                         "pad_observations_v0 / pad_action_space_v0 in the factory, or use the Collector's groups)"
                     )
         n = len(self.agents)
-        self.observation_space = gym.spaces.Dict(  # type: ignore[assignment]  # gymnasium types Dict loosely
+        self.observation_space = gym.spaces.Dict(
             [
                 ("observation", batch_space(self.agent_observation_space, n)),
                 ("reward", gym.spaces.Box(-np.inf, np.inf, (n,), np.float32)),
