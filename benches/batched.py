@@ -53,6 +53,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import statistics
 import sys
@@ -107,13 +108,7 @@ def envpool_alone(frames: int) -> tp.Result:
     def prepare() -> Callable[[int], Any]:
         actions = list(np.random.default_rng(0).integers(0, 6, size=(64, n), dtype=np.int32))
         envs.reset()
-
-        def run(count: int) -> None:
-            step = envs.step
-            for i in range(count):
-                step(actions[i & 63])
-
-        return run
+        return functools.partial(tp._step_loop, envs, actions)
 
     return tp._timed_steps(t0, envs, n, frames, prepare)
 
@@ -201,13 +196,7 @@ def make_vec_over_vector(frames: int) -> tp.Result:
     def prepare() -> Callable[[int], Any]:
         actions = list(np.random.default_rng(0).integers(0, 2, size=(64, n)))
         envs.reset(seed=0)
-
-        def run(count: int) -> None:
-            step = envs.step
-            for i in range(count):
-                step(actions[i & 63])
-
-        return run
+        return functools.partial(tp._step_loop, envs, actions)
 
     return tp._timed_steps(t0, envs, n, frames, prepare)
 

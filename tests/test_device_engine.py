@@ -31,27 +31,20 @@ from pycollect.envs.device import device_env_refusal
 from pycollect.envs.source import EnvSource
 from pycollect.envs.specs import specs_from_spaces
 from pycollect.exceptions import ConfigError, ConformanceError, EnvCreationError, EnvOutputError, PolicyError
-from pycollect.testing.device_envs import HostCartPole, TorchCartPole, TorchPointMass, forbid_host_transfers
+from pycollect.testing.device_envs import (
+    HostCartPole,
+    TorchCartPole,
+    TorchPointMass,
+    forbid_host_transfers,
+)
+from pycollect.testing.device_envs import (
+    SeededArgmax as Argmax,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 N, T = 6, 40
-
-
-class Argmax(torch.nn.Module):
-    """A deterministic CartPole policy: a seeded linear layer, the larger logit."""
-
-    def __init__(self, seed: int = 3) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        self.linear = torch.nn.Linear(4, 2)
-        with torch.no_grad():
-            self.linear.weight.copy_(torch.randn(2, 4, generator=generator))
-            self.linear.bias.copy_(torch.randn(2, generator=generator))
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.linear(observation).argmax(-1)
 
 
 class PushRight(torch.nn.Module):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
     from pycollect.envs.device import DeviceBatchedEnv
 
-__all__ = ["EnvBackend", "GymLikeEnv", "import_factory"]
+__all__ = ["EnvBackend", "GymLikeEnv", "import_factory", "keyword_parameters"]
 
 
 @runtime_checkable
@@ -156,3 +157,22 @@ def import_factory(target: Any, backend: str, what: str = "env factory") -> Call
         raise UnknownEnvError(f"{what} {target!r} is not callable")
     factory: Callable[..., Any] = target
     return factory
+
+
+def keyword_parameters(function: Callable[..., Any] | None) -> list[str] | None:
+    """The names ``function`` takes as keyword arguments, to check a backend's ``env_kwargs`` against.
+
+    Returns:
+        The names, in order; ``None`` when they cannot be known (no function, no signature) or
+        when it takes ``**kwargs`` (any name goes).
+    """
+    if function is None:
+        return None
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in keyword]

@@ -37,7 +37,14 @@ from pycollect.envs.batched import BatchedEnv
 from pycollect.envs.device import DeviceBatchedEnv
 from pycollect.exceptions import ConfigError, ConformanceError
 
-__all__ = ["HostCartPole", "TorchCartPole", "TorchPointMass", "forbid_host_transfers", "stream_uniform"]
+__all__ = [
+    "HostCartPole",
+    "SeededArgmax",
+    "TorchCartPole",
+    "TorchPointMass",
+    "forbid_host_transfers",
+    "stream_uniform",
+]
 
 _MASK32 = 0xFFFFFFFF
 
@@ -423,3 +430,20 @@ def _indexed(device: torch.device | str) -> torch.device:
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+class SeededArgmax(torch.nn.Module):
+    """A deterministic CartPole policy for tests: a seeded linear layer, the larger of its two logits."""
+
+    def __init__(self, seed: int = 3) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.linear = torch.nn.Linear(4, 2)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.randn(2, 4, generator=generator))
+            self.linear.bias.copy_(torch.randn(2, generator=generator))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """The index of the larger logit, per row."""
+        argmax: torch.Tensor = self.linear(observation).argmax(-1)
+        return argmax

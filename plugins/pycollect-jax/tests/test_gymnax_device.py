@@ -30,6 +30,7 @@ import pycollect.plugins
 from pycollect import Collector, CollectorConfig
 from pycollect.envs import DeviceBatchedEnv, is_device_env
 from pycollect.exceptions import ConfigError, UnknownEnvError
+from pycollect.testing.device_envs import SeededArgmax as Argmax
 from pycollect.testing.device_envs import forbid_host_transfers
 from pycollect_jax import GymnaxBackend, GymnaxBatchedEnv, GymnaxDeviceEnv
 from pycollect_jax.device import dlpack_importer, jax_device, torch_device
@@ -328,21 +329,6 @@ def test_devices_map_to_jaxs_and_others_are_refused_by_name() -> None:
 
 
 # -- Collector(..., engine="device") -----------------------------------------------------------------
-
-
-class Argmax(torch.nn.Module):
-    """A deterministic CartPole policy: a seeded linear layer, the larger logit."""
-
-    def __init__(self, seed: int = 3) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        self.linear = torch.nn.Linear(4, 2)
-        with torch.no_grad():
-            self.linear.weight.copy_(torch.randn(2, 4, generator=generator))
-            self.linear.bias.copy_(torch.randn(2, generator=generator))
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.linear(observation).argmax(-1)
 
 
 def batches(engine: str, policy: Any = None, count: int = 3, **settings: Any) -> list[TensorDictBase]:

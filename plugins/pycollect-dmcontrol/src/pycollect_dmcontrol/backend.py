@@ -6,12 +6,12 @@ collects from another backend never pays for importing MuJoCo.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pycollect import ConfigError, UnknownEnvError
 from pycollect.envs import EnvBackend
+from pycollect.envs.backend import keyword_parameters
 from pycollect.exceptions import EnvCreationError
 from pycollect_dmcontrol.env import DMControlEnv
 
@@ -78,19 +78,6 @@ def _task_function(domain: str, task: str) -> Callable[..., Any] | None:
     return function
 
 
-def _parameters(function: Callable[..., Any] | None) -> list[str] | None:
-    """Named parameters of ``function``; ``None`` when unknown or when it takes ``**kwargs``."""
-    if function is None:
-        return None
-    try:
-        params = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return [p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-
-
 def _mapping(name: str, value: Any) -> dict[str, Any]:
     if value is None:
         return {}
@@ -129,7 +116,7 @@ def load_kwargs(domain: str, task: str, env_kwargs: Mapping[str, Any]) -> dict[s
         )
     out: dict[str, Any] = {}
     function = _task_function(domain, task)
-    task_params = _parameters(function)
+    task_params = keyword_parameters(function)
     if "task_kwargs" in env_kwargs:
         task_kwargs = _mapping("task_kwargs", env_kwargs["task_kwargs"])
         if "random" in task_kwargs:
@@ -157,7 +144,7 @@ def load_kwargs(domain: str, task: str, env_kwargs: Mapping[str, Any]) -> dict[s
         from dm_control.rl import control
 
         own = [p for p in task_params or () if p not in ("random", "environment_kwargs")]
-        accepted = [p for p in _parameters(control.Environment.__init__) or () if p not in _ENVIRONMENT_OWN]
+        accepted = [p for p in keyword_parameters(control.Environment.__init__) or () if p not in _ENVIRONMENT_OWN]
         for key in environment_kwargs:
             if key in own:
                 raise ConfigError(

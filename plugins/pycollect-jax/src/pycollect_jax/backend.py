@@ -11,11 +11,11 @@ plugin: a trainer that collects from another backend never imports JAX.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pycollect.envs import EnvBackend, GymLikeEnv
+from pycollect.envs.backend import keyword_parameters
 from pycollect.exceptions import ConfigError, EnvCreationError, PyCollectError, UnknownEnvError
 from pycollect_jax.device import GymnaxDeviceEnv
 from pycollect_jax.env import GymnaxBatchedEnv, configure_jax
@@ -93,7 +93,7 @@ def split_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, 
     if bad:
         raise ConfigError(f"env_kwargs['params'] keys must be EnvParams field names, got {bad[0]!r}")
     make_kwargs = {key: value for key, value in env_kwargs.items() if key != PARAMS}
-    accepted = _parameters(_factory(env_id))
+    accepted = keyword_parameters(_factory(env_id))
     if accepted is not None:
         for key in make_kwargs:
             if key not in accepted:
@@ -103,20 +103,6 @@ def split_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[dict[str, 
                     "EnvParams fields)"
                 )
     return make_kwargs, dict(params)
-
-
-def _parameters(function: Callable[..., Any] | None) -> list[str] | None:
-    """Keyword parameters of ``function``; ``None`` when unknown or when it takes ``**kwargs``."""
-    if function is None:
-        return None
-    try:
-        params = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in params if p.kind in keyword]
 
 
 def _replace(env_id: str, params: Any, fields: Mapping[str, Any]) -> Any:
