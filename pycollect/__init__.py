@@ -45,12 +45,14 @@ except ModuleNotFoundError as error:
 from pycollect._lazy import lazy_exports
 from pycollect.exceptions import (
     ActionError,
+    AttachError,
     BufferExportError,
     CollectorClosedError,
     ConfigError,
     ConformanceError,
     EnvCreationError,
     EnvOutputError,
+    EnvStateError,
     LayoutMismatchError,
     PluginError,
     PolicyError,
@@ -126,6 +128,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "ActionError",
+    "AttachError",
     "BufferExportError",
     "Collector",
     "CollectorClosedError",
@@ -139,6 +142,7 @@ __all__ = [
     "EnvCreationError",
     "EnvOutputError",
     "EnvSpecs",
+    "EnvStateError",
     "EpisodeRecord",
     "ExplicitPolicy",
     "Field",

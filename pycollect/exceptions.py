@@ -15,7 +15,8 @@ bindings' ``errors.rs``::
     │   ├── UnsupportedSpaceError         a space that cannot be laid out in a batch
     │   ├── PolicyError                   the policy does not fit the env (at start or mid-run)
     │   ├── EnvCreationError              the env's constructor raised
-    │   └── ActionError                   a vector env's step() got actions that do not fit
+    │   ├── ActionError                   a vector env's step() got actions that do not fit
+    │   └── EnvStateError                 an env's state cannot be taken or restored
     ├── EnvOutputError                    an env returned what its spaces do not allow
     ├── PluginError                       a plugin failed to import or to register
     ├── CollectorClosedError (RuntimeError)
@@ -26,6 +27,7 @@ bindings' ``errors.rs``::
     ├── SupervisorError (RuntimeError)    worker processes could not be started or stopped
     ├── WorkerCrashedError (RuntimeError) a worker died and its restart policy gave up
     │   └── WorkerStoppedError            a worker ended cleanly and is not restarted
+    ├── AttachError                       no collector to watch (pycollect top): not one, gone, not ours
     └── ConformanceError (AssertionError) a plugin broke its contract (pycollect.testing)
 """
 
@@ -33,12 +35,14 @@ from __future__ import annotations
 
 __all__ = [
     "ActionError",
+    "AttachError",
     "BufferExportError",
     "CollectorClosedError",
     "ConfigError",
     "ConformanceError",
     "EnvCreationError",
     "EnvOutputError",
+    "EnvStateError",
     "LayoutMismatchError",
     "PluginError",
     "PolicyError",
@@ -114,6 +118,15 @@ class ActionError(ConfigError):
     Discrete space), outside the action space's bounds, or actions for envs that ended while
     ``autoreset_mode`` is ``DISABLED`` and were not reset. The message names the value and the
     env whose action it is.
+    """
+
+
+class EnvStateError(ConfigError):
+    """An environment's state cannot be taken (``get_state``) or restored (``set_state``).
+
+    Raised when a feature that needs snapshots (a checkpoint with env states, crash replay)
+    meets an env that has none, naming the env and the part of it (a wrapper, a simulator)
+    that cannot be saved; and when a saved state does not fit the env it is given to.
     """
 
 
@@ -196,6 +209,14 @@ class WorkerStoppedError(WorkerCrashedError):
 
     In sync mode every batch needs every worker, so the collector cannot go on; in async mode
     it goes on with the workers left (with a warning) until none is left.
+    """
+
+
+class AttachError(PyCollectError):
+    """A running collection could not be watched (``pycollect top``, :func:`pycollect.metrics.attach`).
+
+    The pid is not a process, not a pycollect collector, belongs to another user, or the
+    collection ended. Watching never changes the collection, so nothing else is affected.
     """
 
 
