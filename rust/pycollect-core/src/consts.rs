@@ -20,6 +20,11 @@ pub const ERROR_TEXT_CAP: usize = 8192;
 pub const HEADER_FIXED: usize = 256;
 /// Bytes per field-table record in the header.
 pub const FIELD_RECORD: usize = 128;
+/// Bytes of the global control region: doorbell, shutdown flag, trainer heartbeat and a
+/// spare line, then the trainer's metrics (three lines).
+pub const GLOBAL_CTL_SIZE: usize = 7 * LINE;
+/// Offset of the trainer's metrics inside the global control region.
+pub const TRAINER_METRICS_OFFSET: usize = 4 * LINE;
 /// Bytes of one worker control block (4 KiB of control lines + the error text).
 pub const WORKER_CTL_SIZE: usize = REGION_ALIGN + ERROR_TEXT_CAP;
 /// Offset of the error text inside a worker control block.
@@ -36,4 +41,4 @@ pub const DEFAULT_WEIGHT_BUFFERS: usize = 3;
 /// Most buffers a weights store may have (the buffer index lives in the low 8 bits of `latest`).
 pub const MAX_BUFFERS: usize = 255;
 /// Bumped whenever the meaning of any byte in the segment changes.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! header          SegmentHeader + field table                         (4 KiB aligned)
-//! global ctl      doorbell eventcount | shutdown flag | trainer heartbeat
-//! worker ctl[w]   state, pid, generation | heartbeat | error text (8 KiB)
+//! global ctl      doorbell eventcount | shutdown flag | trainer heartbeat | spare |
+//!                 trainer metrics
+//! worker ctl[w]   state, pid, generation | heartbeat | error length | metrics |
+//!                 error text (8 KiB)
 //! data ring[w]    RingCtl (tail | head | space bell) + SlotHeader[slots]
 //! step chan[w]    request seq+header | response seq+header | bell, request payload,
 //!                 response payload (mailbox_bytes each; absent when mailbox_bytes = 0)
@@ -20,9 +22,9 @@
 use std::fmt;
 
 pub use crate::consts::{
-    DEFAULT_WEIGHT_BUFFERS, ERROR_TEXT_CAP, FIELD_RECORD, HEADER_FIXED, LINE, MAX_DIMS, MAX_FIELDS,
-    MAX_NAME_LEN, REGION_ALIGN, RING_CTL_SIZE, SLOT_HEADER_SIZE, STEP_CTL_SIZE, WORKER_CTL_SIZE,
-    WORKER_ERROR_TEXT_OFFSET,
+    DEFAULT_WEIGHT_BUFFERS, ERROR_TEXT_CAP, FIELD_RECORD, GLOBAL_CTL_SIZE, HEADER_FIXED, LINE,
+    MAX_DIMS, MAX_FIELDS, MAX_NAME_LEN, REGION_ALIGN, RING_CTL_SIZE, SLOT_HEADER_SIZE,
+    STEP_CTL_SIZE, WORKER_CTL_SIZE, WORKER_ERROR_TEXT_OFFSET,
 };
 
 /// Element type of a field.
@@ -398,7 +400,7 @@ impl Layout {
 
         let mut c = Cursor(0);
         c.take(HEADER_FIXED + MAX_FIELDS * FIELD_RECORD, "header")?;
-        let global_ctl = c.take(4 * LINE, "global control")?;
+        let global_ctl = c.take(GLOBAL_CTL_SIZE, "global control")?;
         let worker_ctl = c.take(
             mul(WORKER_CTL_SIZE, p.n_workers, "worker control")?,
             "worker",
@@ -603,6 +605,12 @@ impl Layout {
         self.data_rings + w * self.data_ring_stride
     }
 
+    /// End of the control part of the segment (header, global control, worker control blocks
+    /// and data rings): what a [`Watch`](crate::watch::Watch) maps.
+    pub fn control_end(&self) -> usize {
+        self.data_rings + self.params.n_workers * self.data_ring_stride
+    }
+
     /// Whether the segment has step channels (`mailbox_bytes > 0`).
     pub fn has_step_channels(&self) -> bool {
         self.params.mailbox_bytes > 0
@@ -774,7 +782,7 @@ mod tests {
                 .with_mailbox(mailbox);
             let l = Layout::new(p).unwrap();
             let mut regions = vec![
-                (l.global_ctl, 4 * LINE),
+                (l.global_ctl, GLOBAL_CTL_SIZE),
                 (l.worker_ctl, WORKER_CTL_SIZE * n_workers),
                 (l.data_rings, l.data_ring_stride * n_workers),
                 (l.step_channels, l.step_stride * n_workers),

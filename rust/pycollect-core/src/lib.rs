@@ -11,11 +11,14 @@
 //!   `ShmSafe` trait, whose implementations sit beside their types.
 //! * [`sync`]: atomics facade (std, or loom under `--cfg loom`) and cache-line padding.
 //! * [`futex`], [`eventcount`], [`wait`]: blocking without lost wake-ups.
+//! * [`metrics`]: counters each worker and the trainer add to, for anyone to read.
 //! * [`ring`]: SPSC ring of slot indices (one data ring per worker).
 //! * [`exchange`]: per-worker step channel (one request/response in flight, with a mailbox).
 //! * [`weights`]: versioned multi-buffer weights store with reader pins.
 //! * [`worker`]: per-worker control block (state, generation, heartbeat, error text).
 //! * [`layout`], [`header`], [`segment`]: where everything lives, and the memfd itself.
+//! * [`watch`]: read-only access to a segment's control blocks (metrics, worker states), also
+//!   from another process.
 //! * [`supervisor`]: spawns the worker processes (fork+exec or the fork server), sees them exit
 //!   or hang, restarts them by policy and stops them; it knows nothing of the transport.
 //!
@@ -32,6 +35,7 @@ pub mod exchange;
 pub mod futex;
 pub mod header;
 pub mod layout;
+pub mod metrics;
 pub mod ring;
 #[cfg(not(loom))]
 pub mod segment;
@@ -40,6 +44,8 @@ pub mod shared;
 pub mod supervisor;
 pub mod sync;
 pub mod wait;
+#[cfg(not(loom))]
+pub mod watch;
 pub mod weights;
 pub mod worker;
 
@@ -53,6 +59,8 @@ pub use ring::{Claim, ClaimBatch, Consumer, Producer, RingError, RingMem, SlotRe
 #[cfg(not(loom))]
 pub use segment::{AttachOptions, Backing, Mapping, Segment, SegmentError};
 pub use wait::{step_wait_policy, wait_until, WaitOutcome, WaitPolicy, Waited};
+#[cfg(not(loom))]
+pub use watch::Watch;
 pub use weights::{WeightsError, WeightsMem, WeightsReader, WeightsWriter};
 pub use worker::{WorkerCtl, WorkerState};
 

@@ -14,10 +14,12 @@
 //! like any other, but its [`Segment::shutdown`], [`Segment::unlink_name`] and drop do nothing,
 //! so a forked child cannot stop its parent's workers or take its segment's name.
 
+use crate::consts::TRAINER_METRICS_OFFSET;
 use crate::eventcount::EventCount;
 use crate::exchange::{ShmMailbox, StepChannelMem, StepCtl, StepTrainer, StepWorker};
 use crate::header::{self, HeaderError, STATE_READY};
 use crate::layout::{Layout, LayoutError, LINE, RING_CTL_SIZE, WORKER_ERROR_TEXT_OFFSET};
+use crate::metrics::TrainerMetricsMem;
 use crate::ring::{Consumer, Producer, RingCtl, RingError, RingMem, SlotHeader};
 use crate::shared::{Owner, SharedRef, SharedSlice, ShmSafe};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, Padded};
@@ -523,6 +525,14 @@ impl Segment {
     pub fn trainer_heartbeat(&self) -> SharedRef<AtomicU64> {
         // SAFETY: the third line of the global control region holds the trainer heartbeat.
         unsafe { self.shared(self.layout.global_ctl_offset() + 2 * LINE) }
+    }
+
+    /// The trainer's metrics (it adds to them; anyone reads them).
+    pub fn trainer_metrics(&self) -> SharedRef<TrainerMetricsMem> {
+        // SAFETY: the trainer metrics start TRAINER_METRICS_OFFSET bytes into the global
+        // control region, which is GLOBAL_CTL_SIZE bytes, large enough (static assert in
+        // metrics.rs); 128-byte aligned; zero bytes are valid metrics.
+        unsafe { self.shared(self.layout.global_ctl_offset() + TRAINER_METRICS_OFFSET) }
     }
 
     /// Sets the shutdown flag and wakes every waiter (trainer, producers).

@@ -5,6 +5,7 @@
 //! of its length and read only after an Acquire load of it.
 
 use crate::consts::ERROR_TEXT_CAP;
+use crate::metrics::WorkerMetricsMem;
 use crate::shared::SharedRef;
 use crate::sync::{AtomicU32, AtomicU64, Ordering, Padded};
 
@@ -48,6 +49,8 @@ pub struct WorkerCtlMem {
     heartbeat: Padded<Heartbeat>,
     /// Bytes of valid error text (line 2).
     error_len: Padded<AtomicU32>,
+    /// What the worker counts as it steps (lines 3 and up; see `metrics`).
+    metrics: WorkerMetricsMem,
 }
 
 #[repr(C)]
@@ -65,7 +68,8 @@ struct Heartbeat {
     count: AtomicU64,
 }
 
-// SAFETY: `#[repr(C)]`, Padded lines that hold only AtomicU32 and AtomicU64 words.
+// SAFETY: `#[repr(C)]`, Padded lines that hold only AtomicU32 and AtomicU64 words, and the
+// metrics, which are ShmSafe themselves.
 #[cfg(not(loom))]
 unsafe impl crate::shared::ShmSafe for WorkerCtlMem {}
 
@@ -158,8 +162,14 @@ impl WorkerCtl {
         m.heartbeat.ns.store(0, Ordering::Relaxed);
         m.heartbeat.count.store(0, Ordering::Relaxed);
         m.error_len.store(0, Ordering::Relaxed);
-        // SYNC POINT: Release publishes the resets above with the new generation.
+        m.metrics.restart_clock(); // totals carry on across generations
+                                   // SYNC POINT: Release publishes the resets above with the new generation.
         m.ident.generation.fetch_add(1, Ordering::Release) + 1
+    }
+
+    /// The worker's metrics: it adds to them, anyone reads them.
+    pub fn metrics(&self) -> &WorkerMetricsMem {
+        &self.mem.metrics
     }
 
     /// Worker: records a heartbeat at `now_ns` ([`monotonic_ns`]).

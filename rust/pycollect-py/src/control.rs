@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyString};
 
 use crate::errors::{config_error, py_err};
 
-fn state_name(state: Option<WorkerState>) -> &'static str {
+pub(crate) fn state_name(state: Option<WorkerState>) -> &'static str {
     match state {
         Some(WorkerState::Empty) => "empty",
         Some(WorkerState::Starting) => "starting",
@@ -125,6 +125,39 @@ impl WorkerControl {
     #[getter]
     fn heartbeats(&self) -> u64 {
         self.inner.last_heartbeat().1
+    }
+
+    /// Metering, once before stepping: how many frames one step makes.
+    fn start_metering(&self, frames_per_step: u64) {
+        self.inner.metrics().set_frames_per_step(frames_per_step);
+    }
+
+    /// A step begins now (ending the open one, if any); also a heartbeat. The time since the
+    /// last step ended counts as waiting.
+    fn begin_step(&self) {
+        let now = monotonic_ns();
+        self.inner.beat(now);
+        self.inner.metrics().begin_step(now);
+    }
+
+    /// The open step's policy call ended now; the rest of the step is the envs'.
+    fn policy_done(&self) {
+        self.inner.metrics().policy_done(monotonic_ns());
+    }
+
+    /// The open step (if any) ends now.
+    fn end_step(&self) {
+        self.inner.metrics().end_step(monotonic_ns());
+    }
+
+    /// A rollout was handed over.
+    fn rollout_done(&self) {
+        self.inner.metrics().rollout_done();
+    }
+
+    /// The weights of `version` were applied.
+    fn weights_applied(&self, version: u64) {
+        self.inner.metrics().weights_applied(version);
     }
 
     /// Stores an error text such as a traceback: its first `WORKER_ERROR_CAPACITY` bytes of

@@ -10,6 +10,7 @@ mod control;
 mod errors;
 mod events;
 mod exchange;
+mod metrics;
 mod requests;
 mod ring;
 mod segment;
@@ -32,6 +33,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::Lease>()?;
     m.add_class::<exchange::StepChannel>()?;
     m.add_class::<control::WorkerControl>()?;
+    m.add_class::<metrics::Watch>()?;
+    metrics::add_constants(m)?;
+    m.add_function(wrap_pyfunction!(metrics::latency_buckets, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::monotonic_time_ns, m)?)?;
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;

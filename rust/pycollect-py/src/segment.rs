@@ -3,10 +3,14 @@
 use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 
+use pycollect_core::metrics::BatchCount;
+use pycollect_core::Watch as CoreWatch;
 use pycollect_core::{
     AttachOptions, Backing, DType, Field, Layout, LayoutParams, Segment as CoreSegment,
 };
 use pyo3::prelude::*;
+
+use crate::metrics::Watch;
 
 use crate::blocking::non_negative_seconds;
 use crate::control::WorkerControl;
@@ -425,6 +429,52 @@ impl Segment {
     #[getter]
     fn is_shutdown(&self) -> bool {
         self.inner.is_shutdown()
+    }
+
+    /// A read-only view of this segment's metrics and workers (what `pycollect top` reads).
+    fn watch(&self) -> Watch {
+        Watch {
+            inner: CoreWatch::of(&self.inner),
+        }
+    }
+
+    /// Trainer: a batch of `frames` frames was delivered after `wait_ns` of waiting for its
+    /// data; `lag_sum`, `lag_min` and `lag_max` are its frames' policy lag (versions behind
+    /// the latest), `dropped` the frames left out for too large a lag.
+    #[allow(clippy::too_many_arguments)]
+    fn count_batch(
+        &self,
+        frames: u64,
+        wait_ns: u64,
+        lag_sum: u64,
+        lag_min: u64,
+        lag_max: u64,
+        dropped: u64,
+    ) {
+        self.inner.trainer_metrics().batch_done(BatchCount {
+            frames,
+            wait_ns,
+            lag_sum,
+            lag_min,
+            lag_max,
+            dropped,
+        });
+    }
+
+    /// Trainer: the weights of `version`, `size` bytes, were published in `ns` nanoseconds.
+    fn count_publish(&self, version: u64, size: u64, ns: u64) {
+        self.inner.trainer_metrics().published(version, size, ns);
+    }
+
+    /// Trainer: a policy call of its own (the central engine's) took `ns` nanoseconds.
+    fn count_policy(&self, ns: u64) {
+        self.inner.trainer_metrics().policy_ran(ns);
+    }
+
+    /// Trainer, once: what the collection is (``pycollect top``'s title); at most 248 bytes
+    /// of UTF-8 are kept.
+    fn describe(&self, text: &str) {
+        self.inner.trainer_metrics().set_description(text);
     }
 
     fn __repr__(&self) -> String {

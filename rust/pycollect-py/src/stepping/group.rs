@@ -616,8 +616,13 @@ impl GroupStepper {
             if self.mode == Mode::Disabled && self.any_ended(start, stop) {
                 return Ok(handed(None));
             }
+            let metrics = control.inner().metrics();
+            metrics.set_frames_per_step((stop - start) as u64);
+            metrics.begin_step(monotonic_ns()); // the time since the last answer was waiting
             let step_actions = actions.call1((start, stop))?;
-            let left = self.step_range(py, &step_actions, start, stop, 0)?;
+            let left = self.step_range(py, &step_actions, start, stop, 0);
+            metrics.end_step(monotonic_ns());
+            let left = left?;
             if !left.is_empty() {
                 return Ok(handed(Some(left)));
             }
