@@ -166,6 +166,54 @@ class Segment:
         """
     @property
     def is_shutdown(self) -> bool: ...
+    def watch(self) -> Watch:
+        """A read-only view of this segment's metrics and workers (what ``pycollect top`` reads)."""
+    def count_batch(self, frames: int, wait_ns: int, lag_sum: int, lag_min: int, lag_max: int, dropped: int) -> None:
+        """Trainer: a batch was delivered (0 frames: a stale rollout dropped, counted in ``dropped``)."""
+    def count_steps(self, steps: int, frames: int) -> None:
+        """Trainer of a vector env, whose batches are steps."""
+    def count_publish(self, version: int, size: int, ns: int) -> None:
+        """Trainer: the weights of ``version``, ``size`` bytes, were published in ``ns`` nanoseconds."""
+    def count_policy(self, ns: int) -> None:
+        """Trainer: a policy call of its own (the central engine's) took ``ns`` nanoseconds."""
+    def describe(self, text: str) -> None:
+        """Trainer, once: what the collection is; at most 248 bytes of UTF-8 are kept."""
+
+@final
+class Watch:
+    """Read-only access to a segment's control blocks: metrics, worker states, ring fill."""
+
+    @staticmethod
+    def open(fd: int) -> Watch:
+        """Watch the segment behind ``fd`` (opened read-only; duplicated), mapping its control part only."""
+    @property
+    def creator_pid(self) -> int: ...
+    @property
+    def creator_start_time(self) -> int: ...
+    @property
+    def n_workers(self) -> int: ...
+    @property
+    def envs_per_worker(self) -> int: ...
+    @property
+    def slots_per_worker(self) -> int: ...
+    @property
+    def serves_steps(self) -> bool: ...
+    def description(self) -> str: ...
+    def trainer_totals(self) -> list[int]:
+        """The trainer's totals, in the order of :data:`TRAINER_TOTALS`."""
+    def worker_totals(self, worker: int) -> tuple[list[int], list[int]]:
+        """A worker's totals (order of :data:`WORKER_TOTALS`) and its steps per latency bucket."""
+    def worker_state(self, worker: int) -> tuple[str, int, int, int, int]:
+        """A worker's state, pid (0: none), generation, last heartbeat (monotonic ns) and ring fill."""
+
+WORKER_TOTALS: list[str]
+TRAINER_TOTALS: list[str]
+
+def latency_buckets() -> list[tuple[int, int]]:
+    """``[low, high)`` nanoseconds of each step-latency bucket."""
+
+def monotonic_time_ns() -> int:
+    """``CLOCK_MONOTONIC`` now, in nanoseconds (the clock heartbeats are stamped with)."""
 
 def segment_bytes(
     fields: Sequence[FieldDef],
@@ -478,6 +526,18 @@ class WorkerControl:
         """
     def read_error(self) -> str | None:
         """The stored text, or None if empty; bytes torn by a concurrent write read as U+FFFD."""
+    def start_metering(self, frames_per_step: int) -> None:
+        """Metering, once before stepping: how many frames one step makes."""
+    def begin_step(self) -> None:
+        """A step begins now (ending the open one); also a heartbeat. The time since the last step is waiting."""
+    def policy_done(self) -> None:
+        """The open step's policy call ended now."""
+    def end_step(self) -> None:
+        """The open step (if any) ends now."""
+    def rollout_done(self) -> None:
+        """A rollout was handed over."""
+    def weights_applied(self, version: int) -> None:
+        """The weights of ``version`` were applied."""
 
 @final
 class WeightsWriter:

@@ -17,6 +17,7 @@ __all__ = [
     "NEXT_TERMINATED",
     "NEXT_TRUNCATED",
     "OBS",
+    "POLICY_LAG",
     "POLICY_VERSION",
     "REWARD",
     "TERMINATED",
@@ -41,5 +42,6 @@ NEXT_TRUNCATED: Key = ("next", "truncated")
 TRAJ_IDS: Key = ("collector", "traj_ids")
 MASK: Key = ("collector", "mask")
 POLICY_VERSION: Key = ("policy_version",)  # TorchRL's key when it tracks policy versions
+POLICY_LAG: Key = ("collector", "policy_lag")  # policy_lag_key=True: versions behind the latest
 IS_INIT: Key = ("is_init",)  # TorchRL's InitTracker: True on the first step of an episode
 NEXT_IS_INIT: Key = ("next", "is_init")

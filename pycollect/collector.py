@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from pycollect import _lifetime, plugins
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._batch.split import mark_rollout_ends, split_trajectories, stack_workers
+from pycollect._keys import POLICY_LAG, POLICY_VERSION
 from pycollect._rollout.policy import Policy, add_group_dims
 from pycollect._rollout.seeding import torch_seed
 from pycollect.config import CollectorConfig
@@ -27,6 +30,8 @@ from pycollect.exceptions import (
     PyCollectWarning,
     TransportError,
 )
+from pycollect.metrics import CollectionMetrics
+from pycollect.metrics._segment import TrainerCounter
 from pycollect.weights.layout import WeightsLayout
 
 if TYPE_CHECKING:
@@ -54,6 +59,9 @@ class CollectorStats:
             failed spawn, scheduled restart and give-up, with the worker and generation.
         actors: Per remote actor, with an engine that runs its workers in actors (the ``ray``
             engine's ``pycollect_ray.ActorStats``: node, pid, restarts, ...); empty otherwise.
+        metrics: Rates, time splits, step latencies and policy lag of the trainer and of each
+            worker over the last 10 seconds (see :mod:`pycollect.metrics`); after shutdown,
+            the last ones read.
     """
 
     frames: int
@@ -63,6 +71,7 @@ class CollectorStats:
     workers: tuple[WorkerStats, ...]
     events: tuple[WorkerEvent, ...]
     actors: tuple[Any, ...] = ()
+    metrics: CollectionMetrics | None = None
 
     @property
     def restarts(self) -> int:
@@ -223,6 +232,11 @@ class Collector:
             torch.manual_seed(seed)  # in-process: the stream of worker 0's first generation
         factory = cast("EngineFactory", config.engine)  # resolved: an instance
         self._engine: Engine = factory.start(config, self.env_source, policy, self.weights_module)
+        try:
+            self._counter = TrainerCounter(self._engine.counters(), self._description())
+        except BaseException:
+            self._engine.close()
+            raise
         self._closed = False
         _lifetime.track(self)  # shut down at interpreter exit and on SIGTERM; forgotten by a fork
 
@@ -291,9 +305,7 @@ class Collector:
         """
         self._check_open()
         config = self.config
-        batch: TensorDictBase = self._engine.next_batch(
-            random_actions=self.random_phase, policy_version=self.policy_version
-        )
+        batch = self._next_fresh_batch()
         add_group_dims(batch, self._engine.plan.specs.group_sizes)  # [K, T, n_agents]: TorchRL's groups
         self._frames += batch.numel()
         self._batches += 1
@@ -309,6 +321,25 @@ class Collector:
         if self.replay_buffer is not None:
             self.replay_buffer.extend(batch)
         return batch
+
+    def _next_fresh_batch(self) -> TensorDictBase:
+        """The engine's next batch, counted; with ``max_policy_lag``, the next one recent enough."""
+        config = self.config
+        while True:
+            began = time.perf_counter_ns()
+            batch: TensorDictBase = self._engine.next_batch(
+                random_actions=self.random_phase, policy_version=self.policy_version
+            )
+            waited = time.perf_counter_ns() - began
+            versions = _versions(batch)
+            lag = None if versions is None else self.policy_version - versions
+            if config.max_policy_lag is not None and lag is not None and lag.size and lag.max() > config.max_policy_lag:
+                self._counter.batch(0, waited, None, self.policy_version, dropped=batch.numel())
+                continue
+            self._counter.batch(batch.numel(), waited, versions, self.policy_version)
+            if config.policy_lag_key and (recorded := batch.get(POLICY_VERSION, None)) is not None:
+                batch.set(POLICY_LAG, self.policy_version - recorded)
+            return batch
 
     @property
     def random_phase(self) -> bool:
@@ -331,7 +362,15 @@ class Collector:
             workers=supervision.workers,
             events=supervision.events,
             actors=supervision.actors,
+            metrics=self._counter.read(),
         )
+
+    def _description(self) -> str:
+        """What this collection is, as ``pycollect top`` titles it."""
+        engine = getattr(self.config.engine, "name", type(self.config.engine).__name__)
+        envs = f"{self.envs_per_worker} envs"
+        where = f"{self.num_workers} workers x {envs}" if self.num_workers else envs
+        return f"{self.env_source.describe()} ({engine}, {where})"
 
     # -- weights and state -----------------------------------------------------------------
 
@@ -377,6 +416,7 @@ class Collector:
         if self.num_workers and not runs_here and self.weights_module is None and self.policy is not None:
             self._warn_no_weights()
         version = self.policy_version + 1
+        began = time.perf_counter_ns()
         try:
             self._engine.publish_weights(self.weights_module, version)
         except PyCollectError:
@@ -385,6 +425,7 @@ class Collector:
             raise TransportError(
                 f"update_policy_weights_(): publishing version {version} failed: {type(exc).__name__}: {exc}"
             ) from exc
+        self._counter.publish(version, _weights_bytes(self.weights_module), time.perf_counter_ns() - began)
         # Only now: a frame must never claim a version that was not published.
         self.policy_version = version
 
@@ -472,6 +513,7 @@ class Collector:
         self._closed = True
         _lifetime.untrack(self)
         self._engine.close()
+        self._counter.close()
 
     close = shutdown
 
@@ -510,6 +552,21 @@ class Collector:
 def _describe_choice(value: Any) -> str:
     """A plugin argument as given: a name quoted, an instance as ``Class(...)`` (no repr of its own)."""
     return repr(value) if isinstance(value, str) else f"{type(value).__name__}(...)"
+
+
+def _versions(batch: TensorDictBase) -> np.ndarray | None:
+    """The policy version of each frame of ``batch``, if it records them on the CPU."""
+    versions = batch.get(POLICY_VERSION, None)
+    if not isinstance(versions, torch.Tensor) or versions.device.type != "cpu":
+        return None  # reading a device's would make the trainer wait for it
+    return versions.numpy()
+
+
+def _weights_bytes(module: torch.nn.Module | None) -> int:
+    """Bytes of the weights a publish sends."""
+    if module is None:
+        return 0
+    return sum(t.numel() * t.element_size() for t in module.state_dict().values())
 
 
 def _describe(policy: Any) -> str:

@@ -322,6 +322,16 @@ class CollectorConfig:
             plugin's runner, or an :class:`~pycollect.inference.InferenceRunner` instance
             carrying its options (``CompileRunner(mode="reduce-overhead")``). It runs where the
             policy runs: the trainer (in-process, ``engine="central"``) or each worker.
+        metrics: Count each worker's and the trainer's work (steps, time in the envs, the
+            policy and waiting, step latencies, policy lag) for ``stats().metrics``,
+            ``pycollect top`` and the exporters (docs/metrics.md); ``False`` leaves the
+            counting to the native step loops only (to measure what it costs).
+        max_policy_lag: With workers in async mode: a rollout with a frame collected with
+            weights more than this many versions behind the latest published is dropped
+            (and counted in ``stats().metrics.trainer.frames_dropped``); the collector
+            delivers the next one instead. ``None`` (the default): nothing is dropped.
+        policy_lag_key: Add ``("collector", "policy_lag")`` to every batch: for each frame, how
+            many versions behind the latest published weights its policy was.
     """
 
     frames_per_batch: int
@@ -351,6 +361,9 @@ class CollectorConfig:
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     engine: str | EngineTraits | None = None
     inference_runner: str | InferenceRunner = "plain"
+    metrics: bool = True
+    max_policy_lag: int | None = None
+    policy_lag_key: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("frames_per_batch", self.frames_per_batch)
@@ -363,7 +376,8 @@ class CollectorConfig:
         _non_negative_int("init_random_frames", self.init_random_frames)
         if self.seed is not None:
             _non_negative_int("seed", self.seed)
-        for name in ("sync", "zero_copy", "reset_at_each_iter", "split_trajs", "set_truncated", "check_resources"):
+        flags = ("sync", "zero_copy", "reset_at_each_iter", "split_trajs", "set_truncated", "check_resources")
+        for name in (*flags, "metrics", "policy_lag_key"):
             _flag(name, getattr(self, name))
         if self.check_resources:
             cpus = os.cpu_count() or 1
@@ -380,6 +394,13 @@ class CollectorConfig:
                     "worker are accepted; use more workers, or pass check_resources=False if you mean it"
                 )
         _positive_seconds("weight_sync_timeout_s", self.weight_sync_timeout_s)
+        if self.max_policy_lag is not None:
+            _non_negative_int("max_policy_lag", self.max_policy_lag)
+            if self.sync or not self.num_workers:
+                raise ConfigError(
+                    f"max_policy_lag={self.max_policy_lag} drops the stale rollouts of async collection: it needs "
+                    "num_workers >= 1 and sync=False (a sync batch is one rollout of every worker, never dropped)"
+                )
         if self.apply_weights not in APPLY_WEIGHTS:
             choices = ", ".join(map(repr, APPLY_WEIGHTS))
             raise ConfigError(f"apply_weights must be one of {choices}, got {self.apply_weights!r}")

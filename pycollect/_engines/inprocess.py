@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ from pycollect.config import CollectorConfig
 from pycollect.engines import Engine, RolloutPlan, close_within, plan_rollout
 from pycollect.envs.batched import check_probe, is_view
 from pycollect.envs.source import EnvSource
+from pycollect.metrics._segment import counters_segment
 
 __all__ = ["InProcessEngine", "on_policy_device"]
 
@@ -57,6 +59,14 @@ class InProcessEngine(Engine):
         self._copier = DeviceCopier()
         self._closed = False
         self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
+        # The envs step here: this process's counters are worker 0's of a small segment.
+        self._counters = counters_segment(runner.num_envs)
+        self._meter = self._counters.worker_control(0)
+        self._meter.begin_generation()
+        self._meter.pid = os.getpid()
+        self._meter.state = "running"
+        self._meter.start_metering(runner.num_envs)
+        self._metered = config.metrics
 
     @classmethod
     def start(
@@ -104,7 +114,16 @@ class InProcessEngine(Engine):
         arrays = allocate(self.plan.fields, self.runner.num_envs, self.steps, self._memory)
         if self.reset_at_each_iter and self._batches > 0:
             self.runner.reset()
-        self.runner.rollout(arrays, random_actions=random_actions, policy_version=policy_version)
+        meter = self._meter
+        self.runner.rollout(
+            arrays,
+            random_actions=random_actions,
+            policy_version=policy_version,
+            on_step=meter.begin_step if self._metered else None,
+            after_policy=meter.policy_done if self._metered else None,
+        )
+        meter.end_step()
+        meter.rollout_done()
         for key, next_key in self._observations:
             fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
         self._batches += 1
@@ -120,6 +139,10 @@ class InProcessEngine(Engine):
         """
         if self.device_copy is not None and weights is not None:
             self.device_copy.load_state_dict(weights.state_dict())
+
+    def counters(self) -> Any | None:
+        """The small segment whose worker 0 counts the steps taken here."""
+        return self._counters
 
     def state(self) -> dict[str, Any]:
         """Trajectory numbering, to continue it after :meth:`load_state`."""

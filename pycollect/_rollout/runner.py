@@ -173,6 +173,7 @@ class EnvRunner:
         random_actions: bool = False,
         on_step: Callable[[], int | None] | None = None,
         policy_version: int = 0,
+        after_policy: Callable[[], object] | None = None,
     ) -> int:
         """Step every environment ``T`` times, writing into ``out``.
 
@@ -186,15 +187,21 @@ class EnvRunner:
             on_step: Called before every step (a worker's heartbeat); if it returns a version,
                 new weights were applied and the frames from this step on record it.
             policy_version: The version of the policy weights the rollout starts with.
+            after_policy: Called after every step's policy call, before the envs step (a
+                worker's metrics); not called with random actions.
 
         Returns:
             The version of the weights in use at the end of the rollout.
         """
         run = self.begin(out, random_actions, policy_version)
+        if random_actions:
+            after_policy = None
         for t in range(run.steps):
             if on_step is not None and (applied := on_step()) is not None:
                 run.use_version(applied, t)
             actions = run.act(t)
+            if after_policy is not None:
+                after_policy()
             self.end_step(run, t, self._step(run, t, actions))
         run.finish()
         return run.policy_version

@@ -180,6 +180,14 @@ class StepBackend(abc.ABC):
         """Each worker process's supervision state (:class:`~pycollect._core.WorkerStats`); ``()`` without workers."""
         return ()
 
+    def counters(self) -> Any | None:
+        """The segment (``pycollect._core.Segment``) whose worker blocks count the workers' steps.
+
+        ``None`` (the default, for envs stepped in this process): the vector env makes a small
+        segment for its own counts (see :mod:`pycollect.metrics`).
+        """
+        return None
+
     @abc.abstractmethod
     def close(self) -> None:
         """Close every env and release what the backend holds; a second call does nothing."""

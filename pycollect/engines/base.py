@@ -71,6 +71,15 @@ class Engine(abc.ABC):
         """Per-worker stats and recent supervision events (none for an engine without workers)."""
         return Supervision()
 
+    def counters(self) -> Any | None:
+        """The segment (a ``pycollect._core.Segment``) whose control blocks count this engine's work.
+
+        Its worker blocks are the engine's workers' (they count their steps there, see
+        :mod:`pycollect.metrics`); the collector adds the trainer's counts. ``None``, the
+        default: the collector makes a small segment for the trainer's counts alone.
+        """
+        return None
+
     def state(self) -> dict[str, Any]:
         """What :meth:`load_state` needs to resume (e.g. trajectory numbering)."""
         return {}

@@ -15,14 +15,12 @@ from pathlib import Path
 
 from pycollect._native import _core
 from pycollect.exceptions import AttachError, PyCollectError
-from pycollect.metrics._reading import MetricsReader
+from pycollect.metrics._reading import TRAINER_ONLY_MARK, MetricsReader
 
 __all__ = ["CollectionInfo", "attach", "find_collections"]
 
 _PROC = Path("/proc")
 _SEGMENT_LINKS = ("/memfd:pycollect", "/dev/shm/pycollect-")
-TRAINER_ONLY_MARK = "[trainer] "
-"""How the description of a segment that holds only the trainer's counters begins."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,8 @@ def _collections_of(pid: int) -> list[tuple[CollectionInfo, _core.Watch]]:
             continue
         watch = _open_watch(pid, int(entry.name))
         if watch is not None:
-            info = CollectionInfo(pid, watch.description(), _workers_of(watch), int(entry.name))
+            description = watch.description().removeprefix(TRAINER_ONLY_MARK)
+            info = CollectionInfo(pid, description, _workers_of(watch), int(entry.name))
             found.append((info, watch))
     return found
 
@@ -108,7 +107,7 @@ def _workers_of(watch: _core.Watch) -> int:
 
 def find_collections() -> list[CollectionInfo]:
     """Every collection of yours running on this machine, by pid."""
-    found = []
+    found: list[CollectionInfo] = []
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -135,9 +134,10 @@ def attach(target: int | str, *, window_s: float = 5.0) -> MetricsReader:
         AttachError: No such process, another user's, no collection in it, no collection
             matching the text, or more than one (each named).
     """
+    found: list[tuple[CollectionInfo, _core.Watch | None]]
     if isinstance(target, int) or (isinstance(target, str) and target.isdigit()):
         pid = int(target)
-        found = _collections_of(pid)
+        found = list(_collections_of(pid))
         if not found:
             raise AttachError(f"pid {pid} ({_command(pid)}) runs no pycollect collection")
     else:

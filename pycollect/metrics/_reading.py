@@ -22,6 +22,8 @@ _NS = 1e-9
 _LATENCY_BOUNDS = np.array(_core.latency_buckets(), dtype=np.float64)
 # A bucket read as its middle: within 6 % of any latency it holds.
 _LATENCY_MIDDLES = _LATENCY_BOUNDS.mean(axis=1) * _NS
+TRAINER_ONLY_MARK = "[trainer] "
+"""How the description of a segment that holds only the trainer's counters begins."""
 STRAGGLER_FRACTION = 0.5
 """A running worker stepping at less than this fraction of the median worker's rate is a straggler."""
 
@@ -201,11 +203,10 @@ class MetricsReader:
             readings.popleft()
         base = readings[0]
         elapsed = max((now.time_ns - base.time_ns) * _NS, 1e-9)
-        workers = [self._worker(w, base, now, elapsed) for w in range(self.workers)]
-        workers = _mark_stragglers(workers)
+        workers = _mark_stragglers([self._worker(w, base, now, elapsed) for w in range(self.workers)])
         return CollectionMetrics(
             pid=int(self.watch.creator_pid),
-            description=self.watch.description(),
+            description=self.watch.description().removeprefix(TRAINER_ONLY_MARK),
             window_s=elapsed,
             trainer=self._trainer(base, now, elapsed),
             workers=tuple(workers),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from pycollect._lazy import lazy_exports
 from pycollect.config import VectorConfig, default_num_workers
 from pycollect.vector.backend import SpaceLayout, StepBackend
-from pycollect.vector.env import VectorEnv, make_vec, start_backend
+from pycollect.vector.env import VectorEnv, VectorEnvStats, make_vec, start_backend
 
 if TYPE_CHECKING:
     from pycollect.vector.sb3 import SB3VecEnv
@@ -41,6 +41,7 @@ __all__ = [
     "StepBackend",
     "VectorConfig",
     "VectorEnv",
+    "VectorEnvStats",
     "default_num_workers",
     "make_vec",
     "start_backend",

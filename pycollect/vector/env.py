@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -19,9 +20,26 @@ from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.pool import with_num_envs
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ActionError, ConfigError, VectorEnvClosedError
+from pycollect.metrics import CollectionMetrics
+from pycollect.metrics._segment import StepCounter
 from pycollect.plugins import resolve_env, resolve_step_backend
 
-__all__ = ["VectorEnv", "make_vec", "start_backend"]
+__all__ = ["VectorEnv", "VectorEnvStats", "make_vec", "start_backend"]
+
+
+@dataclass(frozen=True)
+class VectorEnvStats:
+    """A snapshot of a vector env (:meth:`VectorEnv.stats`).
+
+    Attributes:
+        workers: Each worker process's supervision state; ``()`` in-process.
+        metrics: Rates, time splits and step latencies over the last 10 seconds of the
+            workers and of the trainer, whose batches are the vector env's steps
+            (:mod:`pycollect.metrics`); after ``close()``, the last ones read.
+    """
+
+    workers: tuple[Any, ...]
+    metrics: CollectionMetrics | None
 
 
 class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
@@ -83,6 +101,8 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._reset_result: tuple[Any, dict[str, Any]] | None = None  # async_reset's, for recv (no pool)
         self._same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         self._final_obs = self._final_observation if backend.final_observations is not None else None
+        where = f"{backend.name}, {self.num_envs} envs"
+        self._counter = StepCounter(backend.counters(), f"make_vec {name} ({where})", self.num_envs)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: Mapping[str, Any] | None = None
@@ -285,6 +305,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             raise ConfigError(f"step_wait() on {self._name} without a step_async() before it")
         self._stepping = False
         parts = self._backend.step_wait()
+        self._counter.step()
         backend = self._backend
         terminated, truncated = backend.terminated.copy(), backend.truncated.copy()
         ended = np.logical_or(terminated, truncated, out=self._ended)
@@ -338,8 +359,13 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         """
         return self._backend.workers()
 
+    def stats(self) -> VectorEnvStats:
+        """What the vector env and its workers did: supervision and metrics (docs/metrics.md)."""
+        return VectorEnvStats(workers=self.workers, metrics=self._counter.read())
+
     def close_extras(self, **kwargs: Any) -> None:
         """Close the envs (and whatever the backend holds)."""
+        self._counter.close()
         self._backend.close()
         self._bind_writers()  # the writers' views held the backend's shared memory
 

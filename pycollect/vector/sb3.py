@@ -31,8 +31,9 @@ from pycollect._steps.spaces import ActionChecker
 from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, UnsupportedSpaceError, VectorEnvClosedError
+from pycollect.metrics._segment import StepCounter
 from pycollect.vector._env_calls import GetAttr, IsWrapped, Render, SetAttr
-from pycollect.vector.env import start_backend
+from pycollect.vector.env import VectorEnvStats, start_backend
 
 __all__ = ["SB3VecEnv"]
 
@@ -122,6 +123,7 @@ class SB3VecEnv(VecEnv):
         self._backend = backend
         self._name = name
         self.closed = False
+        self._counter = StepCounter(backend.counters(), f"SB3VecEnv {name} ({backend.name})", num_envs)
         try:
             _refuse_nested(backend.observation.space)
             self._checker = ActionChecker(backend.action, num_envs)
@@ -209,6 +211,7 @@ class SB3VecEnv(VecEnv):
         self._pending = False
         backend = self._backend
         parts = backend.step_wait()
+        self._counter.step()
         terminated, truncated = backend.terminated, backend.truncated
         dones = terminated | truncated
         # An env whose episode ended: its info is the ending step's (the final info), and the
@@ -241,6 +244,7 @@ class SB3VecEnv(VecEnv):
         if self.closed:
             return
         self.closed = True
+        self._counter.close()
         self._backend.close()
         self._write_actions = self._checker.writer(self._backend.actions)  # the old one's views held the segment
 
@@ -293,6 +297,10 @@ class SB3VecEnv(VecEnv):
     def workers(self) -> tuple[Any, ...]:
         """Each worker process's :class:`~pycollect._core.WorkerStats`; ``()`` in-process."""
         return self._backend.workers()
+
+    def stats(self) -> VectorEnvStats:
+        """What the envs and their workers did: supervision and metrics (docs/metrics.md)."""
+        return VectorEnvStats(workers=self.workers, metrics=self._counter.read())
 
     def __repr__(self) -> str:
         return f"pycollect.vector.SB3VecEnv({self._name}, num_envs={self.num_envs})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -287,7 +288,7 @@ class CentralEngine(Engine):
         whose answers are then collected; with one, the policy waits for them. An error is
         raised as it comes, with a step possibly still in flight (the next post drains it).
         """
-        runners = self.runners
+        runners, segment = self.runners, self.backend.segment
         overlap = len(runners) > 1
         in_flight: tuple[CentralRunner, _Rollout, int] | None = None
         try:
@@ -296,7 +297,9 @@ class CentralEngine(Engine):
                 for runner, run in zip(runners, runs, strict=True):
                     if in_flight is not None and not overlap:
                         _collect(*in_flight)
+                    began = time.perf_counter_ns()
                     actions = run.act(t)  # with several groups: while the workers step the one in flight
+                    segment.count_policy(time.perf_counter_ns() - began)
                     if in_flight is not None and overlap:
                         _collect(*in_flight)
                     runner.post(actions)
@@ -333,6 +336,10 @@ class CentralEngine(Engine):
         """
         if self.device_copy is not None and weights is not None:
             self.device_copy.load_state_dict(weights.state_dict())
+
+    def counters(self) -> Any | None:
+        """The workers' segment: they count their steps there, this engine its policy calls."""
+        return self.backend.segment
 
     def supervision(self) -> Supervision:
         """Each worker's stats and the recent supervision events."""

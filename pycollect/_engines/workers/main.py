@@ -169,13 +169,19 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
         policy_version = 0  # the trainer's version of the weights in use
         frames_per_round = k * config.steps_per_batch * w
         control.state = "running"
+        control.start_metering(k)  # the steps' counts and times (pycollect.metrics)
         rollouts = 0
-        on_step: Callable[[], int | None] = control.beat
+        begin_step = control.begin_step if config.metrics else control.beat  # begin_step beats too
+        after_policy = control.policy_done if config.metrics else None
+        on_step: Callable[[], int | None] = begin_step
         if receiver is not None and config.apply_weights == "between_steps":
 
             def on_step() -> int | None:
-                control.beat()
-                return receiver.receive(weights)  # between two policy calls, never in one
+                begin_step()
+                version = receiver.receive(weights)  # between two policy calls, never in one
+                if version is not None:
+                    control.weights_applied(version)
+                return version
 
         while not segment.is_shutdown:
             slot = None
@@ -190,13 +196,20 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                 received = receiver.receive(weights)
                 if received is not None:
                     policy_version = received
+                    control.weights_applied(received)
             if config.reset_at_each_iter and rollouts > 0:
                 runner.reset()
             random = policy is None or rollouts * frames_per_round < config.init_random_frames
             policy_version = runner.rollout(
-                slots[slot], random_actions=random, on_step=on_step, policy_version=policy_version
+                slots[slot],
+                random_actions=random,
+                on_step=on_step,
+                policy_version=policy_version,
+                after_policy=after_policy,
             )
+            control.end_step()
             producer.commit(slot)
+            control.rollout_done()
             rollouts += 1
     finally:
         if receiver is not None:

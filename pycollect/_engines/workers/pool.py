@@ -358,6 +358,10 @@ class WorkerPool(Engine):
 
     # -- supervision and weights -------------------------------------------------------------
 
+    def counters(self) -> Any | None:
+        """The segment: its worker blocks hold what each worker counted."""
+        return getattr(self, "segment", None)
+
     def supervision(self) -> Supervision:
         """Each worker's :class:`~pycollect._core.WorkerStats` and the recent events (as they ended, once closed)."""
         return Supervision(self._processes.stats(), self._processes.events())

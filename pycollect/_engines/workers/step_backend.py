@@ -367,6 +367,10 @@ class WorkerStepBackend(StepBackend):
         """
         return self._gather(protocol.APPLY, lambda local: (function, local), indices, f"apply's function {function!r}")
 
+    def counters(self) -> Any | None:
+        """The segment: the workers count their steps in their control blocks (None once closed)."""
+        return self.segment
+
     def workers(self) -> tuple[Any, ...]:
         """Each worker's :class:`~pycollect._core.WorkerStats` (pid, generation, restarts, last exit...)."""
         return self._processes.stats()

@@ -287,8 +287,12 @@ impl TrainerMetricsMem {
     }
 
     /// Trainer: a batch was delivered.
+    ///
+    /// A batch of no frames counts only its wait and its dropped frames (a stale rollout).
     pub fn batch_done(&self, batch: BatchCount) {
-        self.add(T_BATCHES, 1);
+        if batch.frames > 0 {
+            self.add(T_BATCHES, 1);
+        }
         self.add(T_FRAMES, batch.frames);
         self.add(T_WAIT_NS, batch.wait_ns);
         self.add(T_LAG_FRAMES, batch.frames);
@@ -297,6 +301,13 @@ impl TrainerMetricsMem {
         self.totals[T_LAG_MIN].store(batch.lag_min, Ordering::Relaxed);
         self.totals[T_LAG_MAX].store(batch.lag_max, Ordering::Relaxed);
         self.add(T_LAG_DROPPED, batch.dropped);
+    }
+
+    /// Trainer of a vector env, whose batches are steps: `steps` steps of `frames` frames in all.
+    pub fn steps_done(&self, steps: u64, frames: u64) {
+        self.add(T_BATCHES, steps);
+        self.add(T_FRAMES, frames);
+        self.add(T_LAG_FRAMES, frames);
     }
 
     /// Trainer: weights of `version` (`bytes` long) were published in `ns` nanoseconds.

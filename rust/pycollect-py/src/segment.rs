@@ -461,6 +461,11 @@ impl Segment {
         });
     }
 
+    /// Trainer of a vector env, whose batches are steps: `steps` steps, `frames` frames in all.
+    fn count_steps(&self, steps: u64, frames: u64) {
+        self.inner.trainer_metrics().steps_done(steps, frames);
+    }
+
     /// Trainer: the weights of `version`, `size` bytes, were published in `ns` nanoseconds.
     fn count_publish(&self, version: u64, size: u64, ns: u64) {
         self.inner.trainer_metrics().published(version, size, ns);

@@ -1,0 +1,81 @@
+"""What counting costs: collectors with ``metrics=True`` against ``metrics=False``, side by side.
+
+One interleaved run: every round runs both contenders once, in an order that alternates from
+round to round, and the ratio is taken within a round (machines are shared and noisy). The
+workload of issue 43's target: CartPole-v1, 2 workers x 8 envs, rollouts of 64 steps, with
+random actions (the counting's share is largest where a step costs least) and with a 64-wide
+MLP in each worker. ``metrics=False`` leaves the native counting of the step loops on (it
+cannot be turned off) and skips the rollout loop's: two native calls per step and one per
+rollout, which is what the figure measures. Target: metrics on >= 0.99x metrics off.
+
+Run: ``python benches/metrics.py [--rounds 5] [--seconds 4]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from pycollect import Collector
+
+
+def _mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
+
+
+def _act(net: torch.nn.Module):  # type: ignore[no-untyped-def]
+    def act(td):  # type: ignore[no-untyped-def]
+        return net(td["observation"]).argmax(-1)
+
+    return act
+
+
+def run(metrics: bool, policy: bool, seconds: float) -> float:
+    """Frames per second of one collector, timed over whole batches after a warm-up."""
+    net = _mlp() if policy else None
+    with Collector(
+        env="CartPole-v1",
+        policy=_act(net) if net is not None else None,
+        weights_from=net,
+        num_workers=2,
+        envs_per_worker=8,
+        frames_per_batch=2 * 8 * 64,
+        metrics=metrics,
+        seed=0,
+    ) as collector:
+        for _ in range(5):
+            collector.next_batch()
+        frames, began = 0, time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            frames += collector.next_batch().numel()
+        return frames / (time.perf_counter() - began)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    args = parser.parse_args()
+    for policy in (False, True):
+        ratios = []
+        for r in range(args.rounds):
+            order = (True, False) if r % 2 == 0 else (False, True)
+            fps = {on: run(on, policy, args.seconds) for on in order}
+            ratios.append(fps[True] / fps[False])
+            print(
+                f"{'MLP' if policy else 'random'} round {r}: on {fps[True]:,.0f} off {fps[False]:,.0f} frames/s "
+                f"ratio {ratios[-1]:.3f}",
+                flush=True,
+            )
+        print(
+            f"{'MLP policy' if policy else 'random actions'}: metrics on / off, median of {args.rounds} rounds: "
+            f"{statistics.median(ratios):.3f}x",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
