@@ -68,6 +68,7 @@ from pycollect.exceptions import (
     UnknownSchemeError,
     UnsupportedSpaceError,
     VectorEnvClosedError,
+    WeightsMismatchError,
     WorkerCrashedError,
     WorkerStoppedError,
 )
@@ -171,6 +172,7 @@ __all__ = [
     "VectorConfig",
     "VectorEnvClosedError",
     "WeightSyncScheme",
+    "WeightsMismatchError",
     "WorkerCrashedError",
     "WorkerStoppedError",
     "__version__",

@@ -209,6 +209,9 @@ class Watch:
 WORKER_TOTALS: list[str]
 TRAINER_TOTALS: list[str]
 
+def weights_digest(parts: Sequence[Any]) -> int:
+    """XXH3-64 of ``parts`` (bytes-like objects), hashed in order as one stream, without the GIL."""
+
 def latency_buckets() -> list[tuple[int, int]]:
     """``[low, high)`` nanoseconds of each step-latency bucket."""
 
@@ -536,8 +539,10 @@ class WorkerControl:
         """The open step (if any) ends now."""
     def rollout_done(self) -> None:
         """A rollout was handed over."""
-    def weights_applied(self, version: int) -> None:
-        """The weights of ``version`` were applied."""
+    def weights_applied(self, version: int, digest: int) -> None:
+        """The weights of ``version``, whose bytes hash to ``digest`` (:func:`weights_digest`), were applied."""
+    def applied_weights(self) -> tuple[int, int] | None:
+        """The version and digest of the weights applied last, as a consistent pair (None before any)."""
 
 @final
 class WeightsWriter:

@@ -23,6 +23,7 @@ bindings' ``errors.rs``::
     ├── VectorEnvClosedError (RuntimeError)   a vector env used after close()
     ├── TransportError (RuntimeError)     the shared-memory transport failed
     │   ├── LayoutMismatchError           a segment of another layout or build
+    │   ├── WeightsMismatchError          a worker acts with other weights than those published
     │   └── BufferExportError (BufferError)
     ├── SupervisorError (RuntimeError)    worker processes could not be started or stopped
     ├── WorkerCrashedError (RuntimeError) a worker died and its restart policy gave up
@@ -58,6 +59,7 @@ __all__ = [
     "UnknownSchemeError",
     "UnsupportedSpaceError",
     "VectorEnvClosedError",
+    "WeightsMismatchError",
     "WorkerCrashedError",
     "WorkerStoppedError",
 ]
@@ -167,6 +169,23 @@ class TransportError(PyCollectError, RuntimeError):
 
 class LayoutMismatchError(TransportError):
     """A process tried to attach to a segment built with another layout or pycollect version."""
+
+
+class WeightsMismatchError(TransportError):
+    """A worker applied weights whose bytes differ from those the trainer published for that version.
+
+    Each publish carries a digest of the weights (XXH3-64 of their bytes); each worker reports
+    the digest of what it applied. The message names the worker, the version and both digests.
+
+    Attributes:
+        worker: Index of the worker.
+        version: The policy version it applied.
+    """
+
+    def __init__(self, message: str, *, worker: int, version: int) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.version = version
 
 
 class BufferExportError(TransportError, BufferError):

@@ -171,6 +171,8 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
         control.state = "running"
         control.start_metering(k)  # the steps' counts and times (pycollect.metrics)
         rollouts = 0
+        applied: Callable[[int], None] = _applied_weights(control, weights)
+        applied(0)  # what it acts with until the first update
         begin_step = control.begin_step if config.metrics else control.beat  # begin_step beats too
         after_policy = control.policy_done if config.metrics else None
         on_step: Callable[[], int | None] = begin_step
@@ -180,7 +182,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                 begin_step()
                 version = receiver.receive(weights)  # between two policy calls, never in one
                 if version is not None:
-                    control.weights_applied(version)
+                    applied(version)
                 return version
 
         while not segment.is_shutdown:
@@ -196,7 +198,7 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                 received = receiver.receive(weights)
                 if received is not None:
                     policy_version = received
-                    control.weights_applied(received)
+                    applied(received)
             if config.reset_at_each_iter and rollouts > 0:
                 runner.reset()
             random = policy is None or rollouts * frames_per_round < config.init_random_frames
@@ -216,6 +218,23 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
             receiver.close()
         for env in envs:
             env.close()
+
+
+def _applied_weights(control: Any, weights: Any) -> Callable[[int], None]:
+    """What reports each version of the weights applied, with their digest (nothing without weights).
+
+    The trainer compares the digest with that of the weights it published for the version
+    (``pycollect.weights.digest``); torch is imported only when there are weights.
+    """
+    if weights is None:
+        return lambda version: None
+    from pycollect.weights.digest import weights_digest
+    from pycollect.weights.layout import module_weights
+
+    def applied(version: int) -> None:
+        control.weights_applied(version, weights_digest(module_weights(weights)))
+
+    return applied
 
 
 def _stderr_logger(worker: int, generation: int) -> logging.Logger:

@@ -55,13 +55,16 @@ from pycollect.exceptions import (
     PyCollectError,
     PyCollectWarning,
     TransportError,
+    WeightsMismatchError,
 )
+from pycollect.weights.digest import weights_digest
 from pycollect.weights.layout import WeightsLayout, module_weights
 from pycollect.weights.scheme import SenderContext, WeightSender, WeightSyncScheme
 
 __all__ = ["WorkerPool", "place_workers", "storing_devices"]
 
 _POLL_S = 0.1  # how often a waiting trainer looks at supervisor events
+_DIGESTS_KEPT = 1024  # published versions whose digest is kept (a worker is never that far behind)
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class _Weights:
 
     layout: WeightsLayout
     scheme: WeightSyncScheme
+    initial_digest: int  # of the weights pickled into the workers: version 0
 
 
 class WorkerPool(Engine):
@@ -115,6 +119,9 @@ class WorkerPool(Engine):
         self._scheme_name = weights.scheme.name if weights is not None else ""
         self._sender: WeightSender | None = None
         self.consumers: list[Any] = []
+        # The digest of the weights of each version published (pycollect.weights.digest), which
+        # every batch checks the workers' against; the oldest go once there are many.
+        self._digests: dict[int, int] = {0: weights.initial_digest} if weights is not None else {}
 
         self._processes = WorkerProcesses(segment_layout, config.supervision)
         self.segment = self._processes.segment
@@ -196,7 +203,8 @@ class WorkerPool(Engine):
                 f"policy {type(policy).__name__} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
             ) from exc
         if weights_module is not None:
-            weights = _Weights(WeightsLayout.from_module(weights_module), scheme)
+            state = module_weights(weights_module)
+            weights = _Weights(WeightsLayout.from_module(weights_module), scheme, weights_digest(state))
         segment_layout = _segment_layout(config, plan, weights)
         owned = 0 if config.zero_copy else BATCHES_HELD * batch_bytes(plan.fields, config.rows, config.steps_per_batch)
         check_fits(
@@ -228,6 +236,7 @@ class WorkerPool(Engine):
         self._release_held()
         leases = [self._pop(worker) for worker in range(self.num_workers)] if self.sync else [self._pop_any()]
         try:
+            self._check_applied_weights()
             batch = self._assemble(leases)
         except BaseException:
             for lease in leases:
@@ -358,6 +367,26 @@ class WorkerPool(Engine):
 
     # -- supervision and weights -------------------------------------------------------------
 
+    def _check_applied_weights(self) -> None:
+        """Every worker acts with the bytes published for the version it applied (else the error says so)."""
+        if not self._digests:
+            return
+        _, segment = self._live()
+        for worker in range(self.num_workers):
+            applied = segment.worker_control(worker).applied_weights()
+            if applied is None:
+                continue  # not started yet, or restarting
+            version, digest = applied
+            expected = self._digests.get(version)
+            if expected is not None and expected != digest:
+                raise WeightsMismatchError(
+                    f"worker {worker} applied weights of version {version} whose digest {digest:#018x} is not "
+                    f"that of the weights published as version {version} ({expected:#018x}): the worker did not "
+                    f"get the bytes sent (weight-sync scheme {self._scheme_name!r})",
+                    worker=worker,
+                    version=version,
+                )
+
     def counters(self) -> Any | None:
         """The segment: its worker blocks hold what each worker counted."""
         return getattr(self, "segment", None)
@@ -378,6 +407,9 @@ class WorkerPool(Engine):
             return  # no weights module: the collector has warned that nothing moves
         state = module_weights(weights)
         self._layout.check(state)
+        self._digests[version] = weights_digest(state)
+        while len(self._digests) > _DIGESTS_KEPT:
+            del self._digests[min(self._digests)]
         try:
             self._sender.send(state, version, timeout_s=self.config.weight_sync_timeout_s)
         except PyCollectError:

@@ -10,7 +10,7 @@
 //! A worker's block sits in the first 4 KiB of its control block (after the state, heartbeat
 //! and error-length lines); the trainer's in the global control region.
 
-use crate::sync::{AtomicU64, Ordering, Padded};
+use crate::sync::{fence, AtomicU64, Ordering, Padded};
 
 /// Step latencies below this (1.024 µs) share the first bucket.
 const FIRST_OCTAVE: u32 = 10;
@@ -89,12 +89,25 @@ struct StepClock {
     frames_per_step: AtomicU64,
 }
 
+/// The weights a worker applied last: their version and digest, always read as a pair.
+///
+/// A sequence lock: the worker makes `seq` odd, writes both words, makes it even again; a
+/// reader that sees the same even `seq` before and after its reads has a consistent pair.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct AppliedWeights {
+    seq: AtomicU64,
+    version: AtomicU64,
+    digest: AtomicU64,
+}
+
 /// The shared words of a worker's metrics (inside its control block).
 #[repr(C)]
 #[derive(Debug)]
 pub struct WorkerMetricsMem {
     totals: Padded<WorkerTotals>,
     clock: Padded<StepClock>,
+    applied: Padded<AppliedWeights>,
     latency: [AtomicU64; LATENCY_BUCKETS],
 }
 
@@ -103,6 +116,7 @@ impl Default for WorkerMetricsMem {
         Self {
             totals: Padded::default(),
             clock: Padded::default(),
+            applied: Padded::default(),
             latency: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -172,10 +186,42 @@ impl WorkerMetricsMem {
         self.add(ROLLOUTS, 1);
     }
 
-    /// Worker: it applied the weights of `version`.
-    pub fn weights_applied(&self, version: u64) {
+    /// Worker: it applied the weights of `version`, whose bytes hash to `digest`.
+    pub fn weights_applied(&self, version: u64, digest: u64) {
         self.totals.words[POLICY_VERSION].store(version, Ordering::Relaxed);
         self.add(WEIGHT_UPDATES, 1);
+        let applied = &self.applied;
+        let seq = applied.seq.load(Ordering::Relaxed); // the worker is the only writer
+        applied.seq.store(seq | 1, Ordering::Relaxed);
+        // SYNC POINT: Release fence: a reader that sees a word written below also sees the
+        // odd `seq` above, and retries.
+        fence(Ordering::Release);
+        applied.version.store(version, Ordering::Relaxed);
+        applied.digest.store(digest, Ordering::Relaxed);
+        // SYNC POINT: Release publishes the pair with the even `seq`.
+        applied.seq.store((seq | 1) + 1, Ordering::Release);
+    }
+
+    /// Anyone: the version and digest of the weights the worker applied last, as a consistent
+    /// pair; `None` before its first update (or while it keeps writing, after a few tries).
+    pub fn applied_weights(&self) -> Option<(u64, u64)> {
+        let applied = &self.applied;
+        for _ in 0..64 {
+            // SYNC POINT: Acquire pairs with the worker's Release store of an even `seq`.
+            let before = applied.seq.load(Ordering::Acquire);
+            let pair = (
+                applied.version.load(Ordering::Relaxed),
+                applied.digest.load(Ordering::Relaxed),
+            );
+            // SYNC POINT: Acquire fence: the loads above happen before the `seq` check below.
+            fence(Ordering::Acquire);
+            let after = applied.seq.load(Ordering::Relaxed);
+            if before == after && before % 2 == 0 {
+                return (before != 0).then_some(pair);
+            }
+            crate::sync::spin_hint();
+        }
+        None
     }
 
     /// Worker, when a new generation starts: forget the clock of the step its predecessor
@@ -432,6 +478,16 @@ mod tests {
         m.end_step(1_000_010);
         let r = m.read();
         assert_eq!((r.totals[STEPS], r.totals[WAIT_NS]), (2, 10));
+    }
+
+    #[test]
+    fn applied_weights_are_read_as_a_pair() {
+        let m = WorkerMetricsMem::default();
+        assert_eq!(m.applied_weights(), None);
+        m.weights_applied(3, 0xfeed);
+        m.weights_applied(4, 0xbeef);
+        assert_eq!(m.applied_weights(), Some((4, 0xbeef)));
+        assert_eq!(m.read().totals[WEIGHT_UPDATES], 2);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use pycollect_core::exchange::{
     wait_answers, Half, Mailbox, StepChannelMem, StepTrainer, StepWorker, CMD_STEP, STATUS_OK,
     STATUS_RESTARTED,
 };
+use pycollect_core::metrics::WorkerMetricsMem;
 use pycollect_core::ring::{Consumer, Producer, RingMem};
 use pycollect_core::shared::SharedRef;
 use pycollect_core::wait::{wait_until, WaitOutcome, WaitPolicy, Waited};
@@ -383,4 +384,26 @@ fn step_exchange_request_left_for_a_dead_generation_is_answered_restarted() {
 #[test]
 fn step_exchange_request_for_a_starting_generation_is_served() {
     restart_model(&[2]);
+}
+
+/// A worker's applied weights are read as a pair: never one update's version with another's digest.
+#[test]
+fn applied_weights_pair_is_never_torn() {
+    loom::model(|| {
+        let metrics = Arc::new(WorkerMetricsMem::default());
+        let worker = Arc::clone(&metrics);
+        let writer = thread::spawn(move || {
+            worker.weights_applied(1, 10);
+            worker.weights_applied(2, 20);
+        });
+        if let Some((version, digest)) = metrics.applied_weights() {
+            assert_eq!(
+                digest,
+                version * 10,
+                "a torn pair: version {version}, digest {digest}"
+            );
+        }
+        writer.join().unwrap();
+        assert_eq!(metrics.applied_weights(), Some((2, 20)));
+    });
 }

@@ -155,9 +155,15 @@ impl WorkerControl {
         self.inner.metrics().rollout_done();
     }
 
-    /// The weights of `version` were applied.
-    fn weights_applied(&self, version: u64) {
-        self.inner.metrics().weights_applied(version);
+    /// The weights of `version`, whose bytes hash to `digest` (`weights_digest`), were applied.
+    fn weights_applied(&self, version: u64, digest: u64) {
+        self.inner.metrics().weights_applied(version, digest);
+    }
+
+    /// The version and digest of the weights applied last, as a consistent pair (`None`
+    /// before the first update).
+    fn applied_weights(&self) -> Option<(u64, u64)> {
+        self.inner.metrics().applied_weights()
     }
 
     /// Stores an error text such as a traceback: its first `WORKER_ERROR_CAPACITY` bytes of

@@ -37,6 +37,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     metrics::add_constants(m)?;
     m.add_function(wrap_pyfunction!(metrics::latency_buckets, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::monotonic_time_ns, m)?)?;
+    m.add_function(wrap_pyfunction!(weights::weights_digest, m)?)?;
     m.add_class::<weights::WeightsWriter>()?;
     m.add_class::<weights::WeightsReader>()?;
     m.add_class::<supervisor::Supervisor>()?;

@@ -491,3 +491,24 @@ extern "C" fn on_segv(
     }
     // Returning re-runs the faulting instruction, which now meets the previous disposition.
 }
+
+/// A 64-bit digest (XXH3) of `parts`, bytes-like objects hashed in order as one stream: what
+/// a publish of weights and a worker that applied them each compute, to compare.
+#[pyfunction]
+pub(crate) fn weights_digest(py: Python<'_>, parts: Vec<Bound<'_, PyAny>>) -> PyResult<u64> {
+    let regions = parts
+        .iter()
+        .enumerate()
+        .map(|(i, part)| byte_region(&format!("part {i}"), part, false))
+        .collect::<PyResult<Vec<_>>>()?;
+    let spans: Vec<(usize, usize)> = regions.iter().map(|(_, addr, len)| (*addr, *len)).collect();
+    // The exports in `regions` keep every span alive and unmoved while the GIL is released.
+    Ok(py.detach(move || {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        for (addr, len) in spans {
+            // SAFETY: each span is a live, contiguous buffer export held by `regions` above.
+            hasher.update(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+        }
+        hasher.digest()
+    }))
+}
