@@ -94,6 +94,7 @@ class Segment:
         weights_buffers: int,
         backing: Literal["auto", "memfd", "named"],
         mailbox_bytes: int = 0,
+        snapshot_bytes: int = 0,
     ) -> Segment:
         """Create and map a segment of :func:`segment_bytes` of the same arguments.
 
@@ -101,7 +102,8 @@ class Segment:
         with TransportError, never later). Invalid or overflowing sizes raise ConfigError
         naming the value. ``mailbox_bytes > 0`` gives every worker a step channel whose
         mailbox holds that many bytes per direction (:meth:`step_channel`); 0 (the default)
-        makes none, and the segment does not grow.
+        makes none, and the segment does not grow. ``snapshot_bytes > 0`` gives every rollout
+        slot a snapshot area of that many bytes (:meth:`snapshot_view`).
         """
     @staticmethod
     def attach(fd: int, *, timeout_s: float, expected_layout_hash: int | None = None) -> Segment:
@@ -166,6 +168,12 @@ class Segment:
         """
     @property
     def is_shutdown(self) -> bool: ...
+    @property
+    def snapshot_bytes(self) -> int:
+        """Bytes of each rollout slot's snapshot area (0: none)."""
+    def snapshot_view(self, worker: int, slot: int, *, writable: bool = False) -> SlotView:
+        """A slot's snapshot area: :data:`SNAPSHOT_HEADER` bytes (the length first, a little-endian
+        u64), then :attr:`snapshot_bytes`; written before the slot is committed, read after it is popped."""
     def watch(self) -> Watch:
         """A read-only view of this segment's metrics and workers (what ``pycollect top`` reads)."""
     def count_batch(self, frames: int, wait_ns: int, lag_sum: int, lag_min: int, lag_max: int, dropped: int) -> None:
@@ -206,6 +214,7 @@ class Watch:
     def worker_state(self, worker: int) -> tuple[str, int, int, int, int]:
         """A worker's state, pid (0: none), generation, last heartbeat (monotonic ns) and ring fill."""
 
+SNAPSHOT_HEADER: int
 WORKER_TOTALS: list[str]
 TRAINER_TOTALS: list[str]
 
@@ -228,6 +237,7 @@ def segment_bytes(
     weights_capacity: int,
     weights_buffers: int,
     mailbox_bytes: int = 0,
+    snapshot_bytes: int = 0,
 ) -> int:
     """Exactly the ``total_len`` that :meth:`Segment.create` with these arguments would map.
 

@@ -35,6 +35,8 @@ pub const RING_CTL_SIZE: usize = 3 * LINE;
 pub const SLOT_HEADER_SIZE: usize = 64;
 /// Bytes of a step channel's control words (request, response and bell lines).
 pub const STEP_CTL_SIZE: usize = 3 * LINE;
+/// Bytes before a snapshot's own bytes: its length (a u64), padded to a line.
+pub const SNAPSHOT_HEADER: usize = LINE;
 /// Default number of weight buffers (triple buffering).
 pub const DEFAULT_WEIGHT_BUFFERS: usize = 3;
 

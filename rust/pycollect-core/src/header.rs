@@ -55,7 +55,9 @@ pub struct SegmentHeader {
     pub weight_buffers: u64,
     /// Entries in the field table that follows the fixed part.
     pub n_fields: u64,
-    _reserved: [u64; 18],
+    /// Bytes of each rollout slot's snapshot area (0: none).
+    pub snapshot_bytes: u64,
+    _reserved: [u64; 17],
 }
 
 /// One field-table entry (128 bytes, after the fixed header).
@@ -166,6 +168,7 @@ pub unsafe fn write_header(base: *mut u8, layout: &Layout, pid: u64, start_time:
         std::ptr::addr_of_mut!((*hdr).weights_capacity).write(p.weights_capacity as u64);
         std::ptr::addr_of_mut!((*hdr).weight_buffers).write(p.weight_buffers as u64);
         std::ptr::addr_of_mut!((*hdr).mailbox_bytes).write(p.mailbox_bytes as u64);
+        std::ptr::addr_of_mut!((*hdr).snapshot_bytes).write(p.snapshot_bytes as u64);
         std::ptr::addr_of_mut!((*hdr).n_fields).write(p.fields.len() as u64);
     }
     for (i, f) in p.fields.iter().enumerate() {
@@ -313,6 +316,7 @@ pub unsafe fn decode(base: *const u8, map_len: usize) -> Result<DecodedHeader, H
         weights_capacity: usize_of("weights_capacity", rd(base, off!(weights_capacity)))?,
         weight_buffers: usize_of("weight_buffers", rd(base, off!(weight_buffers)))?,
         mailbox_bytes: usize_of("mailbox_bytes", rd(base, off!(mailbox_bytes)))?,
+        snapshot_bytes: usize_of("snapshot_bytes", rd(base, off!(snapshot_bytes)))?,
     };
     let layout = Layout::new(params).map_err(HeaderError::Layout)?;
     let stored = rd(base, off!(layout_hash));
@@ -375,8 +379,9 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_keeps_the_mailbox_size() {
-        let l = Layout::new(layout().params().clone().with_mailbox(3000)).unwrap();
+    fn round_trip_keeps_the_mailbox_and_snapshot_sizes() {
+        let params = layout().params().clone().with_mailbox(3000);
+        let l = Layout::new(params.with_snapshots(5000)).unwrap();
         let mut mem = buf_for(&l);
         let base = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: `mem` is large enough and 8-aligned, and nobody else sees it.
@@ -384,6 +389,7 @@ mod tests {
         // SAFETY: as above; the length passed is the buffer's.
         let d = unsafe { decode(base, mem.len() * 8) }.unwrap();
         assert_eq!(d.layout.params().mailbox_bytes, 3000);
+        assert_eq!(d.layout.params().snapshot_bytes, 5000);
         assert_eq!(d.layout, l);
     }
 

@@ -11,6 +11,7 @@
 //!                 response payload (mailbox_bytes each; absent when mailbox_bytes = 0)
 //! weights ctl     latest | len[buffers] | pin[n_workers]
 //! weights bufs    buffers × round_up(capacity, 4 KiB)
+//! snapshots[w][s] length word + snapshot_bytes (absent when snapshot_bytes = 0)
 //! field[f]        [slot][worker][K][T][*shape] elements
 //! ```
 //!
@@ -24,7 +25,7 @@ use std::fmt;
 pub use crate::consts::{
     DEFAULT_WEIGHT_BUFFERS, ERROR_TEXT_CAP, FIELD_RECORD, GLOBAL_CTL_SIZE, HEADER_FIXED, LINE,
     MAX_DIMS, MAX_FIELDS, MAX_NAME_LEN, REGION_ALIGN, RING_CTL_SIZE, SLOT_HEADER_SIZE,
-    STEP_CTL_SIZE, WORKER_CTL_SIZE, WORKER_ERROR_TEXT_OFFSET,
+    SNAPSHOT_HEADER, STEP_CTL_SIZE, WORKER_CTL_SIZE, WORKER_ERROR_TEXT_OFFSET,
 };
 
 /// Element type of a field.
@@ -189,6 +190,9 @@ pub struct LayoutParams {
     /// Bytes of each half (request, response) of every worker's step-channel mailbox; 0: the
     /// segment has no step channels (a rollout-only segment does not grow).
     pub mailbox_bytes: usize,
+    /// Bytes of the snapshot that goes with each rollout slot (a worker's state after the
+    /// rollout: envs, random streams, trajectories); 0: the segment has no snapshots.
+    pub snapshot_bytes: usize,
 }
 
 impl LayoutParams {
@@ -209,6 +213,7 @@ impl LayoutParams {
             weights_capacity: 0,
             weight_buffers: DEFAULT_WEIGHT_BUFFERS,
             mailbox_bytes: 0,
+            snapshot_bytes: 0,
         }
     }
 
@@ -222,6 +227,12 @@ impl LayoutParams {
     /// Gives every worker a step channel whose mailbox holds `bytes` per half (0: none).
     pub fn with_mailbox(mut self, bytes: usize) -> Self {
         self.mailbox_bytes = bytes;
+        self
+    }
+
+    /// Gives every rollout slot a snapshot area of `bytes` (0: none).
+    pub fn with_snapshots(mut self, bytes: usize) -> Self {
+        self.snapshot_bytes = bytes;
         self
     }
 }
@@ -316,6 +327,8 @@ pub struct Layout {
     weights_ctl: usize,
     weights_bufs: usize,
     weights_stride: usize,
+    snapshots: usize,
+    snapshot_stride: usize,
     fields: Vec<FieldLayout>,
     total_len: usize,
     hash: u64,
@@ -439,6 +452,23 @@ impl Layout {
             mul(weights_stride, p.weight_buffers, "weights")?,
             "weights buffers",
         )?;
+        // Snapshots: per worker and slot, a length word then the bytes, on a 4 KiB boundary.
+        let snapshot_stride = if p.snapshot_bytes == 0 {
+            0
+        } else {
+            p.snapshot_bytes
+                .checked_add(SNAPSHOT_HEADER)
+                .and_then(|body| round_up(body, REGION_ALIGN))
+                .ok_or(LayoutError::Overflow("snapshots"))?
+        };
+        let snapshots = c.take(
+            mul(
+                mul(snapshot_stride, p.n_workers, "snapshots")?,
+                p.slots_per_worker,
+                "snapshots",
+            )?,
+            "snapshots",
+        )?;
         let mut fields = Vec::with_capacity(p.fields.len());
         for f in &p.fields {
             let mut per_worker = mul(p.envs_per_worker, p.steps, "field")?;
@@ -473,6 +503,8 @@ impl Layout {
             weights_ctl,
             weights_bufs,
             weights_stride,
+            snapshots,
+            snapshot_stride,
             fields,
             total_len,
             hash: 0,
@@ -494,6 +526,7 @@ impl Layout {
             p.weights_capacity,
             p.weight_buffers,
             p.mailbox_bytes,
+            p.snapshot_bytes,
             p.fields.len(),
         ] {
             h.u64(v as u64);
@@ -516,6 +549,8 @@ impl Layout {
             self.weights_ctl,
             self.weights_bufs,
             self.weights_stride,
+            self.snapshots,
+            self.snapshot_stride,
             self.total_len,
             WORKER_CTL_SIZE,
             RING_CTL_SIZE,
@@ -631,6 +666,20 @@ impl Layout {
         let ctl = self.step_channel_offset(w)?;
         let half = round_up(self.params.mailbox_bytes, LINE)?;
         Some((ctl + STEP_CTL_SIZE, ctl + STEP_CTL_SIZE + half))
+    }
+
+    /// Offset of the snapshot area of worker `w`'s slot `slot` (its length word, then
+    /// `snapshot_bytes` bytes); `None` without snapshots.
+    pub fn snapshot_offset(&self, w: usize, slot: usize) -> Option<usize> {
+        assert!(w < self.params.n_workers, "worker {w} out of range");
+        assert!(
+            slot < self.params.slots_per_worker,
+            "slot {slot} out of range"
+        );
+        if self.params.snapshot_bytes == 0 {
+            return None;
+        }
+        Some(self.snapshots + (w * self.params.slots_per_worker + slot) * self.snapshot_stride)
     }
 
     /// Offset of the weights control words (latest line, lens, pins).
@@ -773,13 +822,15 @@ mod tests {
             dims in proptest::collection::vec(proptest::collection::vec(1usize..4, 0..3), 1..4),
             wcap in 0usize..20_000,
             mailbox in prop_oneof![Just(0usize), 1usize..10_000],
+            snapshot in prop_oneof![Just(0usize), 1usize..10_000],
         ) {
             let fields = dims.iter().enumerate()
                 .map(|(i, s)| Field::new(format!("f{i}"), ALL_DTYPES[i % 13], s))
                 .collect();
             let p = LayoutParams::new(fields, n_workers, k, t, 1 << slots_log)
                 .with_weights(wcap, 3)
-                .with_mailbox(mailbox);
+                .with_mailbox(mailbox)
+                .with_snapshots(snapshot);
             let l = Layout::new(p).unwrap();
             let mut regions = vec![
                 (l.global_ctl, GLOBAL_CTL_SIZE),
@@ -788,6 +839,7 @@ mod tests {
                 (l.step_channels, l.step_stride * n_workers),
                 (l.weights_ctl, LINE),
                 (l.weights_bufs, l.weights_stride * 3),
+                (l.snapshots, l.snapshot_stride * n_workers * (1 << slots_log)),
             ];
             regions.extend(l.fields.iter().map(|f| (f.offset, f.len)));
             regions.sort();

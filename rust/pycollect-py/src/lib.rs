@@ -65,6 +65,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "WORKER_ERROR_CAPACITY",
         pycollect_core::layout::ERROR_TEXT_CAP,
     )?;
+    // Bytes before a snapshot's own bytes in its area (`Segment.snapshot_view`).
+    m.add("SNAPSHOT_HEADER", pycollect_core::consts::SNAPSHOT_HEADER)?;
     // Step-channel commands and statuses (the core's numbers; the core itself interprets only
     // STEP_STATUS_RESTARTED, which only `StepChannel.skip_pending` answers with).
     use pycollect_core::exchange as x;

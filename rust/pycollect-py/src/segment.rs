@@ -3,6 +3,7 @@
 use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 
+use pycollect_core::consts::SNAPSHOT_HEADER;
 use pycollect_core::metrics::BatchCount;
 use pycollect_core::Watch as CoreWatch;
 use pycollect_core::{
@@ -107,12 +108,14 @@ fn layout_of(
     weights_capacity: &Bound<'_, PyAny>,
     weights_buffers: &Bound<'_, PyAny>,
     mailbox_bytes: Option<&Bound<'_, PyAny>>,
+    snapshot_bytes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Layout> {
-    // `None` (the Python default) is 0: no step channels.
-    let mailbox_bytes = mailbox_bytes
-        .map(|bytes| size_arg("mailbox_bytes", bytes))
-        .transpose()?
-        .unwrap_or(0);
+    // `None` (the Python default) is 0: no step channels, no snapshots.
+    let optional = |name: &str, bytes: Option<&Bound<'_, PyAny>>| -> PyResult<usize> {
+        Ok(bytes.map(|b| size_arg(name, b)).transpose()?.unwrap_or(0))
+    };
+    let mailbox_bytes = optional("mailbox_bytes", mailbox_bytes)?;
+    let snapshot_bytes = optional("snapshot_bytes", snapshot_bytes)?;
     let params = LayoutParams::new(
         parse_fields(fields)?,
         size_arg("n_workers", n_workers)?,
@@ -124,14 +127,15 @@ fn layout_of(
         size_arg("weights_capacity", weights_capacity)?,
         size_arg("weights_buffers", weights_buffers)?,
     )
-    .with_mailbox(mailbox_bytes);
+    .with_mailbox(mailbox_bytes)
+    .with_snapshots(snapshot_bytes);
     Layout::new(params).map_err(py_err)
 }
 
 /// The size in bytes of the segment `Segment.create` would map for these arguments, computed
 /// from the layout alone: nothing is allocated, so it is the check to make before creating.
 #[pyfunction]
-#[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, mailbox_bytes=None))]
+#[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, mailbox_bytes=None, snapshot_bytes=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn segment_bytes(
     fields: Vec<FieldArg<'_>>,
@@ -142,6 +146,7 @@ pub fn segment_bytes(
     weights_capacity: &Bound<'_, PyAny>,
     weights_buffers: &Bound<'_, PyAny>,
     mailbox_bytes: Option<&Bound<'_, PyAny>>,
+    snapshot_bytes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<usize> {
     let layout = layout_of(
         fields,
@@ -152,6 +157,7 @@ pub fn segment_bytes(
         weights_capacity,
         weights_buffers,
         mailbox_bytes,
+        snapshot_bytes,
     )?;
     Ok(layout.total_len())
 }
@@ -168,7 +174,7 @@ impl Segment {
     /// Creates a segment sized for `fields` over `n_workers` x `envs_per_worker` envs
     /// (`segment_bytes` of the same arguments says how big it will be).
     #[staticmethod]
-    #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, backing, mailbox_bytes=None))]
+    #[pyo3(signature = (fields, *, n_workers, envs_per_worker, steps, slots_per_worker, weights_capacity, weights_buffers, backing, mailbox_bytes=None, snapshot_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -181,6 +187,7 @@ impl Segment {
         weights_buffers: &Bound<'_, PyAny>,
         backing: &str,
         mailbox_bytes: Option<&Bound<'_, PyAny>>,
+        snapshot_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let backing = match backing {
             "auto" => Backing::Auto,
@@ -201,6 +208,7 @@ impl Segment {
             weights_capacity,
             weights_buffers,
             mailbox_bytes,
+            snapshot_bytes,
         )?;
         // Creating pre-faults every page, which can take a while for big segments.
         let inner = py
@@ -371,6 +379,34 @@ impl Segment {
             offset,
             &shape,
             spec.dtype,
+            !writable,
+            None,
+        ))
+    }
+
+    /// Bytes of each rollout slot's snapshot area (0: none).
+    #[getter]
+    fn snapshot_bytes(&self) -> usize {
+        self.inner.layout().params().snapshot_bytes
+    }
+
+    /// The snapshot area of `worker`'s `slot`: `SNAPSHOT_HEADER` bytes (the snapshot's length
+    /// first, a little-endian u64), then `snapshot_bytes` bytes. The worker writes it before
+    /// it commits the slot; whoever pops the slot reads it.
+    #[pyo3(signature = (worker, slot, *, writable=false))]
+    fn snapshot_view(&self, worker: usize, slot: usize, writable: bool) -> PyResult<SlotView> {
+        self.check_slot(slot)?;
+        self.check_worker(worker)?;
+        let layout = self.inner.layout();
+        let offset = layout.snapshot_offset(worker, slot).ok_or_else(|| {
+            config_error("this segment has no snapshots: it was created with snapshot_bytes=0")
+        })?;
+        let len = SNAPSHOT_HEADER + layout.params().snapshot_bytes;
+        Ok(SlotView::new(
+            self.inner.mapping(),
+            offset,
+            &[len],
+            DType::U8,
             !writable,
             None,
         ))
