@@ -85,13 +85,16 @@ def _collections_of(pid: int) -> list[tuple[CollectionInfo, _core.Watch]]:
     except PermissionError:
         raise AttachError(f"pid {pid} ({_command(pid)}): its open files cannot be read") from None
     found = []
+    seen = set()  # a segment held on several fds (a watch of its own collection's) is one collection
     for entry in sorted(entries, key=lambda e: int(e.name)):
         try:
             target = os.readlink(entry.path)
+            inode = os.stat(entry.path).st_ino if target.startswith(_SEGMENT_LINKS) else None
         except OSError:
             continue
-        if not target.startswith(_SEGMENT_LINKS):
+        if inode is None or inode in seen:
             continue
+        seen.add(inode)
         watch = _open_watch(pid, int(entry.name))
         if watch is not None:
             description = watch.description().removeprefix(TRAINER_ONLY_MARK)
