@@ -50,12 +50,49 @@ Start with:
   pycollect run Pendulum-v1 --frames 50000
   pycollect run --workers 2              step the environments in 2 worker processes
   pycollect run --workers 2 -v           ... and say when each worker starts and ends
+  pycollect run --workers 4 --top        ... with a live view of each worker instead of the bar
   pycollect run --help                   every option of 'run'
+  pycollect top                          watch a collection running in another terminal: each
+                                         worker's frames/s, step latency, where its time goes,
+                                         stragglers and restarts marked
   pycollect plugins                      the env backends, weight-sync schemes, device
                                          policies, engines, inference runners and step
                                          backends installed, and which plugin provides each
 """
 
+_TOP_DESCRIPTION = """\
+Watch a running pycollect collection of yours, live and read-only: watching neither stops,
+slows nor changes it. The header shows the trainer (frames/s, batches/s, time waiting for
+data, frames and batches delivered) and the policy (version, lag of the frames delivered,
+frames dropped for lag, weight publishes). Each worker has a row:
+
+  state               running; 'straggler 0.20x' (running at under half the median worker's
+                      frames/s: 0.20 of it); 'restarting' (between a crash and its restart);
+                      'FAILED' (given up on); starting, exiting, not started
+  restarts            how often it was restarted
+  frames/s, steps/s   its rates (a step moves each of its envs once)
+  p50 step, p99 step  step latency (policy and envs), median and 99th percentile
+  env/policy/wait     where its time goes: stepping envs, in the policy, waiting for a free
+                      slot of its ring, new weights or the trainer
+  ring                rollouts it handed over that the trainer has not taken yet / slots
+  heartbeat           time since its last sign of life ('late' after 5 s)
+  version             the policy version it uses
+
+Rates and percentiles are over the last --window seconds. A narrow terminal shows fewer
+columns (about 130 show them all).
+"""
+
+_TOP_EPILOG = """\
+examples:
+  pycollect top                     your only running collection (several: choose one)
+  pycollect top 12345               the collection whose trainer has pid 12345
+  pycollect top CartPole            the collection whose description has this word
+  pycollect top --once 12345        one frame, for a script or a log
+
+Quit with Ctrl-C; top also exits when the collection ends (status 0). A collection it cannot
+watch (no such process, another user's, not a collection, no name or several matching) is
+said on one line, 'pycollect: error: ...', status 2.
+"""
 
 FLAGS = {
     "num_workers": "--workers",
@@ -192,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pycollect {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_run_command(commands)
+    _add_top_command(commands)
     _add_plugins_command(commands)
     return parser
 
@@ -291,14 +329,78 @@ def _add_setting_options(run: argparse.ArgumentParser) -> None:
 
 
 def _add_output_options(run: argparse.ArgumentParser) -> None:
-    """What ``run`` prints: the progress bar, the summary's form, the diagnostics."""
+    """What ``run`` prints: the progress bar or the live view, the summary's form, the diagnostics; the export."""
     run.add_argument("--no-progress", action="store_true", help="do not draw a progress bar")
+    run.add_argument(
+        "--top",
+        action="store_true",
+        help="show the live view of 'pycollect top' (each worker's rates, stragglers) instead of the progress bar",
+    )
+    run.add_argument(
+        "--prometheus-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="serve the collection's metrics to Prometheus on http://127.0.0.1:PORT/metrics while it runs",
+    )
     run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     run.add_argument(
         "-v",
         "--verbose",
         action="store_true",
         help="also say when each worker starts and ends ('pycollect: debug:' and 'info:' lines)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
+def _add_top_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``pycollect top``."""
+    top = commands.add_parser(
+        "top",
+        help="watch a running collection live: each worker's rates, latency, time split, stragglers",
+        description=_TOP_DESCRIPTION,
+        epilog=_TOP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        metavar="PID_OR_NAME",
+        help=(
+            "the trainer's pid, or a word of the collection's description (its env, e.g. CartPole); "
+            "default: your only running collection (with several: a list to choose from)"
+        ),
+    )
+    top.add_argument(
+        "--refresh", type=_seconds, default=1.0, metavar="S", help="seconds between two redraws (default 1)"
+    )
+    top.add_argument(
+        "--window",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="seconds the rates and percentiles are over (default 5)",
+    )
+    top.add_argument(
+        "--once",
+        action="store_true",
+        help="measure for --refresh seconds, print one frame and exit (for scripts and logs)",
     )
 
 
@@ -418,10 +520,67 @@ def _collect(args: argparse.Namespace, config: CollectorConfig, started: float) 
         with collector:
             # Whole batches of whole steps: what the collector really delivers.
             total = len(collector) * collector.frames_per_batch if collector.total_frames > 0 else None
-            bar.bar_format = None
-            bar.set_description_str("", refresh=False)
-            bar.reset(total=total)  # and redraw: a bar from here on
-            return _timed(collector, bar, started)
+            with contextlib.ExitStack() as stack:
+                if args.prometheus_port is not None:
+                    endpoint = _serve_prometheus(collector, args.prometheus_port, bar)
+                    if endpoint is None:
+                        return 2
+                    stack.callback(endpoint.close)
+                if args.top and _enter_top_view(stack, collector, total, bar):
+                    return _timed(collector, tqdm(disable=True), started)  # the view instead of the bar
+                bar.bar_format = None
+                bar.set_description_str("", refresh=False)
+                bar.reset(total=total)  # and redraw: a bar from here on
+                return _timed(collector, bar, started)
+
+
+def _serve_prometheus(collector: Collector, port: int, bar: Any) -> Any | None:
+    """Serve ``collector``'s metrics on 127.0.0.1:``port``; ``None``: it cannot be, and was said why."""
+    try:
+        from pycollect.metrics import serve_prometheus  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        bar.leave = False
+        bar.close()
+        _say("error", f"--prometheus-port: this pycollect cannot serve Prometheus metrics ({exc})")
+        return None
+    try:
+        endpoint = serve_prometheus(collector, port=port)
+    except (PyCollectError, OSError, ImportError) as exc:  # a port in use, prometheus-client missing
+        bar.leave = False
+        bar.close()
+        _say("error", f"--prometheus-port {port}: {exc}")
+        return None
+    logging.getLogger("pycollect.cli").info("Prometheus metrics on http://127.0.0.1:%d/metrics", port)
+    return endpoint
+
+
+def _enter_top_view(stack: contextlib.ExitStack, collector: Collector, total: int | None, bar: Any) -> bool:
+    """Show ``pycollect top``'s view of this process's collector (on stderr) until ``stack`` closes.
+
+    Returns whether it is shown: a collection that cannot be watched keeps the progress bar, with a warning.
+    """
+    from rich.console import Console
+
+    from pycollect.exceptions import AttachError
+    from pycollect.metrics import attach
+    from pycollect.metrics._top import live_view
+
+    try:
+        reader = attach(os.getpid())
+    except AttachError as exc:
+        _say("warning", f"--top: {exc}; showing the progress bar instead")
+        return False
+    bar.leave = False
+    bar.close()
+
+    def progress() -> str:
+        if total is None:
+            return f"{collector.frames:,} frames collected; Ctrl-C to stop"
+        done = "" if collector.frames >= total else "; Ctrl-C to stop"
+        return f"{collector.frames:,} of {total:,} frames collected{done}"
+
+    stack.enter_context(live_view(reader, console=Console(stderr=True), note=progress))
+    return True
 
 
 def _timed(collector: Collector, bar: Any, started: float) -> _Collected | int:
@@ -503,6 +662,20 @@ def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
     print(f"mean return  {mean:.2f}" if mean is not None else "mean return  - (no episode finished)")
 
 
+def _top(args: argparse.Namespace) -> int:
+    """``pycollect top``: 0 when quit or the collection ended, 2 when it cannot be watched."""
+    from pycollect.exceptions import AttachError
+    from pycollect.metrics._top import run_top
+
+    target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
+    try:
+        run_top(target, refresh_s=args.refresh, window_s=args.window, once=args.once)
+    except AttachError as exc:
+        _say("error", str(exc))
+        return 2
+    return 0
+
+
 _KIND_TITLES = {
     "env_backend": "env backend",
     "scheme": "weight-sync scheme",
@@ -574,6 +747,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with _diagnostics(getattr(args, "verbose", False)):
         if args.command == "run":
             return _run(args, started)
+        if args.command == "top":
+            return _top(args)
         if args.command == "plugins":
             return _plugins(args)
     parser.error(f"unknown command {args.command!r}")
