@@ -49,8 +49,15 @@ class PerWorkerSources(EnvSource):
         return cls(first.backend, first.target, first.env_kwargs, first.adopters, first.num_envs, tuple(sources))
 
     def describe(self) -> str:
-        """Each worker's env: ``[gymnasium:CartPole-v1, callable:make_level]``."""
-        return "[" + ", ".join(source.describe() for source in self.sources) + "]"
+        """Each worker's env, repeats counted: ``[gymnasium:CartPole-v1 x3, callable:make_level]``."""
+        names = [source.describe() for source in self.sources]
+        runs: list[tuple[str, int]] = []
+        for name in names:
+            if runs and runs[-1][0] == name:
+                runs[-1] = (name, runs[-1][1] + 1)
+            else:
+                runs.append((name, 1))
+        return "[" + ", ".join(name if count == 1 else f"{name} x{count}" for name, count in runs) + "]"
 
     def with_num_envs(self, num_envs: int) -> PerWorkerSources:
         """Every worker's source building batched envs of ``num_envs`` sub-envs."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -216,6 +217,8 @@ class MetricsReader:
         totals, before = now.workers[w], base.workers[w]
         delta = {key: totals[key] - before[key] for key in totals}
         state, pid, generation, heartbeat_ns, filled = now.states[w]
+        if state in ("running", "starting") and pid and not _alive(pid):
+            state = "empty"  # it died, and its restart (if any) has not begun: what it wrote is stale
         busy = delta["env_ns"] + delta["policy_ns"] + delta["wait_ns"]
         p50, p99 = _percentiles(now.latency[w] - base.latency[w], (0.5, 0.99))
         return {
@@ -266,6 +269,15 @@ class MetricsReader:
             lag_max=totals["lag_max"],
             frames_dropped=totals["lag_dropped"],
         )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is not a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
 
 
 def _percentiles(counts: np.ndarray, quantiles: tuple[float, ...]) -> tuple[float | None, ...]:
