@@ -18,6 +18,9 @@ Modules:
     device: :class:`DeviceBatchedEnv`, ``N`` sub-envs whose torch tensors stay on their device
         (``engine="device"``), and :func:`is_device_env`.
     pool: :class:`PerWorkerSources`, one env source per worker (``env=[...]``).
+    state: env snapshots: :func:`get_env_state` / :func:`set_env_state`, what cannot be saved
+        (:func:`snapshot_refusal`, :func:`check_snapshots`), and the :class:`SnapshotEnv`
+        protocol an env of your own implements to be saved.
 """
 
 from __future__ import annotations
@@ -26,17 +29,31 @@ from pycollect.envs.backend import EnvBackend, GymLikeEnv, import_factory
 from pycollect.envs.batched import BatchedEnv
 from pycollect.envs.device import DeviceBatchedEnv, is_device_env
 from pycollect.envs.specs import EnvSpecs, Field, FieldSpec, spaces_from_specs, specs_from_spaces
+from pycollect.envs.state import (
+    EnvState,
+    SnapshotEnv,
+    check_snapshots,
+    get_env_state,
+    set_env_state,
+    snapshot_refusal,
+)
 
 __all__ = [
     "BatchedEnv",
     "DeviceBatchedEnv",
     "EnvBackend",
     "EnvSpecs",
+    "EnvState",
     "Field",
     "FieldSpec",
     "GymLikeEnv",
+    "SnapshotEnv",
+    "check_snapshots",
+    "get_env_state",
     "import_factory",
     "is_device_env",
+    "set_env_state",
+    "snapshot_refusal",
     "spaces_from_specs",
     "specs_from_spaces",
 ]

@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from pycollect.envs import state as env_state
 from pycollect.envs.specs import EnvSpecs, specs_from_spaces
 from pycollect.exceptions import UnknownEnvError
 
@@ -125,6 +126,42 @@ class EnvBackend(abc.ABC):
     def adopted(self, env: GymLikeEnv) -> bool:
         """Whether ``env`` is what this backend's :meth:`adopt` returned (its :meth:`specs` describe it)."""
         return False
+
+    def snapshot_refusal(self, env: Any) -> str | None:
+        """Why a built env's state cannot be saved, naming the part that cannot; ``None`` if it can.
+
+        Checkpoints with env states and crash replay ask it first, when they are switched on, so
+        that an env that cannot be snapshot is a named error at construction, never silently
+        less. The default is :func:`pycollect.envs.state.snapshot_refusal` (gymnasium's wrappers
+        and envs, ALE, MuJoCo, and any env implementing
+        :class:`~pycollect.envs.state.SnapshotEnv`). A backend whose envs are saved otherwise
+        overrides it with :meth:`get_state` and :meth:`set_state`.
+        """
+        return env_state.snapshot_refusal(env)
+
+    def get_state(self, env: Any) -> Any:
+        """A snapshot of a built env: everything its future depends on, picklable.
+
+        Restored by :meth:`set_state` into this env, or into another built by this backend from
+        the same target and kwargs (in another process too), the env returns the same
+        observations, rewards, flags and infos for the same actions, random draws included. The
+        default is :func:`pycollect.envs.state.get_env_state`.
+
+        Raises:
+            EnvStateError: The env cannot be snapshot (see :meth:`snapshot_refusal`).
+        """
+        return env_state.get_env_state(env)
+
+    def set_state(self, env: Any, state: Any) -> None:
+        """Restore a snapshot from :meth:`get_state` into a built env (whatever it did before).
+
+        The default is :func:`pycollect.envs.state.set_env_state`.
+
+        Raises:
+            EnvStateError: ``state`` does not fit ``env`` (another env, another format: the
+                message names both), or the env cannot be snapshot; ``env`` is left as it was.
+        """
+        env_state.set_env_state(env, state)
 
 
 def import_factory(target: Any, backend: str, what: str = "env factory") -> Callable[..., Any]:

@@ -18,10 +18,17 @@ gymnasium ``Env``:
   calls ``exit``).
 * :class:`OrphanChildEnv`: starts a child process that only ``close()`` stops.
 * :class:`ChildProcessEnv`: steps through a child process of its own (a simulator server).
+
+:class:`CountingEnv` (and the envs built on it), :class:`DictObsEnv`, :class:`MultiBinaryActionEnv`
+and :class:`SpacesEnv` implement :class:`pycollect.envs.state.SnapshotEnv`: ``get_state()`` /
+``set_state()`` save and restore where they are, their random stream included. A fault an env
+injects is not part of its state: a restored :class:`RaisingEnv` raises at the same step,
+:class:`ExitingEnv` counts the steps its process took.
 """
 
 from __future__ import annotations
 
+import copy
 import multiprocessing as mp
 import os
 import time
@@ -30,6 +37,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from pycollect.envs.state import rng_state, set_rng_state
 
 __all__ = [
     "ChildProcessEnv",
@@ -49,7 +58,27 @@ __all__ = [
 Info = dict[str, Any]
 
 
-class CountingEnv(gym.Env[np.ndarray, Any]):
+class _Snapshots(gym.Env[Any, Any]):
+    """Saves the attributes named in :attr:`_state_attributes` and the env's random stream."""
+
+    _state_attributes: tuple[str, ...] = ()
+
+    def get_state(self) -> dict[str, Any]:
+        """Where the env is: its step counters and its random stream (pycollect's snapshot protocol)."""
+        state = {name: copy.deepcopy(getattr(self, name)) for name in self._state_attributes}
+        state["np_random"] = rng_state(self._np_random)
+        state["np_random_seed"] = self._np_random_seed
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`get_state`'s ``state``."""
+        for name in self._state_attributes:
+            setattr(self, name, copy.deepcopy(state[name]))
+        self._np_random = set_rng_state(self._np_random, state["np_random"])  # type: ignore[assignment]
+        self._np_random_seed = state["np_random_seed"]
+
+
+class CountingEnv(_Snapshots, gym.Env[np.ndarray, Any]):
     """Observation ``[base, step]``, reward = step, termination after ``length`` steps.
 
     ``base`` is drawn from the reset seed, so episodes are fully deterministic given it.
@@ -58,6 +87,8 @@ class CountingEnv(gym.Env[np.ndarray, Any]):
         length: Steps per episode.
         n_actions: Size of the Discrete action space (actions are checked, not used).
     """
+
+    _state_attributes = ("_base", "_t")
 
     def __init__(self, length: int = 5, n_actions: int = 3) -> None:
         self.length = length
@@ -83,8 +114,10 @@ class CountingEnv(gym.Env[np.ndarray, Any]):
         return np.array([self._base, self._t], np.float32)
 
 
-class DictObsEnv(gym.Env[dict[str, Any], np.ndarray]):
+class DictObsEnv(_Snapshots, gym.Env[dict[str, Any], np.ndarray]):
     """A Dict observation (with a nested Dict) and a MultiDiscrete action; truncates after 7 steps."""
+
+    _state_attributes = ("_t",)
 
     def __init__(self) -> None:
         self.observation_space = gym.spaces.Dict(
@@ -115,7 +148,7 @@ class DictObsEnv(gym.Env[dict[str, Any], np.ndarray]):
         }
 
 
-class MultiBinaryActionEnv(gym.Env[np.ndarray, np.ndarray]):
+class MultiBinaryActionEnv(_Snapshots, gym.Env[np.ndarray, np.ndarray]):
     """A MultiBinary action; the observation is the last action."""
 
     def __init__(self) -> None:
@@ -176,7 +209,7 @@ def _total(value: Any) -> float:
     return float(np.sum(value))
 
 
-class SpacesEnv(gym.Env[Any, Any]):
+class SpacesEnv(_Snapshots, gym.Env[Any, Any]):
     """Short deterministic episodes in spaces of a chosen kind, with infos of many types.
 
     Episodes last 2 to ``max_length`` steps (drawn from the seeded generator at each reset)
@@ -193,6 +226,8 @@ class SpacesEnv(gym.Env[Any, Any]):
         action: The same kinds, for the action space.
         max_length: The longest episode.
     """
+
+    _state_attributes = ("_t", "_base", "_length", "_last", "_return", "last_options")
 
     def __init__(self, observation: str = "box", action: str = "discrete", max_length: int = 6) -> None:
         self.observation_space = _space(observation)

@@ -16,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 from dm_env import specs
 
+from pycollect_dmcontrol import state
+
 __all__ = ["DMControlEnv", "action_space", "observation_space"]
 
 _MID = dm_env.StepType.MID
@@ -127,6 +129,29 @@ class DMControlEnv:
             return observation, float(reward), terminated, not terminated, {}
         # FIRST: a step after the end of an episode, which dm_control answers with a reset.
         return observation, 0.0, False, False, {}
+
+    def get_state(self) -> dict[str, Any]:
+        """A snapshot of the task: physics, the model parts tasks move, random stream, step counter.
+
+        pycollect's snapshot protocol (:class:`pycollect.envs.state.SnapshotEnv`); see
+        :mod:`pycollect_dmcontrol.state` for what is saved.
+
+        Raises:
+            EnvStateError: The wrapped environment cannot be snapshot (see :meth:`snapshot_refusal`).
+        """
+        return state.get_state(self._env)
+
+    def set_state(self, snapshot: dict[str, Any]) -> None:
+        """Continue from a :meth:`get_state` snapshot of an env of the same task.
+
+        Raises:
+            EnvStateError: Not such a snapshot, or one of another task or model (both named).
+        """
+        state.set_state(self._env, snapshot)
+
+    def snapshot_refusal(self) -> str | None:
+        """Why this env cannot be snapshot (not a suite ``control.Environment``), or ``None``."""
+        return state.snapshot_refusal(self._env)
 
     def close(self) -> None:
         """Close the dm_control environment (it frees its physics)."""

@@ -479,6 +479,34 @@ class MultiAgentEnv:
             )
         return value
 
+    # -- snapshots --------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        """A snapshot of the PettingZoo env (pycollect's snapshot protocol, :mod:`pycollect_pettingzoo.state`).
+
+        Raises:
+            EnvStateError: The PettingZoo env cannot be snapshot (see :meth:`snapshot_refusal`).
+        """
+        from pycollect_pettingzoo import state
+
+        return state.get_state(self.env)
+
+    def set_state(self, snapshot: dict[str, Any]) -> None:
+        """Continue from a :meth:`get_state` snapshot of a PettingZoo env built the same way.
+
+        Raises:
+            EnvStateError: Not such a snapshot, or one of other classes or agents (both named).
+        """
+        from pycollect_pettingzoo import state
+
+        state.set_state(self.env, snapshot)
+
+    def snapshot_refusal(self) -> str | None:
+        """Why the PettingZoo env cannot be snapshot (naming the layer that cannot), or ``None``."""
+        from pycollect_pettingzoo import state
+
+        return state.snapshot_refusal(self.env)
+
     def close(self) -> None:
         """Close the PettingZoo env."""
         self.env.close()
