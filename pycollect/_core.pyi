@@ -172,8 +172,11 @@ class Segment:
     def snapshot_bytes(self) -> int:
         """Bytes of each rollout slot's snapshot area (0: none)."""
     def snapshot_view(self, worker: int, slot: int, *, writable: bool = False) -> SlotView:
-        """A slot's snapshot area: :data:`SNAPSHOT_HEADER` bytes (the length first, a little-endian
-        u64), then :attr:`snapshot_bytes`; written before the slot is committed, read after it is popped."""
+        """A slot's snapshot area: :data:`SNAPSHOT_HEADER` bytes, then :attr:`snapshot_bytes`.
+
+        The length comes first (a little-endian u64); written before the slot is committed,
+        read after it is popped.
+        """
     def watch(self) -> Watch:
         """A read-only view of this segment's metrics and workers (what ``pycollect top`` reads)."""
     def count_batch(self, frames: int, wait_ns: int, lag_sum: int, lag_min: int, lag_max: int, dropped: int) -> None:
@@ -290,6 +293,9 @@ class Producer:
     def generation(self) -> int: ...
     @property
     def slots(self) -> int: ...
+    @property
+    def committed(self) -> int:
+        """Slots committed so far by every generation (the last at index ``(committed - 1) % slots``)."""
     def claim(self, timeout_s: float | None = None) -> int | None:
         """Claim the next free slot (blocking up to timeout_s, GIL released).
 
@@ -303,8 +309,8 @@ class Consumer:
     @property
     def worker(self) -> int: ...
     def available(self) -> int: ...
-    def peek(self) -> tuple[int, int] | None:
-        """``(seq, generation)`` of the next committed slot, without popping it."""
+    def peek(self) -> tuple[int, int, int] | None:
+        """``(seq, generation, flags)`` of the next committed slot, without popping it."""
     def try_pop(self) -> Lease | None: ...
     def pop(self, timeout_s: float | None = None) -> Lease | None:
         """Wait for the next committed slot (GIL released); None on timeout/shutdown."""

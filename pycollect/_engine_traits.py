@@ -2,7 +2,7 @@
 
 :class:`~pycollect.config.CollectorConfig` holds an engine (a name, or an
 :class:`~pycollect.engines.EngineFactory` instance) and reads two of its attributes
-(``replicas``, ``policy_in_trainer``); the engine interface takes a ``CollectorConfig`` in turn.
+(``replicas``, ``policy_in_trainer``, ``snapshots_envs``); the engine interface takes a ``CollectorConfig`` in turn.
 So that the config, a low floor, names nothing above it, the attributes it reads live here, in a
 leaf below it, and :class:`~pycollect.engines.EngineFactory` derives from this class.
 """
@@ -21,3 +21,4 @@ class EngineTraits:
     replicas: int = 1
     default_weight_sync: ClassVar[str] = "shared_memory"
     policy_in_trainer: ClassVar[bool] = False
+    snapshots_envs: ClassVar[bool] = False

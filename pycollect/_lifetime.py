@@ -65,6 +65,11 @@ atexit.register(_shutdown_all)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    for collector in list(_LIVE):  # a checkpoint first, while the workers still run (checkpoint_dir)
+        before = getattr(collector, "_before_termination", None)
+        if before is not None:
+            with contextlib.suppress(Exception):  # stopping the workers comes first
+                before()
     _shutdown_all()
     previous = _previous_sigterm
     if callable(previous):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -17,7 +19,9 @@ from tensordict import TensorDict, TensorDictBase
 from pycollect import _lifetime, plugins
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._batch.split import mark_rollout_ends, split_trajectories, stack_workers
+from pycollect._checkpoints import load_checkpoint, save_checkpoint
 from pycollect._keys import POLICY_LAG, POLICY_VERSION
+from pycollect._native import _core
 from pycollect._rollout.policy import Policy, add_group_dims
 from pycollect._rollout.seeding import torch_seed
 from pycollect.config import CollectorConfig
@@ -145,6 +149,9 @@ class Collector:
             collectors do; ``next_batch()`` extends it too and returns the batch.
         postproc: Called on every batch before it is yielded or stored (e.g. TorchRL's
             ``MultiStep``, or ``lambda td: td.reshape(-1)`` for a one-dimensional buffer).
+        resume: Continue an interrupted run: a checkpoint directory (its newest checkpoint), a
+            checkpoint file, or a :meth:`state_dict`; loaded with :meth:`load_state_dict`
+            before the first batch (docs/faults.md).
         **overrides: Fields of :class:`~pycollect.CollectorConfig` or
             :class:`~pycollect.SupervisionConfig` by name (``frames_per_batch=256``,
             ``num_workers=2``, ``restart="never"``), applied on top of ``config``.
@@ -173,12 +180,14 @@ class Collector:
         weights_from: torch.nn.Module | None = None,
         replay_buffer: Any = None,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        resume: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         **overrides: Any,
     ) -> None:
         self._closed = True  # until construction succeeds, shutdown() has nothing to do
         given = CollectorConfig.from_settings(config, **overrides)
         self.config, self.env_source = plugins.resolve(given, env, env_kwargs)
         config = self.config
+        _check_snapshots_wanted(config)
         frames_per_batch = given.frames_per_batch
         if config.batch_frames != frames_per_batch:
             workers = f", num_workers={config.num_workers}" if config.rows != config.envs_per_worker else ""
@@ -232,12 +241,17 @@ class Collector:
             torch.manual_seed(seed)  # in-process: the stream of worker 0's first generation
         factory = cast("EngineFactory", config.engine)  # resolved: an instance
         self._engine: Engine = factory.start(config, self.env_source, policy, self.weights_module)
+        self._resumable: dict[str, Any] | None = None  # with a checkpoint_dir: the state after the last batch
+        self._in_batch = False
         try:
             self._counter = TrainerCounter(self._engine.counters(), self._description())
+            self._closed = False
+            if resume is not None:
+                self.load_state_dict(resume if isinstance(resume, Mapping) else load_checkpoint(resume))
         except BaseException:
+            self._closed = True
             self._engine.close()
             raise
-        self._closed = False
         _lifetime.track(self)  # shut down at interpreter exit and on SIGTERM; forgotten by a fork
 
     # -- what was decided at construction ----------------------------------------------------
@@ -305,7 +319,11 @@ class Collector:
         """
         self._check_open()
         config = self.config
-        batch = self._next_fresh_batch()
+        self._in_batch = True
+        try:
+            batch = self._next_fresh_batch()
+        finally:
+            self._in_batch = False
         add_group_dims(batch, self._engine.plan.specs.group_sizes)  # [K, T, n_agents]: TorchRL's groups
         self._frames += batch.numel()
         self._batches += 1
@@ -320,6 +338,10 @@ class Collector:
             batch = self.postproc(batch)
         if self.replay_buffer is not None:
             self.replay_buffer.extend(batch)
+        if config.checkpoint_dir is not None:
+            self._resumable = self._progress_state()
+            if config.checkpoint_every and self._batches % config.checkpoint_every == 0:
+                self.save_checkpoint()
         return batch
 
     def _next_fresh_batch(self) -> TensorDictBase:
@@ -470,34 +492,127 @@ class Collector:
                 f"policy_or_weights must be a module, a TensorDict or a state_dict, got {type(source).__name__}"
             )
 
-    def state_dict(self) -> dict[str, Any]:
-        """Progress counters and policy weights, to resume with :meth:`load_state_dict`.
+    def state_dict(self, env_states: bool | None = None) -> dict[str, Any]:
+        """Everything a new collector needs to continue this run: :meth:`load_state_dict` (or ``resume=``).
 
-        Environment internals are not saved: a resumed collector starts fresh episodes.
+        Progress counters, policy version and weights, trajectory numbering and, where the
+        engine keeps them, every env's state, random streams and trajectories (in-process
+        always; with workers when ``snapshots`` is on): for a seeded run with a deterministic
+        policy, the batches after a resume are byte for byte those the run would have made.
+
+        Args:
+            env_states: ``None`` (the default): include the env states where there are some;
+                ``True``: they must be there; ``False``: leave them out (a resumed run starts
+                fresh episodes).
+
+        Raises:
+            ConfigError: ``env_states=True`` and this collector keeps no env states (naming why).
         """
-        state: dict[str, Any] = {
+        state = self._progress_state()
+        has_envs = any(key in state for key in _ENV_STATE_KEYS)
+        if env_states is False:
+            state = {key: value for key, value in state.items() if key not in _ENV_STATE_KEYS}
+        elif env_states and not has_envs:
+            engine = getattr(self.config.engine, "name", type(self.config.engine).__name__)
+            why = (
+                "with workers, env states are saved with every rollout only with Collector(..., snapshots=True)"
+                if getattr(self.config.engine, "snapshots_envs", False)
+                else f"engine {engine!r} does not save its envs' states"
+            )
+            raise ConfigError(f"state_dict(env_states=True): this collector keeps no env states: {why}")
+        if self.weights_module is not None:
+            state["policy_state_dict"] = self.weights_module.state_dict()
+        return state
+
+    def _progress_state(self) -> dict[str, Any]:
+        """The counters and the engine's state (without the weights)."""
+        return {
+            "format": _STATE_FORMAT,
+            "fingerprint": self._fingerprint(),
             "frames": self._frames,
             "batches": self._batches,
             "policy_version": self.policy_version,
             **self._engine.state(),
         }
-        if self.weights_module is not None:
-            state["policy_state_dict"] = self.weights_module.state_dict()
-        return state
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """What a state_dict must agree on with the collector that loads it."""
+        config = self.config
+        return {
+            "pycollect": _core.__version__,
+            "env": self.env_source.describe(),
+            "engine": getattr(config.engine, "name", type(config.engine).__name__),
+            "num_workers": config.num_workers,
+            "envs_per_worker": config.envs_per_worker,
+            "frames_per_batch": config.batch_frames,
+            "sync": config.sync,
+            "seed": config.seed,
+        }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved (counters, trajectory ids, policy weights)."""
+        """Continue from a :meth:`state_dict` (counters, trajectories, weights, and env states if saved).
+
+        Raises:
+            ConfigError: Not a pycollect state_dict, or one of a collector that differs from
+                this one (another env, engine, worker or env count, batch size, seed or
+                pycollect version: each difference named); nothing is loaded then.
+        """
         self._check_open()
         try:
             frames, batches = int(state_dict["frames"]), int(state_dict["batches"])
             version = int(state_dict["policy_version"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"not a pycollect Collector state_dict: {exc!r}") from None
-        self._frames, self._batches, self.policy_version = frames, batches, version
+        if state_dict.get("format", _STATE_FORMAT) != _STATE_FORMAT:
+            raise ConfigError(
+                f"a state_dict of format {state_dict.get('format')!r}; this pycollect reads {_STATE_FORMAT}"
+            )
+        saved = state_dict.get("fingerprint")
+        if saved is not None:
+            ours = self._fingerprint()
+            differs = [
+                f"{key}: saved {saved.get(key)!r}, here {value!r}"
+                for key, value in ours.items()
+                if saved.get(key) != value
+            ]
+            if differs:
+                raise ConfigError(f"this state_dict is of another collector; {'; '.join(differs)}")
         if "policy_state_dict" in state_dict:
             self._load_weights(state_dict["policy_state_dict"])
-            self._engine.publish_weights(self.weights_module, self.policy_version)
         self._engine.load_state(state_dict)
+        self._frames, self._batches, self.policy_version = frames, batches, version
+        if self._engine.counters() is not self._counter.segment:  # the engine started new workers
+            self._counter.close()
+            self._counter = TrainerCounter(self._engine.counters(), self._description())
+        if "policy_state_dict" in state_dict:
+            self._engine.publish_weights(self.weights_module, self.policy_version)
+
+    def save_checkpoint(self) -> Path:
+        """Write a checkpoint of this collector into ``checkpoint_dir`` now (atomically; see docs/faults.md).
+
+        Returns:
+            The checkpoint file.
+
+        Raises:
+            ConfigError: No ``checkpoint_dir`` was given.
+        """
+        directory = self.config.checkpoint_dir
+        if directory is None:
+            raise ConfigError("save_checkpoint() needs Collector(..., checkpoint_dir=...)")
+        state = self.state_dict()
+        return save_checkpoint(state, directory, self._batches, self.config.checkpoints_kept)
+
+    def _before_termination(self) -> None:
+        """On SIGTERM: a checkpoint of the state after the last batch delivered (with a ``checkpoint_dir``)."""
+        if self.config.checkpoint_dir is None or self._closed:
+            return
+        state = self.state_dict() if not self._in_batch else dict(self._resumable or {})
+        if not state:
+            return  # no batch yet: nothing to resume
+        if self.weights_module is not None:
+            state["policy_state_dict"] = self.weights_module.state_dict()
+            state["policy_version"] = self.policy_version
+        save_checkpoint(state, self.config.checkpoint_dir, int(state["batches"]), self.config.checkpoints_kept)
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -552,6 +667,25 @@ class Collector:
 def _describe_choice(value: Any) -> str:
     """A plugin argument as given: a name quoted, an instance as ``Class(...)`` (no repr of its own)."""
     return repr(value) if isinstance(value, str) else f"{type(value).__name__}(...)"
+
+
+_STATE_FORMAT = 2
+"""The layout of a state_dict (1: counters and weights only, before env states)."""
+_ENV_STATE_KEYS = ("worker_states", "env_snapshot")
+"""An engine's state entries that hold env states (left out by ``state_dict(env_states=False)``)."""
+
+
+def _check_snapshots_wanted(config: CollectorConfig) -> None:
+    """Refuse ``snapshots=True`` or ``recovery="replay"`` for an engine that cannot save its envs."""
+    if getattr(config.engine, "snapshots_envs", False):
+        return
+    engine = getattr(config.engine, "name", type(config.engine).__name__)
+    if config.recovery == "replay":
+        raise ConfigError(f"recovery='replay': engine {engine!r} cannot restore its envs (the workers engine can)")
+    if config.snapshots:
+        raise ConfigError(
+            f"snapshots=True: engine {engine!r} does not save its envs' states (inprocess and workers do)"
+        )
 
 
 def _versions(batch: TensorDictBase) -> np.ndarray | None:

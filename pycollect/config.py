@@ -68,6 +68,9 @@ WEIGHT_BUFFERS = 3
 APPLY_WEIGHTS = ("between_rollouts", "between_steps")
 """When a worker may apply new weights (``apply_weights``)."""
 
+RECOVERY = ("cut", "replay")
+"""What a worker's crash costs (``recovery``)."""
+
 MAX_WEIGHT_BUFFERS = 255
 """Most buffers of the weights store (a buffer's index is 8 bits of its ``latest`` word)."""
 
@@ -332,6 +335,25 @@ class CollectorConfig:
             delivers the next one instead. ``None`` (the default): nothing is dropped.
         policy_lag_key: Add ``("collector", "policy_lag")`` to every batch: for each frame, how
             many versions behind the latest published weights its policy was.
+        snapshots: Save the state of every env (and every random stream and trajectory) after
+            each rollout, so that :meth:`~pycollect.Collector.state_dict` holds where each env
+            is and a resumed collector continues exactly (docs/faults.md). ``None`` (the
+            default): on where ``recovery="replay"`` or ``checkpoint_dir`` need it and
+            in-process (where it costs nothing until asked for), off otherwise. An env that
+            cannot be saved is refused by name before any worker starts.
+        recovery: With workers, what a worker's crash or hang costs: ``"cut"`` (the default):
+            the rollout it was writing is dropped and its trajectories end truncated;
+            ``"replay"``: the restarted worker restores the state after its last rollout and
+            steps the lost one again, so the batch is the one a run without the crash delivers
+            (seeded, deterministic env and policy). Where the state cannot be restored, the
+            trajectories are cut as with ``"cut"``, and ``stats()`` says so.
+        checkpoint_dir: Where :meth:`~pycollect.Collector.save_checkpoint` writes (every
+            ``checkpoint_every`` batches, and when the process gets SIGTERM): one
+            ``checkpoint-<batches>.pt`` each, written atomically, the newest
+            ``checkpoints_kept`` kept. Resume with ``Collector(..., resume=checkpoint_dir)``.
+        checkpoint_every: Batches between two checkpoints (0, the default: only on SIGTERM
+            and when asked).
+        checkpoints_kept: How many checkpoints stay in ``checkpoint_dir``.
     """
 
     frames_per_batch: int
@@ -364,6 +386,11 @@ class CollectorConfig:
     metrics: bool = True
     max_policy_lag: int | None = None
     policy_lag_key: bool = False
+    snapshots: bool | None = None
+    recovery: str = "cut"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    checkpoints_kept: int = 3
 
     def __post_init__(self) -> None:
         _positive_int("frames_per_batch", self.frames_per_batch)
@@ -394,6 +421,24 @@ class CollectorConfig:
                     "worker are accepted; use more workers, or pass check_resources=False if you mean it"
                 )
         _positive_seconds("weight_sync_timeout_s", self.weight_sync_timeout_s)
+        if self.snapshots is not None:
+            _flag("snapshots", self.snapshots)
+        if self.recovery not in RECOVERY:
+            choices = ", ".join(map(repr, RECOVERY))
+            raise ConfigError(f"recovery must be one of {choices}, got {self.recovery!r}")
+        if self.recovery == "replay":
+            if not self.num_workers:
+                raise ConfigError("recovery='replay' restores crashed workers: it needs num_workers >= 1")
+            if self.snapshots is False:
+                raise ConfigError("recovery='replay' restores the snapshot of each rollout: it needs snapshots")
+        if self.checkpoint_dir is not None:
+            if not isinstance(self.checkpoint_dir, str | os.PathLike) or not str(self.checkpoint_dir):
+                raise ConfigError(f"checkpoint_dir must be a path, got {self.checkpoint_dir!r}")
+            object.__setattr__(self, "checkpoint_dir", os.fspath(self.checkpoint_dir))
+        _non_negative_int("checkpoint_every", self.checkpoint_every)
+        if self.checkpoint_every and self.checkpoint_dir is None:
+            raise ConfigError(f"checkpoint_every={self.checkpoint_every} needs a checkpoint_dir to write into")
+        _positive_int("checkpoints_kept", self.checkpoints_kept)
         if self.max_policy_lag is not None:
             _non_negative_int("max_policy_lag", self.max_policy_lag)
             if self.sync or not self.num_workers:
@@ -503,6 +548,13 @@ class CollectorConfig:
         if chosen is None and not self.num_workers:
             chosen = self.device
         return ordinal_device(chosen)
+
+    @property
+    def takes_snapshots(self) -> bool:
+        """Whether workers save their state after every rollout (``snapshots``; by default for replay, checkpoints)."""
+        if self.snapshots is not None:
+            return self.snapshots
+        return self.recovery == "replay" or self.checkpoint_dir is not None
 
     @property
     def replicas(self) -> int:

@@ -139,7 +139,7 @@ class _SilentScheme(WeightSyncScheme):
     ("scheme", "match"),
     [
         (_OffByOneScheme, "stamped with policy version v must be collected with the weights of version v"),
-        (_ParametersOnlyScheme, "module buffers must travel with the parameters"),
+        (_ParametersOnlyScheme, "every parameter and module buffer must travel, unchanged"),
         (_SilentScheme, "after update 1, workers still collect with versions \\[0\\]"),
     ],
 )

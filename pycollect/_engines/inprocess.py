@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,12 +44,19 @@ class InProcessEngine(Engine):
         config: The collector's settings.
         device_copy: The weights module of the policy's copy on ``policy_device`` (``None``:
             the user's policy is called as it is).
+        env_source: What built the envs (its backend saves and restores their states).
     """
 
     def __init__(
-        self, plan: RolloutPlan, runner: EnvRunner, config: CollectorConfig, device_copy: torch.nn.Module | None = None
+        self,
+        plan: RolloutPlan,
+        runner: EnvRunner,
+        config: CollectorConfig,
+        device_copy: torch.nn.Module | None,
+        env_source: EnvSource,
     ) -> None:
         self.plan = plan
+        self.env_source = env_source
         self.runner = runner
         self.steps = config.steps_per_batch
         self.storing_device = config.resolved_storing_device or torch.device("cpu")
@@ -102,7 +110,7 @@ class InProcessEngine(Engine):
             env_name=env_source.describe(),
             info=plan.info,
         )
-        return cls(plan, runner, config, device_copy)
+        return cls(plan, runner, config, device_copy, env_source)
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
         """Collect one ``[K, T]`` batch with the policy as it is now (``policy_version``).
@@ -145,13 +153,32 @@ class InProcessEngine(Engine):
         return self._counters
 
     def state(self) -> dict[str, Any]:
-        """Trajectory numbering, to continue it after :meth:`load_state`."""
-        return {"runner": self.runner.state()}
+        """Trajectory numbering and, where every env can be saved, the envs' and the runner's state.
+
+        The env snapshot (pickled: envs, observations, trajectories, the random actions' and
+        torch's streams) is what the next batch depends on, so a collector that loads it makes
+        the batch this one would make next.
+        """
+        state: dict[str, Any] = {"runner": self.runner.state()}
+        backend = self.env_source.backend
+        if all(backend.snapshot_refusal(env) is None for env in self.runner.envs):
+            snapshot = {
+                "runner": self.runner.snapshot(backend.get_state),
+                "torch": torch.get_rng_state().numpy().copy(),
+                "batches": self._batches,
+            }
+            state["env_snapshot"] = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+        return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state`."""
+        """Restore :meth:`state` (the envs too, if it holds their snapshot)."""
         if "runner" in state:
             self.runner.load_state(state["runner"])
+        if "env_snapshot" in state:
+            snapshot = pickle.loads(state["env_snapshot"])
+            self.runner.restore(snapshot["runner"], self.env_source.backend.set_state)
+            torch.set_rng_state(torch.from_numpy(snapshot["torch"]))
+            self._batches = int(snapshot["batches"])
 
     def close(self) -> None:
         """Close the environments (once) and let go of the batch memory kept for reuse."""
@@ -160,6 +187,7 @@ class InProcessEngine(Engine):
             self._copier.settle()
             self.runner.close()
             self._memory = staging_memory(self.storing_device)  # the recycled batch buffers go now
+            self._meter = self._counters = None  # the counters' segment goes with the collector's reader
 
 
 def on_policy_device(

@@ -96,6 +96,19 @@ class RandomActions:
         per_leaf = [part[0] if len(parts) == 1 else np.concatenate(part) for part in zip(*parts, strict=True)]
         return per_leaf[0] if len(per_leaf) == 1 else tuple(per_leaf)
 
+    def random_state(self) -> dict[str, Any]:
+        """The generator's state and the actions drawn but not used yet (a chunk's rest)."""
+        return {
+            "generator": self.rng.bit_generator.state,
+            "chunks": [chunk[self._next :].copy() for chunk in self._chunks],
+        }
+
+    def load_random_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`random_state`: the same actions come next."""
+        self.rng.bit_generator.state = state["generator"]
+        self._chunks = [np.array(chunk) for chunk in state["chunks"]]
+        self._next = 0
+
     def act(
         self,
         observation: Mapping[Key, np.ndarray],

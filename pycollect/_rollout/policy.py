@@ -102,6 +102,14 @@ class PolicyRunner:
         """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``; one per action leaf)."""
         return self._random.random_actions(steps)
 
+    def random_state(self) -> dict[str, Any]:
+        """The random actions' stream; torch's (a stochastic policy's) is the caller's to save."""
+        return self._random.random_state()
+
+    def load_random_state(self, state: Mapping[str, Any]) -> None:
+        """Continue the random actions' stream from :meth:`random_state`."""
+        self._random.load_random_state(state)
+
     def act(
         self,
         observation: Mapping[Key, np.ndarray],

@@ -53,6 +53,7 @@ from pycollect._rollout.stepper import StepperSpec, native_stepper
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.batched import batch_of
 from pycollect.envs.specs import EnvSpecs, FieldSpec
+from pycollect.exceptions import ConfigError
 
 __all__ = ["EnvRunner"]
 
@@ -152,6 +153,48 @@ class EnvRunner:
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore counters saved by :meth:`state`."""
         self._next_traj_id = int(state["next_traj_id"])
+
+    def snapshot(self, env_state: Callable[[Any], Any]) -> dict[str, Any]:
+        """Everything the next rollout depends on, to continue it exactly after :meth:`restore`.
+
+        Each env's state (``env_state(env)``, :func:`pycollect.envs.state.get_env_state`), the
+        observations the policy reads next, the carried (recurrent) state, each env's trajectory
+        id and step count, the trajectory numbering, the seeds of a first reset still to come and
+        the random actions' stream. Torch's random stream (a stochastic policy's) is global: the
+        caller saves it.
+        """
+        random_state = getattr(self.policy, "random_state", None)
+        return {
+            "envs": [env_state(env) for env in self.envs],
+            "has_reset": self._has_reset,
+            "seeds": self._seeds,
+            "observation": {key: array.copy() for key, array in self._obs.items()},
+            "carried": {key: array.copy() for key, array in self._carried.items()},
+            "traj_ids": self._traj_ids.copy(),
+            "next_traj_id": self._next_traj_id,
+            "clock": (self._clock, self._due, list(self._started)),
+            "random_actions": random_state() if random_state is not None else None,
+        }
+
+    def restore(self, snapshot: Mapping[str, Any], set_env_state: Callable[[Any, Any], None]) -> None:
+        """Continue from :meth:`snapshot`: the next rollout is the one that would have followed it."""
+        saved = len(snapshot["envs"])
+        if saved != self.num_envs:
+            raise ConfigError(f"a snapshot of {saved} envs cannot restore a runner of {self.num_envs}")
+        for env, state in zip(self.envs, snapshot["envs"], strict=True):
+            set_env_state(env, state)
+        self._has_reset = bool(snapshot["has_reset"])
+        self._seeds = snapshot["seeds"]
+        for key, array in self._obs.items():
+            array[...] = snapshot["observation"][key]
+        for key, array in self._carried.items():
+            array[...] = snapshot["carried"][key]
+        self._traj_ids[...] = snapshot["traj_ids"]
+        self._next_traj_id = int(snapshot["next_traj_id"])
+        clock, due, started = snapshot["clock"]
+        self._clock, self._due, self._started = int(clock), int(due), list(started)
+        if snapshot["random_actions"] is not None and hasattr(self.policy, "load_random_state"):
+            self.policy.load_random_state(snapshot["random_actions"])
 
     def reset(self) -> None:
         """Reset every environment and start a new trajectory in each.

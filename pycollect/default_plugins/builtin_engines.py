@@ -20,6 +20,7 @@ class InProcess(EngineFactory):
     """The environments step in the trainer process (``num_workers=0``)."""
 
     name = "inprocess"
+    snapshots_envs = True
 
     def check(self, config: CollectorConfig) -> None:
         """Refuse workers: this engine has none."""
@@ -39,6 +40,7 @@ class Workers(EngineFactory):
     """Supervised worker processes, batches through shared memory (``num_workers >= 1``)."""
 
     name = "workers"
+    snapshots_envs = True
 
     def check(self, config: CollectorConfig) -> None:
         """Require at least one worker."""

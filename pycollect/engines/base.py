@@ -110,6 +110,9 @@ class EngineFactory(EngineTraits, abc.ABC):
         policy_in_trainer: The policy runs in the trainer even with workers (``central``): the
             very object trained is called, so there are no weights to send and
             ``update_policy_weights_()`` has nothing to warn about for a function policy.
+        snapshots_envs: The engine saves its envs' states with its :meth:`Engine.state` (and
+            restores them with :meth:`Engine.load_state`) when the collector asks for
+            ``snapshots``; ``recovery="replay"`` and env states in a checkpoint need it.
     """
 
     def check(self, config: CollectorConfig) -> None:

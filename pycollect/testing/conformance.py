@@ -41,7 +41,7 @@ from pycollect.engines.base import EngineFactory
 from pycollect.envs.backend import EnvBackend
 from pycollect.envs.source import EnvSource
 from pycollect.envs.specs import EnvSpecs, read_leaf
-from pycollect.exceptions import ConformanceError, PyCollectWarning, UnknownEnvError
+from pycollect.exceptions import ConformanceError, PyCollectWarning, UnknownEnvError, WeightsMismatchError
 from pycollect.hookspecs import hookimpl
 from pycollect.testing import leaks
 from pycollect.testing.envs import CountingEnv, RaisingEnv
@@ -398,23 +398,43 @@ def check_scheme(
         ) as collector,
     ):
         warnings.simplefilter("ignore", PyCollectWarning)  # no_sync warns that updates do not reach workers
-        first = _check_versions(collector.next_batch(), 0, "the first batch")
-        _expect(bool((first == 0).all()), "workers must start with the weights the policy had at start (version 0)")
-        for version in range(1, updates + 1):
-            policy.set(version)
-            collector.update_policy_weights_()
-            expected = version if syncs else 0
-            for attempt in range(patience):
-                latest = _check_versions(collector.next_batch(), version, f"update {version}, batch {attempt}")
-                if bool((latest == expected).all()):
-                    break
-            else:
-                raise _fail(
-                    f"after update {version}, workers still collect with versions {_values(latest)} "
-                    f"{patience} batches later (expected {expected})"
-                )
+        _run_updates(collector, policy, updates, syncs, patience)
         if check_restart and syncs:
             _check_restart(collector, k, num_workers, updates, patience)
+
+
+def _run_updates(collector: Collector, policy: Any, updates: int, syncs: bool, patience: int) -> None:
+    """Publish ``updates`` versions, each checked in the batches after it.
+
+    The workers engine compares the digest of the weights each worker applied with that of
+    the weights published (``WeightsMismatchError``): a scheme that changes or drops any byte
+    (a buffer it does not carry) fails there, named.
+    """
+    try:
+        _check_updates(collector, policy, updates, syncs, patience)
+    except WeightsMismatchError as exc:
+        raise _fail(
+            f"worker {exc.worker} applied, as version {exc.version}, weights whose bytes differ from those "
+            f"published: every parameter and module buffer must travel, unchanged ({exc})"
+        ) from exc
+
+
+def _check_updates(collector: Collector, policy: Any, updates: int, syncs: bool, patience: int) -> None:
+    first = _check_versions(collector.next_batch(), 0, "the first batch")
+    _expect(bool((first == 0).all()), "workers must start with the weights the policy had at start (version 0)")
+    for version in range(1, updates + 1):
+        policy.set(version)
+        collector.update_policy_weights_()
+        expected = version if syncs else 0
+        for attempt in range(patience):
+            latest = _check_versions(collector.next_batch(), version, f"update {version}, batch {attempt}")
+            if bool((latest == expected).all()):
+                break
+        else:
+            raise _fail(
+                f"after update {version}, workers still collect with versions {_values(latest)} "
+                f"{patience} batches later (expected {expected})"
+            )
 
 
 def _check_restart(collector: Collector, k: int, num_workers: int, newest: int, patience: int) -> None:

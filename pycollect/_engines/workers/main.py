@@ -104,8 +104,10 @@ def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
 
 
 def _collect(segment: Any, control: Any, worker: int, generation: int, spec: WorkerSpec) -> None:
+    log = logging.getLogger("pycollect.worker")
     import numpy as np
 
+    from pycollect._engines.workers.snapshots import RESUMED, write_snapshot
     from pycollect._engines.workers.spec import field_name
     from pycollect._rollout.action_source import action_source
     from pycollect._rollout.runner import EnvRunner
@@ -139,23 +141,29 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                 # policy (weights_from=) it is the module the function closes over, unpickled
                 # with it as one object, so the function sees its module moved too.
                 weights.to(device)
-        # Every stream from the seed, worker and generation (see _rollout/seeding.py): worker
-        # 0's first generation draws exactly what an in-process collector draws, and a restarted
-        # generation draws fresh values, so it does not replay the episodes it crashed in.
-        rng = action_rng(config.seed, worker, generation)
-        actions = action_source(policy, specs, k, device, rng, config.exploration_type, config.inference_runner)
-        runner = EnvRunner(
-            envs,
-            specs,
-            actions,
-            env_seeds(config.seed, k, worker, generation),
-            max_frames_per_traj=config.max_frames_per_traj,
-            traj_id_start=traj_id_start(worker, w, generation),
-            traj_id_stride=w,
-            env_name=source.describe(),
-            worker=worker,
-            info=spec.info,
-        )
+
+        def runner_of(streams: int) -> EnvRunner:
+            # Every stream from the seed, worker and generation (see _rollout/seeding.py): worker
+            # 0's first generation draws exactly what an in-process collector draws, and a
+            # restarted generation draws fresh values, so it does not replay the episodes it
+            # crashed in (but under recovery="replay", where it replays them on purpose).
+            rng = action_rng(config.seed, worker, streams)
+            actions = action_source(policy, specs, k, device, rng, config.exploration_type, config.inference_runner)
+            return EnvRunner(
+                envs,
+                specs,
+                actions,
+                env_seeds(config.seed, k, worker, streams),
+                max_frames_per_traj=config.max_frames_per_traj,
+                traj_id_start=traj_id_start(worker, w, streams),
+                traj_id_stride=w,
+                env_name=source.describe(),
+                worker=worker,
+                info=spec.info,
+            )
+
+        replay = config.recovery == "replay"
+        runner = runner_of(1 if replay else generation)
         slots = [
             {key: np.asarray(segment.slot_view(field_name(key), slot, worker, writable=True)) for key in spec.fields}
             for slot in range(segment.slots_per_worker)
@@ -168,9 +176,23 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
             receiver.attach(ReceiverContext(spec.weights_layout, worker, generation, segment))
         policy_version = 0  # the trainer's version of the weights in use
         frames_per_round = k * config.steps_per_batch * w
+        rollouts, resumed = 0, False
+        if config.takes_snapshots or spec.initial_states is not None:
+            saved = _state_to_restore(spec, segment, producer, worker, generation)
+            if saved is not None:
+                try:
+                    rollouts = _restore(runner, saved, source.backend, worker)
+                    resumed = generation > 1
+                except Exception as exc:
+                    if generation == 1:
+                        raise  # a checkpoint that cannot be restored is the user's error
+                    log.warning("cannot replay the lost rollout, its trajectories are cut: %s", exc)
+                    runner = runner_of(generation)
+            elif generation > 1 and producer.committed:
+                log.warning("no snapshot to replay the lost rollout from: its trajectories are cut")
+                runner = runner_of(generation)
         control.state = "running"
         control.start_metering(k)  # the steps' counts and times (pycollect.metrics)
-        rollouts = 0
         applied: Callable[[int], None] = _applied_weights(control, weights)
         applied(0)  # what it acts with until the first update
         begin_step = control.begin_step if config.metrics else control.beat  # begin_step beats too
@@ -210,14 +232,63 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                 after_policy=after_policy,
             )
             control.end_step()
-            producer.commit(slot)
-            control.rollout_done()
             rollouts += 1
+            if config.takes_snapshots:
+                area = np.asarray(segment.snapshot_view(worker, slot, writable=True))
+                write_snapshot(area, _worker_state(runner, source.backend, rollouts, policy is not None), worker)
+            # A restarted worker that restored its predecessor's state continues its trajectories.
+            producer.commit(slot, RESUMED if resumed else 0)
+            control.rollout_done()
     finally:
         if receiver is not None:
             receiver.close()
         for env in envs:
             env.close()
+
+
+def _worker_state(runner: Any, backend: Any, rollouts: int, has_policy: bool) -> dict[str, Any]:
+    """What the next rollout depends on (see :mod:`.snapshots`)."""
+    torch_state = None
+    if has_policy:
+        import torch
+
+        torch_state = torch.get_rng_state().numpy().copy()
+    return {"runner": runner.snapshot(backend.get_state), "torch": torch_state, "rollouts": rollouts}
+
+
+def _state_to_restore(spec: WorkerSpec, segment: Any, producer: Any, worker: int, generation: int) -> bytes | None:
+    """The state a worker starts from (``None``: afresh).
+
+    A first generation starts from the checkpoint's state, if it was given one. A restarted
+    generation under ``recovery="replay"`` starts from the state after its ring's last rollout
+    (or, before any, where its predecessor started); under ``"cut"`` afresh.
+    """
+    import numpy as np
+
+    from pycollect._engines.workers.snapshots import read_snapshot
+
+    initial = spec.initial_states[worker] if spec.initial_states is not None else None
+    if generation == 1:
+        return initial
+    if spec.config.recovery != "replay":
+        return None  # cut: a restarted worker starts afresh
+    if producer.committed:
+        last = (producer.committed - 1) % producer.slots
+        return read_snapshot(np.asarray(segment.snapshot_view(worker, last)))
+    return initial  # it died before its first rollout: it starts where its predecessor did
+
+
+def _restore(runner: Any, data: bytes, backend: Any, worker: int) -> int:
+    """Restore a worker's state (envs, runner, random streams); the rollouts it had made."""
+    from pycollect._engines.workers.snapshots import load_snapshot
+
+    state = load_snapshot(data, worker)
+    runner.restore(state["runner"], backend.set_state)
+    if state["torch"] is not None:
+        import torch
+
+        torch.set_rng_state(torch.from_numpy(state["torch"]))
+    return int(state["rollouts"])
 
 
 def _applied_weights(control: Any, weights: Any) -> Callable[[int], None]:

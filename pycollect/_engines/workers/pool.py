@@ -20,8 +20,9 @@ owned batch is assembled in pinned host memory and copied to the device without 
 
 from __future__ import annotations
 
+import pickle
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,6 +37,7 @@ from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.processes import WorkerProcesses
+from pycollect._engines.workers.snapshots import RESUMED, read_snapshot, snapshot_capacity
 from pycollect._engines.workers.spec import WorkerSpec, field_name
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._keys import NEXT_DONE, NEXT_OBS_PREFIX, Key
@@ -51,6 +53,7 @@ from pycollect.envs.source import EnvSource
 from pycollect.exceptions import (
     CollectorClosedError,
     ConfigError,
+    EnvStateError,
     PolicyError,
     PyCollectError,
     PyCollectWarning,
@@ -99,6 +102,7 @@ class WorkerPool(Engine):
         weights: _Weights | None,
         segment_layout: dict[str, Any],
     ) -> None:
+        self._started_with = (config, spec, plan, placements, weights, segment_layout)  # for load_state
         self.plan = plan
         self.config = config
         self.num_workers = config.num_workers
@@ -122,6 +126,9 @@ class WorkerPool(Engine):
         # The digest of the weights of each version published (pycollect.weights.digest), which
         # every batch checks the workers' against; the oldest go once there are many.
         self._digests: dict[int, int] = {0: weights.initial_digest} if weights is not None else {}
+        # With snapshots: each worker's state after the last of its rollouts delivered (pickled),
+        # what a checkpoint saves (see .snapshots); a worker's initial state until then.
+        self._after: list[bytes | None] = list(spec.initial_states or (None,) * config.num_workers)
 
         self._processes = WorkerProcesses(segment_layout, config.supervision)
         self.segment = self._processes.segment
@@ -187,6 +194,7 @@ class WorkerPool(Engine):
             limit = config.max_frames_per_traj
             check_probe(probe, config.envs_per_worker, AutoresetMode.SAME_STEP, limit, "a collector")
             plan = plan_rollout(config, env_source, probe, policy)
+            snapshot_bytes = _snapshot_bytes(config, env_source, probe)
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
         check_pool(  # a pool's other envs must fill the same batches
@@ -205,7 +213,7 @@ class WorkerPool(Engine):
         if weights_module is not None:
             state = module_weights(weights_module)
             weights = _Weights(WeightsLayout.from_module(weights_module), scheme, weights_digest(state))
-        segment_layout = _segment_layout(config, plan, weights)
+        segment_layout = {**_segment_layout(config, plan, weights), "snapshot_bytes": snapshot_bytes}
         owned = 0 if config.zero_copy else BATCHES_HELD * batch_bytes(plan.fields, config.rows, config.steps_per_batch)
         check_fits(
             f"the shared memory of {config.num_workers} worker(s) (rollout slots, weights) and the trainer's batches",
@@ -341,7 +349,9 @@ class WorkerPool(Engine):
                 fill_observations(source, arrays[next_key][block], arrays[NEXT_DONE][block], out=arrays[key][block])
         td = to_tensordict(arrays)
         for i, lease in enumerate(leases):
-            if self._generation_ended(lease, consumers):
+            if self.config.takes_snapshots:
+                self._after[lease.worker] = read_snapshot(np.asarray(segment.snapshot_view(lease.worker, lease.slot)))
+            if self._generation_ended(lease, consumers) and not self._replayed_after(lease, consumers):
                 _mark_cut(td, slice(i * k, (i + 1) * k), self.plan.specs.done_groups)
         storing = self._storing[leases[0].worker]  # sync: worker 0's; async: the delivering worker's
         if storing.type == "cpu":
@@ -359,6 +369,23 @@ class WorkerPool(Engine):
             return False
         following = consumers[lease.worker].peek()
         return following is None or following[1] != lease.generation
+
+    def _replayed_after(self, lease: Any, consumers: list[Any]) -> bool:
+        """Whether the worker's next generation restored the state after ``lease`` (``recovery="replay"``).
+
+        The restarted worker tells with the flag of its first rollout, which this waits for.
+        """
+        if self.config.recovery != "replay":
+            return False
+        consumer = consumers[lease.worker]
+        while True:
+            log = self._poll()
+            following = consumer.peek()
+            if following is not None:
+                return bool(following[2] & RESUMED)
+            if log.stopped(lease.worker):
+                return False
+            _core.wait_any([consumer], timeout_s=_POLL_S)
 
     def _release_held(self) -> None:
         for lease in self._held:
@@ -386,6 +413,33 @@ class WorkerPool(Engine):
                     worker=worker,
                     version=version,
                 )
+
+    def state(self) -> dict[str, Any]:
+        """With snapshots: each worker's state after the last of its rollouts delivered."""
+        if not self.config.takes_snapshots:
+            return {}
+        return {"worker_states": list(self._after)}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Start the workers again, each from its state in ``state`` (``state()`` of an earlier pool).
+
+        The rollouts the workers made ahead are dropped with the processes that made them.
+
+        Raises:
+            ConfigError: The state holds another number of workers.
+        """
+        states = state.get("worker_states")
+        if states is None:
+            return
+        if len(states) != self.num_workers:
+            raise ConfigError(
+                f"the state_dict holds the states of {len(states)} workers, this collector has {self.num_workers}"
+            )
+        config, spec, plan, placements, weights, segment_layout = self._started_with
+        self.close()
+        self.__init__(  # type: ignore[misc]  # the same pool, its workers started from the states
+            config, replace(spec, initial_states=tuple(states)), plan, placements, weights, segment_layout
+        )
 
     def counters(self) -> Any | None:
         """The segment: its worker blocks hold what each worker counted."""
@@ -511,6 +565,22 @@ def _segment_layout(config: CollectorConfig, plan: RolloutPlan, weights: _Weight
         "weights_capacity": _store_bytes(weights),
         "weights_buffers": _store_buffers(weights, config.num_workers),
     }
+
+
+def _snapshot_bytes(config: CollectorConfig, env_source: EnvSource, probe: Any) -> int:
+    """Bytes of each rollout's snapshot area (0 without snapshots), from the probe env's state.
+
+    Raises:
+        EnvStateError: The env's state cannot be saved, naming what cannot.
+    """
+    if not config.takes_snapshots:
+        return 0
+    why = env_source.backend.snapshot_refusal(probe)
+    if why is not None:
+        reason = "recovery='replay'" if config.recovery == "replay" else "snapshots=True"
+        raise EnvStateError(f"{reason} saves every env's state, but env {env_source.describe()!r} cannot: {why}")
+    size = len(pickle.dumps(env_source.backend.get_state(probe), protocol=pickle.HIGHEST_PROTOCOL))
+    return snapshot_capacity(size, config.envs_per_worker)
 
 
 def _store_bytes(weights: _Weights | None) -> int:

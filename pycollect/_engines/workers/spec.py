@@ -57,6 +57,8 @@ class WorkerSpec:
         weights_layout: How the policy's state dict is laid out (``None``: no weights move).
         weights: The weight-sync scheme's worker half (``None``: no weights move).
         layout_hash: The segment layout the worker must find.
+        initial_states: Per worker, the pickled state to start from (a checkpoint's, see
+            :mod:`.snapshots`); ``None``: every worker starts afresh.
     """
 
     config: CollectorConfig
@@ -68,6 +70,7 @@ class WorkerSpec:
     weights_layout: WeightsLayout | None
     weights: WeightReceiver | None
     layout_hash: int
+    initial_states: tuple[bytes | None, ...] | None = None
 
     def load_policy(self) -> tuple[Any, Any]:
         """Unpickle ``(policy, weights module)``; ``(None, None)`` for random actions."""

@@ -290,6 +290,12 @@ impl Producer {
         self.generation
     }
 
+    /// Slots this ring's producers (every generation) committed so far; the last one, if
+    /// any, is at index `(committed - 1) & (capacity - 1)`.
+    pub fn committed(&self) -> u64 {
+        self.tail
+    }
+
     /// Number of slots.
     pub fn capacity(&self) -> usize {
         self.mem.capacity()

@@ -74,6 +74,13 @@ impl Producer {
         lock(&self.inner).capacity()
     }
 
+    /// Slots committed to this ring so far, by every generation (the last one, if any, is at
+    /// index `(committed - 1) % slots`).
+    #[getter]
+    fn committed(&self) -> u64 {
+        lock(&self.inner).committed()
+    }
+
     /// Claims the next free slot, waiting up to `timeout_s` (GIL released).
     ///
     /// Returns the slot index, or `None` on timeout or shutdown.
@@ -164,10 +171,10 @@ impl Consumer {
         lock(&self.inner).available()
     }
 
-    /// `(seq, generation)` of the next committed slot, without popping it.
-    fn peek(&self) -> PyResult<Option<(u64, u64)>> {
+    /// `(seq, generation, flags)` of the next committed slot, without popping it.
+    fn peek(&self) -> PyResult<Option<(u64, u64, u64)>> {
         let slot = lock(&self.inner).peek().map_err(py_err)?;
-        Ok(slot.map(|s| (s.seq, s.generation)))
+        Ok(slot.map(|s| (s.seq, s.generation, s.flags)))
     }
 
     /// Pops the next committed slot if there is one.

@@ -1,0 +1,116 @@
+"""What faults cost to guard against: snapshots after every rollout, and a checkpoint.
+
+Snapshots (issue 42's target: <= 5 % of throughput): the workers engine with ``snapshots=True``
+against ``snapshots=False``, side by side, interleaved rounds whose order alternates, the ratio
+taken within a round (machines are shared and noisy). Random actions, 2 workers, rollouts of 64
+steps:
+
+* ``cartpole``: CartPole-v1, 8 envs per worker (the cheapest step: the snapshot's largest share);
+* ``cheetah``: dm_control's cheetah-run (``pycollect-dmcontrol``), 4 envs per worker;
+* ``pong``: Atari Pong (``benches/atari_env.py``: ALE with AtariPreprocessing and a 4-frame
+  stack), 4 envs per worker.
+
+Checkpoint (target: a 16-env Pong collector in under a second): ``save_checkpoint()`` of a
+Pong collector of 2 workers x 8 envs with snapshots and a Nature CNN policy, timed over a few
+calls after warm-up batches: the state dict (the workers' snapshots, the policy's weights) and
+the atomic write (temporary file, fsync, rename, directory fsync).
+
+Run: ``python benches/faults.py [--workloads cartpole,cheetah,pong] [--rounds 5] [--seconds 4]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # atari_env, nature_cnn; workers inherit it
+
+from pycollect import Collector  # noqa: E402
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "cartpole": {"env": "CartPole-v1", "envs_per_worker": 8},
+    "cheetah": {"env": "dm_control:cheetah-run", "envs_per_worker": 4},
+    "pong": {"env": "callable:atari_env:make_env", "envs_per_worker": 4},
+}
+
+
+def throughput(workload: str, snapshots: bool, seconds: float) -> float:
+    """Frames per second of a 2-worker collector with random actions, over whole batches."""
+    spec = WORKLOADS[workload]
+    frames_per_batch = 2 * spec["envs_per_worker"] * 64
+    with Collector(
+        spec["env"],
+        num_workers=2,
+        envs_per_worker=spec["envs_per_worker"],
+        frames_per_batch=frames_per_batch,
+        snapshots=snapshots,
+        seed=0,
+    ) as collector:
+        for _ in range(3):
+            collector.next_batch()
+        frames, began = 0, time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            frames += collector.next_batch().numel()
+        return frames / (time.perf_counter() - began)
+
+
+def checkpoint_seconds(calls: int = 3) -> tuple[float, int]:
+    """Median seconds of ``save_checkpoint()`` of a 16-env Pong collector, and the file's bytes."""
+    from nature_cnn import NatureCNN  # type: ignore[import-not-found]
+
+    net = NatureCNN(6)
+
+    def act(td: Any) -> Any:
+        return net(td["observation"].float() / 255).argmax(-1)
+
+    with tempfile.TemporaryDirectory() as directory, Collector(
+        "callable:atari_env:make_env",
+        act,
+        weights_from=net,
+        num_workers=2,
+        envs_per_worker=8,
+        frames_per_batch=2 * 8 * 16,
+        checkpoint_dir=directory,
+        seed=0,
+    ) as collector:
+        for _ in range(2):
+            collector.next_batch()
+        times = []
+        for _ in range(calls):
+            began = time.perf_counter()
+            path = collector.save_checkpoint()
+            times.append(time.perf_counter() - began)
+        return statistics.median(times), path.stat().st_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="cartpole,cheetah,pong")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--no-checkpoint", action="store_true", help="skip the Pong checkpoint timing")
+    args = parser.parse_args()
+    for workload in args.workloads.split(","):
+        ratios = []
+        for r in range(args.rounds):
+            order = (True, False) if r % 2 == 0 else (False, True)
+            fps = {on: throughput(workload, on, args.seconds) for on in order}
+            ratios.append(fps[True] / fps[False])
+            print(
+                f"{workload} round {r}: snapshots {fps[True]:,.0f} frames/s, none {fps[False]:,.0f}, "
+                f"ratio {ratios[-1]:.3f}",
+                flush=True,
+            )
+        print(f"{workload}: snapshots on / off, median of {args.rounds} rounds: {statistics.median(ratios):.3f}x")
+    if not args.no_checkpoint:
+        seconds, size = checkpoint_seconds()
+        print(f"checkpoint of a 16-env Pong collector: {seconds:.3f} s (median of 3), {size / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Nothing lost: a resumed run and a run whose workers crash deliver the batches of an uninterrupted one."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from pycollect import Collector, ConfigError, EnvStateError
+from pycollect._checkpoints import latest_checkpoint, load_checkpoint
+from pycollect.testing.envs import RaisingEnv
+from pycollect.testing.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def digest(batch: Any) -> dict[str, str]:
+    """SHA-256 of every key of a batch."""
+    return {
+        "/".join(key if isinstance(key, tuple) else (key,)): hashlib.sha256(
+            value.contiguous().numpy().tobytes()
+        ).hexdigest()
+        for key, value in batch.items(include_nested=True, leaves_only=True)
+    }
+
+
+def _collector(**settings: Any) -> Collector:
+    defaults: dict[str, Any] = {"frames_per_batch": 64, "envs_per_worker": 4, "seed": 7}
+    return Collector("CartPole-v1", **{**defaults, **settings})
+
+
+def _run(collector: Collector, batches: int) -> list[dict[str, str]]:
+    return [digest(collector.next_batch()) for _ in range(batches)]
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["inprocess", "workers"])
+def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(workers: int) -> None:
+    settings = {"num_workers": workers, "snapshots": True} if workers else {}
+    with _collector(**settings) as whole:
+        expected = _run(whole, 30)
+    with _collector(**settings) as first:
+        assert _run(first, 10) == expected[:10]
+        state = first.state_dict()
+    assert ("worker_states" if workers else "env_snapshot") in state
+    with _collector(**settings, resume=state) as resumed:
+        assert resumed.frames == 640
+        assert _run(resumed, 20) == expected[10:]
+
+
+def test_without_env_states_a_resume_starts_fresh_episodes() -> None:
+    with _collector() as first:
+        _run(first, 3)
+        state = first.state_dict(env_states=False)
+    assert "env_snapshot" not in state
+    with _collector(resume=state) as resumed:
+        assert resumed.frames == 192
+
+
+def test_env_states_are_refused_where_none_are_kept() -> None:
+    with _collector(num_workers=1) as collector, pytest.raises(ConfigError, match=r"snapshots=True"):
+        collector.state_dict(env_states=True)  # no snapshots: none kept
+
+
+def test_a_state_dict_of_another_collector_is_refused_naming_what_differs() -> None:
+    with _collector() as collector:
+        state = collector.state_dict()
+    with pytest.raises(ConfigError, match=r"envs_per_worker: saved 4, here 2"):
+        _collector(envs_per_worker=2, resume=state)
+    with pytest.raises(ConfigError, match=r"seed: saved 7, here 8"):
+        _collector(seed=8, resume=state)
+
+
+def test_checkpoints_are_whole_files_the_newest_kept(tmp_path: Path) -> None:
+    with _collector(checkpoint_dir=str(tmp_path), checkpoint_every=2, checkpoints_kept=2) as collector:
+        _run(collector, 7)
+    names = sorted(path.name for path in tmp_path.iterdir())
+    assert names == ["checkpoint-000000004.pt", "checkpoint-000000006.pt"]
+    assert load_checkpoint(tmp_path)["batches"] == 6
+    newest = latest_checkpoint(tmp_path)
+    assert newest is not None
+    newest.write_bytes(newest.read_bytes()[:100])  # a truncated file
+    with pytest.raises(ConfigError, match=r"not a whole pycollect checkpoint"):
+        load_checkpoint(newest)
+    with pytest.raises(ConfigError, match=r"no checkpoint file .*elsewhere"):
+        load_checkpoint(tmp_path / "elsewhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"no checkpoint in .*empty"):
+        load_checkpoint(tmp_path / "empty")
+
+
+_CHILD = """
+import hashlib, sys
+from pycollect import Collector
+from tests.test_faults import digest
+directory, batches = sys.argv[1], int(sys.argv[2])
+resume = sys.argv[3] if len(sys.argv) > 3 else None
+with Collector("CartPole-v1", frames_per_batch=64, envs_per_worker=4, seed=7, num_workers=2,
+               checkpoint_dir=directory, checkpoint_every=1, resume=resume) as collector:
+    for _ in range(batches):
+        hashes = digest(collector.next_batch())
+        print(collector.frames // 64, sorted(hashes.items()), flush=True)
+"""
+
+
+def _child(directory: Path, batches: int, resume: Path | None = None) -> subprocess.Popen[str]:
+    args = [sys.executable, "-c", _CHILD, str(directory), str(batches)] + ([str(resume)] if resume else [])
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+
+
+def test_a_trainer_killed_after_its_checkpoint_resumes_in_a_new_process(tmp_path: Path) -> None:
+    whole = _child(tmp_path / "whole", 30)
+    expected = whole.communicate(timeout=150)[0].splitlines()
+    killed = _child(tmp_path / "run", 1000)
+    assert killed.stdout is not None
+    lines = [killed.stdout.readline() for _ in range(10)]
+    assert lines == [line + "\n" for line in expected[:10]]
+    wait_until(lambda: load_checkpoint(tmp_path / "run")["batches"] >= 10, timeout_s=30, what="the 10th checkpoint")
+    killed.send_signal(signal.SIGKILL)  # no chance to write anything more
+    killed.wait(timeout=30)
+    state = load_checkpoint(tmp_path / "run")
+    done = int(state["batches"])
+    resumed = _child(tmp_path / "run", 30 - done, resume=tmp_path / "run")
+    assert resumed.communicate(timeout=150)[0].splitlines() == expected[done:]
+
+
+def test_replay_delivers_the_batches_of_a_run_without_the_crash() -> None:
+    settings: dict[str, Any] = {"frames_per_batch": 20, "num_workers": 2, "envs_per_worker": 1, "seed": 3}
+    with Collector(RaisingEnv, env_kwargs={"fail_at": 50, "only_generation": 99}, **settings) as calm:
+        expected = [digest(calm.next_batch()) for _ in range(8)]
+    with Collector(
+        RaisingEnv, env_kwargs={"fail_at": 50, "only_generation": 1}, recovery="replay", max_restarts=4, **settings
+    ) as crashing:
+        got = [digest(crashing.next_batch()) for _ in range(8)]
+        assert crashing.stats().restarts >= 2  # each worker crashed at step 49, in its third rollout
+    assert got == expected
+
+
+def test_a_worker_killed_mid_run_is_replayed_every_batch_identical() -> None:
+    settings: dict[str, Any] = {"num_workers": 2, "recovery": "replay", "max_restarts": 20}
+    with _collector(num_workers=2) as calm:
+        expected = _run(calm, 24)
+    with _collector(**settings) as killed:
+        got = []
+        for b in range(24):
+            got.append(digest(killed.next_batch()))
+            if b % 4 == 1:
+                pid = killed.stats().workers[b % 2].pid
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+        assert killed.stats().restarts >= 3
+    assert got == expected
+
+
+class _Opaque(gym.Env[np.ndarray, int]):
+    """An env of its own whose state no one knows how to save (it implements no get_state)."""
+
+    observation_space = gym.spaces.Box(0, 1, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def test_replay_is_refused_for_an_env_that_cannot_be_saved() -> None:
+    with pytest.raises(EnvStateError, match="_Opaque"):
+        Collector(_Opaque, frames_per_batch=8, num_workers=1, recovery="replay")
+
+
+def test_recovery_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="recovery must be one of"):
+        _collector(num_workers=1, recovery="hope")
+    with pytest.raises(ConfigError, match="num_workers >= 1"):
+        _collector(recovery="replay")
+    with pytest.raises(ConfigError, match="engine 'central' cannot restore"):
+        _collector(num_workers=1, engine="central", recovery="replay")
+    with pytest.raises(ConfigError, match="checkpoint_every=2 needs a checkpoint_dir"):
+        _collector(checkpoint_every=2)
