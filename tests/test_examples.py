@@ -80,6 +80,21 @@ def test_the_sb3_script_runs_on_sb3_vec_env_with_a_tiny_budget() -> None:
     assert result["episodes"] > 0 and result["mean_return"] > 0  # VecMonitor saw the episodes end
 
 
+@pytest.mark.timeout(150)
+def test_the_metrics_example_writes_the_collections_figures_to_tensorboard(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logdir = tmp_path / "runs"
+    args = ("--total-frames", "2048", "--logdir", str(logdir), "--prometheus-port", "0")
+    result = run_example("metrics_tensorboard.py", *args, timeout_s=140)
+    assert result["frames"] == 2048 and result["logdir"] == str(logdir)
+    events = EventAccumulator(str(logdir))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "pycollect/trainer/frames_per_s", "pycollect/trainer/lag_mean"} <= tags
+    assert {"pycollect/worker_0/frames_per_s", "pycollect/worker_1/wait_share"} <= tags
+
+
 @pytest.mark.timeout(300)
 def test_ppo_learns_cartpole_on_a_ci_budget() -> None:
     # 25,600 frames (100 batches), seed 1: 26-40 s on 2 shared cores; it reaches ~220 there,

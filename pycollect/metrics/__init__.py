@@ -14,6 +14,8 @@ See ``docs/metrics.md`` for what every figure means.
 from __future__ import annotations
 
 from pycollect.metrics._attach import CollectionInfo, attach, find_collections
+from pycollect.metrics._loggers import log_metrics
+from pycollect.metrics._prometheus import PrometheusEndpoint, serve_prometheus
 from pycollect.metrics._reading import (
     STRAGGLER_FRACTION,
     CollectionMetrics,
@@ -27,8 +29,11 @@ __all__ = [
     "CollectionInfo",
     "CollectionMetrics",
     "MetricsReader",
+    "PrometheusEndpoint",
     "TrainerMetrics",
     "WorkerMetrics",
     "attach",
     "find_collections",
+    "log_metrics",
+    "serve_prometheus",
 ]
