@@ -66,7 +66,7 @@ def checkpoint_seconds(calls: int = 3) -> tuple[float, int]:
     net = NatureCNN(6)
 
     def act(td: Any) -> Any:
-        return net(td["observation"].float() / 255).argmax(-1)
+        return net(td["observation"])  # NatureCNN returns its argmax actions
 
     with tempfile.TemporaryDirectory() as directory, Collector(
         "callable:atari_env:make_env",

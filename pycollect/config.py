@@ -341,6 +341,9 @@ class CollectorConfig:
             default): on where ``recovery="replay"`` or ``checkpoint_dir`` need it and
             in-process (where it costs nothing until asked for), off otherwise. An env that
             cannot be saved is refused by name before any worker starts.
+        snapshot_every_s: With snapshots, the most seconds between two pickles of a worker's
+            state: each rollout carries the last one and how many rollouts were stepped since,
+            which a restore steps again (0: a pickle after every rollout).
         recovery: With workers, what a worker's crash or hang costs: ``"cut"`` (the default):
             the rollout it was writing is dropped and its trajectories end truncated;
             ``"replay"``: the restarted worker restores the state after its last rollout and
@@ -387,6 +390,7 @@ class CollectorConfig:
     max_policy_lag: int | None = None
     policy_lag_key: bool = False
     snapshots: bool | None = None
+    snapshot_every_s: float = 0.25
     recovery: str = "cut"
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -423,6 +427,8 @@ class CollectorConfig:
         _positive_seconds("weight_sync_timeout_s", self.weight_sync_timeout_s)
         if self.snapshots is not None:
             _flag("snapshots", self.snapshots)
+        if not isinstance(self.snapshot_every_s, int | float) or not self.snapshot_every_s >= 0:
+            raise ConfigError(f"snapshot_every_s must be a number of seconds >= 0, got {self.snapshot_every_s!r}")
         if self.recovery not in RECOVERY:
             choices = ", ".join(map(repr, RECOVERY))
             raise ConfigError(f"recovery must be one of {choices}, got {self.recovery!r}")

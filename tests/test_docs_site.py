@@ -28,7 +28,7 @@ pytestmark = pytest.mark.docs
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ["pycollect", *(f"pycollect.{name}" for name in ("envs", "weights", "devices", "engines", "inference"))]
-CORE += [f"pycollect.{name}" for name in ("testing", "vector", "torchrl")]
+CORE += [f"pycollect.{name}" for name in ("testing", "vector", "torchrl", "metrics")]
 PLUGIN_PACKAGES = {
     "pycollect_torchrl": "plugins/pycollect-torchrl/src/pycollect_torchrl/__init__.py",
     "pycollect_pettingzoo": "plugins/pycollect-pettingzoo/src/pycollect_pettingzoo/__init__.py",

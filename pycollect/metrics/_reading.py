@@ -8,6 +8,7 @@ that window, whoever reads and however often.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +183,7 @@ class MetricsReader:
         self.workers = watch.n_workers if workers is None else workers
         self.window_s = window_s
         self._readings: deque[_Reading] = deque([self._read()])
+        self._lock = threading.Lock()  # a Prometheus scrape reads from its server's thread
 
     def _read(self) -> _Reading:
         watch = self.watch
@@ -195,7 +197,11 @@ class MetricsReader:
         )
 
     def read(self) -> CollectionMetrics:
-        """Read the counters now; figures over the window that ends now."""
+        """Read the counters now; figures over the window that ends now (safe from several threads)."""
+        with self._lock:
+            return self._read_locked()
+
+    def _read_locked(self) -> CollectionMetrics:
         now = self._read()
         readings = self._readings
         readings.append(now)

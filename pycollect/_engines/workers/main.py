@@ -176,12 +176,28 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
             receiver.attach(ReceiverContext(spec.weights_layout, worker, generation, segment))
         policy_version = 0  # the trainer's version of the weights in use
         frames_per_round = k * config.steps_per_batch * w
+        applied: Callable[[int], None] = _applied_weights(control, weights)
+        applied(0)  # what it acts with until the first update
         rollouts, resumed = 0, False
+        # The last snapshot (pickled), when it was taken, and the rollouts stepped since (see .snapshots).
+        snapshot: bytes | None = None
+        snapshot_at, replays = 0.0, 0
         if config.takes_snapshots or spec.initial_states is not None:
             saved = _state_to_restore(spec, segment, producer, worker, generation)
             if saved is not None:
                 try:
-                    rollouts = _restore(runner, saved, source.backend, worker)
+                    snapshot, replays = saved
+                    rollouts = _restore(runner, snapshot, source.backend, worker)
+                    if replays:  # step again, silently, what was stepped after the snapshot
+                        scratch = {key: np.empty_like(array) for key, array in slots[0].items()}
+                        if receiver is not None and (received := receiver.receive(weights)) is not None:
+                            policy_version = received
+                            applied(received)
+                        for _ in range(replays):
+                            random = policy is None or rollouts * frames_per_round < config.init_random_frames
+                            runner.rollout(scratch, random_actions=random, on_step=control.beat)
+                            rollouts += 1
+                    snapshot_at = time.monotonic()
                     resumed = generation > 1
                 except Exception as exc:
                     if generation == 1:
@@ -193,8 +209,6 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                 runner = runner_of(generation)
         control.state = "running"
         control.start_metering(k)  # the steps' counts and times (pycollect.metrics)
-        applied: Callable[[int], None] = _applied_weights(control, weights)
-        applied(0)  # what it acts with until the first update
         begin_step = control.begin_step if config.metrics else control.beat  # begin_step beats too
         after_policy = control.policy_done if config.metrics else None
         on_step: Callable[[], int | None] = begin_step
@@ -234,8 +248,13 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
             control.end_step()
             rollouts += 1
             if config.takes_snapshots:
+                now = time.monotonic()
+                if snapshot is None or now - snapshot_at >= config.snapshot_every_s:
+                    snapshot, snapshot_at, replays = _pickled_state(runner, source.backend, rollouts), now, 0
+                else:
+                    replays += 1
                 area = np.asarray(segment.snapshot_view(worker, slot, writable=True))
-                write_snapshot(area, _worker_state(runner, source.backend, rollouts, policy is not None), worker)
+                write_snapshot(area, snapshot, replays, worker)
             # A restarted worker that restored its predecessor's state continues its trajectories.
             producer.commit(slot, RESUMED if resumed else 0)
             control.rollout_done()
@@ -246,17 +265,21 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
             env.close()
 
 
-def _worker_state(runner: Any, backend: Any, rollouts: int, has_policy: bool) -> dict[str, Any]:
-    """What the next rollout depends on (see :mod:`.snapshots`)."""
+def _pickled_state(runner: Any, backend: Any, rollouts: int) -> bytes:
+    """What the next rollout depends on, pickled (see :mod:`.snapshots`); torch's stream if torch runs."""
+    from pycollect._engines.workers.snapshots import pickle_state
+
     torch_state = None
-    if has_policy:
+    if "torch" in sys.modules:
         import torch
 
         torch_state = torch.get_rng_state().numpy().copy()
-    return {"runner": runner.snapshot(backend.get_state), "torch": torch_state, "rollouts": rollouts}
+    return pickle_state({"runner": runner.snapshot(backend.get_state), "torch": torch_state, "rollouts": rollouts})
 
 
-def _state_to_restore(spec: WorkerSpec, segment: Any, producer: Any, worker: int, generation: int) -> bytes | None:
+def _state_to_restore(
+    spec: WorkerSpec, segment: Any, producer: Any, worker: int, generation: int
+) -> tuple[bytes, int] | None:
     """The state a worker starts from (``None``: afresh).
 
     A first generation starts from the checkpoint's state, if it was given one. A restarted

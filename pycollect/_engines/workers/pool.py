@@ -128,7 +128,7 @@ class WorkerPool(Engine):
         self._digests: dict[int, int] = {0: weights.initial_digest} if weights is not None else {}
         # With snapshots: each worker's state after the last of its rollouts delivered (pickled),
         # what a checkpoint saves (see .snapshots); a worker's initial state until then.
-        self._after: list[bytes | None] = list(spec.initial_states or (None,) * config.num_workers)
+        self._after: list[tuple[bytes, int] | None] = list(spec.initial_states or (None,) * config.num_workers)
 
         self._processes = WorkerProcesses(segment_layout, config.supervision)
         self.segment = self._processes.segment

@@ -57,8 +57,9 @@ class WorkerSpec:
         weights_layout: How the policy's state dict is laid out (``None``: no weights move).
         weights: The weight-sync scheme's worker half (``None``: no weights move).
         layout_hash: The segment layout the worker must find.
-        initial_states: Per worker, the pickled state to start from (a checkpoint's, see
-            :mod:`.snapshots`); ``None``: every worker starts afresh.
+        initial_states: Per worker, the state to start from (a checkpoint's: the pickled state
+            and the rollouts to step again after it, see :mod:`.snapshots`); ``None``: every
+            worker starts afresh.
     """
 
     config: CollectorConfig
@@ -70,7 +71,7 @@ class WorkerSpec:
     weights_layout: WeightsLayout | None
     weights: WeightReceiver | None
     layout_hash: int
-    initial_states: tuple[bytes | None, ...] | None = None
+    initial_states: tuple[tuple[bytes, int] | None, ...] | None = None
 
     def load_policy(self) -> tuple[Any, Any]:
         """Unpickle ``(policy, weights module)``; ``(None, None)`` for random actions."""
