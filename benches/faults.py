@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # atari_env, nature_cnn; workers inherit it
 
-from pycollect import Collector  # noqa: E402
+from pycollect import Collector
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "cartpole": {"env": "CartPole-v1", "envs_per_worker": 8},

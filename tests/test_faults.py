@@ -34,26 +34,43 @@ def digest(batch: Any) -> dict[str, str]:
     }
 
 
-def _collector(**settings: Any) -> Collector:
+def _collector(env: str = "CartPole-v1", **settings: Any) -> Collector:
     defaults: dict[str, Any] = {"frames_per_batch": 64, "envs_per_worker": 4, "seed": 7}
-    return Collector("CartPole-v1", **{**defaults, **settings})
+    return Collector(env, **{**defaults, **settings})
 
 
 def _run(collector: Collector, batches: int) -> list[dict[str, str]]:
     return [digest(collector.next_batch()) for _ in range(batches)]
 
 
+def make_pong() -> gym.Env:
+    """ALE Pong as the benchmarks build it: AtariPreprocessing and a stack of 4 frames."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale")
+    env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)
+    return gym.wrappers.FrameStackObservation(env, stack_size=4)
+
+
+ENVS = {"cartpole": ("CartPole-v1", 4, 64), "pong": ("callable:tests.test_faults:make_pong", 2, 16)}
+
+
+@pytest.mark.parametrize("env", ["cartpole", "pong"])
 @pytest.mark.parametrize("workers", [0, 2], ids=["inprocess", "workers"])
-def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(workers: int) -> None:
-    settings = {"num_workers": workers, "snapshots": True} if workers else {}
+def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(workers: int, env: str) -> None:
+    target, envs, frames = ENVS[env]
+    settings: dict[str, Any] = {"env": target, "envs_per_worker": envs, "frames_per_batch": frames * max(workers, 1)}
+    if workers:
+        settings |= {"num_workers": workers, "snapshots": True}
     with _collector(**settings) as whole:
         expected = _run(whole, 30)
     with _collector(**settings) as first:
         assert _run(first, 10) == expected[:10]
-        state = first.state_dict()
+        state = first.state_dict(env_states=True)
     assert ("worker_states" if workers else "env_snapshot") in state
     with _collector(**settings, resume=state) as resumed:
-        assert resumed.frames == 640
+        assert resumed.frames == 10 * frames * max(workers, 1)
         assert _run(resumed, 20) == expected[10:]
 
 
@@ -146,18 +163,18 @@ def test_replay_delivers_the_batches_of_a_run_without_the_crash() -> None:
 
 
 def test_a_worker_killed_mid_run_is_replayed_every_batch_identical() -> None:
-    settings: dict[str, Any] = {"num_workers": 2, "recovery": "replay", "max_restarts": 20}
+    settings: dict[str, Any] = {"num_workers": 2, "recovery": "replay", "max_restarts": 40, "restart_window_s": 600}
     with _collector(num_workers=2) as calm:
-        expected = _run(calm, 24)
+        expected = _run(calm, 50)
     with _collector(**settings) as killed:
         got = []
-        for b in range(24):
+        for b in range(50):
             got.append(digest(killed.next_batch()))
             if b % 4 == 1:
                 pid = killed.stats().workers[b % 2].pid
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
-        assert killed.stats().restarts >= 3
+        assert killed.stats().restarts >= 6
     assert got == expected
 
 

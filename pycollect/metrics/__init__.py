@@ -23,6 +23,7 @@ from pycollect.metrics._reading import (
     TrainerMetrics,
     WorkerMetrics,
 )
+from pycollect.metrics._segment import StepCounter
 
 __all__ = [
     "STRAGGLER_FRACTION",
@@ -30,6 +31,7 @@ __all__ = [
     "CollectionMetrics",
     "MetricsReader",
     "PrometheusEndpoint",
+    "StepCounter",
     "TrainerMetrics",
     "WorkerMetrics",
     "attach",

@@ -20,8 +20,7 @@ from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.pool import with_num_envs
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ActionError, ConfigError, VectorEnvClosedError
-from pycollect.metrics import CollectionMetrics
-from pycollect.metrics._segment import StepCounter
+from pycollect.metrics import CollectionMetrics, StepCounter
 from pycollect.plugins import resolve_env, resolve_step_backend
 
 __all__ = ["VectorEnv", "VectorEnvStats", "make_vec", "start_backend"]

@@ -31,7 +31,7 @@ from pycollect._steps.spaces import ActionChecker
 from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, UnsupportedSpaceError, VectorEnvClosedError
-from pycollect.metrics._segment import StepCounter
+from pycollect.metrics import StepCounter
 from pycollect.vector._env_calls import GetAttr, IsWrapped, Render, SetAttr
 from pycollect.vector.env import VectorEnvStats, start_backend
 

@@ -163,6 +163,9 @@ def test_shutdown_leaves_no_actor_worker_or_segment(ray_cluster: None) -> None:
     engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5)
     collector = Collector(ENV, frames_per_batch=32, num_workers=1, engine=engine)
     collector.next_batch()
+    metrics = [stats.metrics for stats in collector.stats().actors]  # each actor's own collection's
+    assert all(m is not None and len(m.workers) == 1 and m.workers[0].frames >= 16 for m in metrics), metrics
+    assert collector.stats().metrics is not None and collector.stats().metrics.trainer.frames == 32
     actors = collector._engine.actors  # type: ignore[attr-defined]
     actor_pids = ray.get([actor.pid.remote() for actor in actors])
     worker_pids = [pid for pids in ray.get([actor.worker_pids.remote() for actor in actors]) for pid in pids]

@@ -221,3 +221,16 @@ def test_the_plugin_uses_only_pycollects_public_api() -> None:
             elif isinstance(node, ast.Import):
                 private += [f"{path.name}:{node.lineno}: import {a.name}" for a in node.names if "._" in a.name]
     assert not private, private
+
+
+def test_stats_count_every_step_of_the_workers_and_stay_readable_after_close() -> None:
+    env = ParallelEnv(2, f.tiny)
+    assert env.stats().metrics is None  # no worker started yet
+    env.rollout(40, break_when_any_done=False)
+    metrics = env.stats().metrics
+    assert metrics is not None and len(metrics.workers) == 2
+    assert all(worker.steps >= 40 and worker.frames == worker.steps for worker in metrics.workers)
+    assert metrics.trainer.batches == 40 and metrics.trainer.frames == 80
+    env.close()
+    after = env.stats().metrics
+    assert after is not None and after.trainer.frames == 80

@@ -95,11 +95,13 @@ class CollectorActor:
         ``stats()``, so that asking for them never waits behind a rollout in flight.
         """
         packed = pack(self.collector.next_batch())
-        workers = self.collector.stats().workers
+        stats = self.collector.stats()
+        workers = stats.workers
         packed["actor"] = {
             "policy_version": self.collector.policy_version,
             "worker_pids": [worker.pid for worker in workers if worker.pid],
             "worker_restarts": sum(worker.restarts for worker in workers),
+            "metrics": stats.metrics,  # its workers' rates, times and lag (pycollect.metrics)
         }
         return packed
 

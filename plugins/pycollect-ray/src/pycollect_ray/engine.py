@@ -52,6 +52,9 @@ class ActorStats:
         policy_version: The weights version of its last rollout.
         worker_pids: Its local collector's worker processes (on its node), as of its last rollout.
         worker_restarts: Restarts of those workers by the actor's own supervisor, as of its last rollout.
+        metrics: Its local collection's metrics (:class:`pycollect.metrics.CollectionMetrics`:
+            its workers' rates, step latencies, time splits), as of its last rollout; ``None``
+            before the first.
     """
 
     actor: int
@@ -64,6 +67,7 @@ class ActorStats:
     policy_version: int
     worker_pids: tuple[int, ...] = field(default=())
     worker_restarts: int = 0
+    metrics: Any = None
 
 
 def actor_seed(seed: int | None, index: int) -> int | None:
@@ -533,6 +537,7 @@ class RayRun(Engine):
                 policy_version=int(self._reported[index].get("policy_version", 0)),
                 worker_pids=tuple(self._reported[index].get("worker_pids", ())),
                 worker_restarts=int(self._reported[index].get("worker_restarts", 0)),
+                metrics=self._reported[index].get("metrics"),
             )
             for index, where in enumerate(self._where)
         ]

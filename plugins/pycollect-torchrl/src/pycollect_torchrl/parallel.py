@@ -33,7 +33,8 @@ from torchrl.envs.utils import _aggregate_end_of_traj
 
 from pycollect import ActionError, ConfigError, SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
-from pycollect.vector import StepBackend
+from pycollect.metrics import StepCounter
+from pycollect.vector import StepBackend, VectorEnvStats
 from pycollect_torchrl.backend import TorchRLBackend, is_torchrl_env
 from pycollect_torchrl.layout import Layout, layout
 
@@ -173,6 +174,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         self.done_spec = output_spec["full_done_spec"]
         self.num_workers = num_workers
         self._backend: StepBackend | None = None
+        self._counter: StepCounter | None = None  # the trainer's counts, while the workers run
         self._closed = True
         self._leaves: list[tuple[int, tuple[str, ...]]] = []
         self._ended = np.zeros(num_workers, bool)  # done at their last step, not reset since
@@ -202,6 +204,7 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         source = EnvSource(TorchRLBackend(), self._factory, self._env_kwargs)
         backend, _ = start_backend(source, self._vector_config, step_backend="workers")
         self._backend = backend
+        self._counter = StepCounter(backend.counters(), f"ParallelEnv {source.describe()}", backend.num_envs)
         self._closed = False
         self._ended[:] = False
         # The backend's observation leaves (its SpaceLayout's order) are the layout's fields, found by path
@@ -214,6 +217,8 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         backend, self._backend = self._backend, None
         self._closed = True
         if backend is not None:
+            if self._counter is not None:
+                self._counter.close()  # its last figures stay readable in stats()
             backend.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -224,6 +229,11 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
     def workers(self) -> tuple[Any, ...]:
         """Each worker process's supervision state (pid, generation, restarts, last exit)."""
         return tuple(self._backend.workers()) if self._backend is not None else ()
+
+    def stats(self) -> VectorEnvStats:
+        """What the workers did: supervision and metrics (docs/metrics.md; ``None`` before they start)."""
+        metrics = self._counter.read() if self._counter is not None else None
+        return VectorEnvStats(workers=self.workers, metrics=metrics)
 
     # -- TorchRL's EnvBase ------------------------------------------------------------------
 
@@ -296,6 +306,8 @@ class ParallelEnv(EnvBase):  # type: ignore[misc]
         actions = self._checked_actions(action.detach().cpu().numpy())
         backend.step_async([actions])
         backend.step_wait()
+        if self._counter is not None:
+            self._counter.step()
         source = self._observations()
         n, layout_ = self.num_workers, self._layout
         source[layout_.reward_key] = torch.from_numpy(backend.rewards.astype(self._reward_dtype).reshape(n, 1))
