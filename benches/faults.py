@@ -68,16 +68,19 @@ def checkpoint_seconds(calls: int = 3) -> tuple[float, int]:
     def act(td: Any) -> Any:
         return net(td["observation"])  # NatureCNN returns its argmax actions
 
-    with tempfile.TemporaryDirectory() as directory, Collector(
-        "callable:atari_env:make_env",
-        act,
-        weights_from=net,
-        num_workers=2,
-        envs_per_worker=8,
-        frames_per_batch=2 * 8 * 16,
-        checkpoint_dir=directory,
-        seed=0,
-    ) as collector:
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        Collector(
+            "callable:atari_env:make_env",
+            act,
+            weights_from=net,
+            num_workers=2,
+            envs_per_worker=8,
+            frames_per_batch=2 * 8 * 16,
+            checkpoint_dir=directory,
+            seed=0,
+        ) as collector,
+    ):
         for _ in range(2):
             collector.next_batch()
         times = []

@@ -555,6 +555,8 @@ class WorkerControl:
         """The open step (if any) ends now."""
     def rollout_done(self) -> None:
         """A rollout was handed over."""
+    def restarted(self, replayed: bool) -> None:
+        """A restarted generation starts: it restored its predecessor's state, or starts afresh (a cut)."""
     def weights_applied(self, version: int, digest: int) -> None:
         """The weights of ``version``, whose bytes hash to ``digest`` (:func:`weights_digest`), were applied."""
     def applied_weights(self) -> tuple[int, int] | None:

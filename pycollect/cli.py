@@ -102,6 +102,8 @@ FLAGS = {
     "max_frames_per_traj": "--max-frames-per-traj",
     "seed": "--seed",
     "env_kwargs": "--env-kwarg",
+    "checkpoint_dir": "--checkpoint-dir",
+    "checkpoint_every": "--checkpoint-every",
 }
 """The Collector arguments that ``pycollect run`` sets, and the flag that sets each."""
 
@@ -252,6 +254,7 @@ def _add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     _add_collection_options(run)
     _add_setting_options(run)
+    _add_checkpoint_options(run)
     _add_output_options(run)
 
 
@@ -324,6 +327,32 @@ def _add_setting_options(run: argparse.ArgumentParser) -> None:
             "any other collector setting (repeatable; VALUE is a Python literal), e.g. --set max_restarts=5 "
             f"--set apply_weights=between_steps. The settings: {', '.join(_settings_without_flags())}; "
             "help(pycollect.CollectorConfig) says what each does"
+        ),
+    )
+
+
+def _add_checkpoint_options(run: argparse.ArgumentParser) -> None:
+    """Checkpoints of the run, and resuming one (docs/faults.md)."""
+    run.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="write checkpoints into DIR (every --checkpoint-every batches, and on SIGTERM), to resume the run",
+    )
+    run.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="batches between two checkpoints (with --checkpoint-dir)",
+    )
+    run.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help=(
+            "continue the run checkpointed in DIR (its newest checkpoint), with the same env and flags; "
+            "it goes on checkpointing there unless --checkpoint-dir says where"
         ),
     )
 
@@ -464,6 +493,8 @@ def _run_config(args: argparse.Namespace) -> CollectorConfig | None:
         "sync": not args.async_,
         "max_frames_per_traj": args.max_frames_per_traj,
         "seed": args.seed,
+        "checkpoint_dir": args.checkpoint_dir or args.resume,
+        "checkpoint_every": args.checkpoint_every,
     }
     for name, value in args.settings:
         if name in settings or name == "env_kwargs":
@@ -511,7 +542,7 @@ def _collect(args: argparse.Namespace, config: CollectorConfig, started: float) 
 
         bar.set_description_str(f"starting {args.workers} worker(s)" if args.workers else "building envs")
         try:
-            collector = Collector(args.env, config=config, env_kwargs=dict(args.env_kwarg))
+            collector = Collector(args.env, config=config, env_kwargs=dict(args.env_kwarg), resume=args.resume)
         except PyCollectError as exc:
             bar.leave = False
             bar.close()

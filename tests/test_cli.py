@@ -325,3 +325,19 @@ def test_run_with_workers_forks_them_from_the_server_it_prestarts() -> None:
     assert result.returncode == 0, result.stderr
     starts = [line for line in result.stderr.splitlines() if "started, pid" in line]
     assert len(starts) == 2 and all("(forked by the fork server)" in line for line in starts), result.stderr
+
+
+@pytest.mark.timeout(180)
+def test_run_checkpoints_and_resume_continues_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["run", "CartPole-v1", "--frames-per-batch", "128", "--workers", "2", "--seed", "0", "--json"]
+    flags += ["--no-progress"]
+    directory = str(tmp_path / "checkpoints")
+    assert main([*flags, "--frames", "1280", "--checkpoint-dir", directory, "--checkpoint-every", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == 1280
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1] == "checkpoint-000000010.pt"
+    assert main([*flags, "--frames", "2560", "--resume", directory, "--checkpoint-every", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == 2560  # ten batches more, from the checkpoint's
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1] == "checkpoint-000000020.pt"
+    other_seed = [*flags[:-3], "1", "--json", "--no-progress", "--frames", "2560", "--resume", directory]
+    assert main(other_seed) == 2
+    assert "seed: saved 0, here 1" in capsys.readouterr().err

@@ -159,6 +159,9 @@ def test_replay_delivers_the_batches_of_a_run_without_the_crash() -> None:
     ) as crashing:
         got = [digest(crashing.next_batch()) for _ in range(8)]
         assert crashing.stats().restarts >= 2  # each worker crashed at step 49, in its third rollout
+        metrics = crashing.stats().metrics
+        assert metrics is not None
+        assert [(w.restarts_replayed, w.restarts_cut) for w in metrics.workers] == [(1, 0), (1, 0)]
     assert got == expected
 
 
@@ -175,6 +178,8 @@ def test_a_worker_killed_mid_run_is_replayed_every_batch_identical() -> None:
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
         assert killed.stats().restarts >= 6
+        metrics = killed.stats().metrics
+        assert metrics is not None and not any(w.restarts_cut for w in metrics.workers)
     assert got == expected
 
 
@@ -205,3 +210,30 @@ def test_recovery_settings_are_checked() -> None:
         _collector(num_workers=1, engine="central", recovery="replay")
     with pytest.raises(ConfigError, match="checkpoint_every=2 needs a checkpoint_dir"):
         _collector(checkpoint_every=2)
+
+
+_FOREVER = """
+import sys
+from pycollect import Collector
+with Collector("CartPole-v1", frames_per_batch=64, envs_per_worker=4, seed=7, num_workers=2,
+               checkpoint_dir=sys.argv[1]) as collector:
+    while True:
+        collector.next_batch()
+        print(collector.frames // 64, flush=True)
+"""
+
+
+def test_sigterm_writes_a_checkpoint_of_the_last_batch_before_the_workers_stop(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _FOREVER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    for _ in range(5):
+        child.stdout.readline()
+    assert latest_checkpoint(tmp_path) is None  # checkpoint_every=0: none until asked
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=60)
+    delivered = [int(line) for line in child.stdout.read().split()]
+    state = load_checkpoint(tmp_path)
+    assert state["batches"] >= 5 and state["batches"] in range(5, 6 + len(delivered))
+    assert "worker_states" in state  # the env states of the last batch delivered

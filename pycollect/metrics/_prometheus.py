@@ -63,6 +63,18 @@ _WORKER = (
     _Metric("pycollect_worker_pid", "gauge", "pid", "Process id of the worker."),
     _Metric("pycollect_worker_generation", "gauge", "generation", "Generation running (1 until a restart)."),
     _Metric("pycollect_worker_restarts", "counter", "restarts", "Restarts of the worker."),
+    _Metric(
+        "pycollect_worker_restarts_replayed",
+        "counter",
+        "restarts_replayed",
+        "Restarts after which the lost rollout was replayed from the snapshot: nothing lost.",
+    ),
+    _Metric(
+        "pycollect_worker_restarts_cut",
+        "counter",
+        "restarts_cut",
+        "Restarts after which the worker started afresh, its trajectories cut.",
+    ),
     _Metric("pycollect_worker_steps", "counter", "steps", "Steps taken (each moves every env of the worker)."),
     _Metric("pycollect_worker_frames", "counter", "frames", "Frames made (env steps of all its envs)."),
     _Metric("pycollect_worker_rollouts", "counter", "rollouts", "Rollouts handed over."),

@@ -41,6 +41,10 @@ class WorkerMetrics:
         pid: Its process id, if one runs.
         generation: The generation running (1 until its first restart).
         restarts: How often it was restarted (``generation - 1``).
+        restarts_replayed: Restarts after which the new process restored its predecessor's
+            state and stepped the lost rollout again (``recovery="replay"``): nothing lost.
+        restarts_cut: Restarts after which it started afresh, its envs' trajectories cut (the
+            default ``recovery="cut"``, or a replay that could not restore).
         steps: Steps taken so far (one step moves every env of the worker once).
         frames: Frames made so far (env steps of all its envs).
         rollouts: Rollouts handed over so far (0 for a vector env's workers, which serve steps).
@@ -87,6 +91,8 @@ class WorkerMetrics:
     ring_filled: int
     ring_slots: int
     straggler: bool
+    restarts_replayed: int = 0
+    restarts_cut: int = 0
 
 
 @dataclass(frozen=True)
@@ -233,6 +239,8 @@ class MetricsReader:
             "pid": pid or None,
             "generation": generation,
             "restarts": max(generation - 1, 0),
+            "restarts_replayed": totals["restarts_replayed"],
+            "restarts_cut": totals["restarts_cut"],
             "steps": totals["steps"],
             "frames": totals["frames"],
             "rollouts": totals["rollouts"],

@@ -307,6 +307,9 @@ def test_every_setting_reaches_the_actors_collector_unchanged_but_the_derived_on
         check_resources=False,
         supervision=changed_supervision(),
         inference_runner=CompileRunner(backend="eager"),
+        metrics=False,
+        snapshot_every_s=0.5,
+        checkpoints_kept=5,
     )
     untouched = unchanged_settings(config, CollectorConfig(frames_per_batch=1), skip=ACTOR_DERIVED)
     assert not untouched, f"give these settings a value of their own, so the test sees them travel: {untouched}"

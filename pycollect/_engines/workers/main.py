@@ -204,9 +204,13 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                         raise  # a checkpoint that cannot be restored is the user's error
                     log.warning("cannot replay the lost rollout, its trajectories are cut: %s", exc)
                     runner = runner_of(generation)
-            elif generation > 1 and producer.committed:
+            elif replay and generation > 1 and producer.committed:
                 log.warning("no snapshot to replay the lost rollout from: its trajectories are cut")
                 runner = runner_of(generation)
+            elif replay and generation > 1:
+                resumed = True  # nothing was delivered yet: it replays from its predecessor's start
+        if generation > 1:
+            control.restarted(resumed)  # counted either way: stats() says which restarts lost nothing
         control.state = "running"
         control.start_metering(k)  # the steps' counts and times (pycollect.metrics)
         begin_step = control.begin_step if config.metrics else control.beat  # begin_step beats too

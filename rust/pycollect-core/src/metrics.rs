@@ -48,7 +48,7 @@ pub fn bucket_bounds(index: usize) -> (u64, u64) {
 }
 
 /// A worker's totals, in the order [`WorkerMetrics::read`] returns them.
-pub const WORKER_TOTALS: [&str; 8] = [
+pub const WORKER_TOTALS: [&str; 10] = [
     "steps",
     "frames",
     "rollouts",
@@ -57,6 +57,8 @@ pub const WORKER_TOTALS: [&str; 8] = [
     "wait_ns",
     "policy_version",
     "weight_updates",
+    "restarts_replayed",
+    "restarts_cut",
 ];
 
 /// What a worker counts (all totals since the collection started, but `policy_version`, the
@@ -75,6 +77,8 @@ const POLICY_NS: usize = 4;
 const WAIT_NS: usize = 5;
 const POLICY_VERSION: usize = 6;
 const WEIGHT_UPDATES: usize = 7;
+const RESTARTS_REPLAYED: usize = 8;
+const RESTARTS_CUT: usize = 9;
 
 /// The worker's own clock of the step it is in; only the worker reads it.
 #[repr(C)]
@@ -232,6 +236,19 @@ impl WorkerMetricsMem {
             crate::sync::spin_hint();
         }
         None
+    }
+
+    /// Worker, when a restarted generation starts: whether it restored its predecessor's
+    /// state (`recovery="replay"`) or starts afresh, its predecessor's trajectories cut.
+    pub fn restarted(&self, replayed: bool) {
+        self.add(
+            if replayed {
+                RESTARTS_REPLAYED
+            } else {
+                RESTARTS_CUT
+            },
+            1,
+        );
     }
 
     /// Worker, when a new generation starts: forget the clock of the step its predecessor

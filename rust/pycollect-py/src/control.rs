@@ -155,6 +155,12 @@ impl WorkerControl {
         self.inner.metrics().rollout_done();
     }
 
+    /// A restarted generation starts: `replayed` if it restored its predecessor's state, else
+    /// its predecessor's trajectories are cut.
+    fn restarted(&self, replayed: bool) {
+        self.inner.metrics().restarted(replayed);
+    }
+
     /// The weights of `version`, whose bytes hash to `digest` (`weights_digest`), were applied.
     fn weights_applied(&self, version: u64, digest: u64) {
         self.inner.metrics().weights_applied(version, digest);

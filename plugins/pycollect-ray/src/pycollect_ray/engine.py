@@ -95,6 +95,12 @@ ACTOR_DERIVED = frozenset(
         "set_truncated",
         "split_trajs",
         "cat_results",
+        "max_policy_lag",
+        "policy_lag_key",
+        "checkpoint_dir",
+        "checkpoint_every",
+        "snapshots",
+        "recovery",
     }
 )
 """The settings :func:`actor_config` derives for an actor; every other one arrives as the trainer set it."""
@@ -109,7 +115,10 @@ def actor_config(config: CollectorConfig, index: int, num_actors: int) -> Collec
     ``total_frames``), with its own derived seed (:func:`actor_seed`), its share of
     ``init_random_frames``, the ``ray`` scheme's ``local`` scheme for its workers and the
     built-in engine for its ``num_workers``; the trainer does the post-processing
-    (``set_truncated``, ``split_trajs``, ``cat_results``, ``postproc``), so the actors do none.
+    (``set_truncated``, ``split_trajs``, ``cat_results``, ``postproc``), so the actors do none;
+    and the trainer's alone are the policy lag's (``max_policy_lag``, ``policy_lag_key``) and the
+    checkpoints' (``checkpoint_dir``, ``checkpoint_every``); the actors save no snapshots and cut
+    a crashed worker's trajectories (``recovery="cut"``: replay inside actors is not offered yet).
 
     Args:
         config: The trainer's resolved config (its ``weight_sync`` a :class:`RayScheme`).
@@ -132,6 +141,12 @@ def actor_config(config: CollectorConfig, index: int, num_actors: int) -> Collec
         set_truncated=False,
         split_trajs=False,
         cat_results=0,
+        max_policy_lag=None,
+        policy_lag_key=False,
+        checkpoint_dir=None,
+        checkpoint_every=0,
+        snapshots=None,
+        recovery="cut",
     )
 
 
