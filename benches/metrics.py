@@ -6,7 +6,9 @@ workload of issue 43's target: CartPole-v1, 2 workers x 8 envs, rollouts of 64 s
 random actions (the counting's share is largest where a step costs least) and with a 64-wide
 MLP in each worker. ``metrics=False`` leaves the native counting of the step loops on (it
 cannot be turned off) and skips the rollout loop's: two native calls per step and one per
-rollout, which is what the figure measures. Target: metrics on >= 0.99x metrics off.
+rollout, which is what the figure measures. Then ``make_vec`` (2 workers x 8 CartPole envs, a
+plain loop of ``step()``): ``make_vec(metrics=False)`` turns off the workers' native counting
+and the trainer's. Target: metrics on >= 0.99x metrics off.
 
 Run: ``python benches/metrics.py [--rounds 5] [--seconds 4]``.
 """
@@ -52,6 +54,28 @@ def run(metrics: bool, policy: bool, seconds: float) -> float:
         while time.perf_counter() - began < seconds:
             frames += collector.next_batch().numel()
         return frames / (time.perf_counter() - began)
+
+
+def run_vec(metrics: bool, seconds: float) -> float:
+    """Frames per second of ``make_vec`` (2 workers x 8 CartPole envs) stepped in a plain loop."""
+    import numpy as np
+
+    from pycollect import make_vec
+
+    env = make_vec("CartPole-v1", 16, num_workers=2, metrics=metrics)
+    try:
+        env.reset(seed=0)
+        actions = np.zeros(16, dtype=np.int64)
+        for _ in range(200):
+            env.step(actions)
+        steps, began = 0, time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            for _ in range(100):
+                env.step(actions)
+            steps += 100
+        return steps * 16 / (time.perf_counter() - began)
+    finally:
+        env.close()
 
 
 def main() -> None:

@@ -873,6 +873,7 @@ class GroupStepper:
         control: WorkerControl,
         generation: int,
         actions: Callable[[int, int], Iterable[object]],
+        metered: bool,
     ) -> tuple[int, tuple[int, int, int, bytes, list[tuple[int, int, object]] | None] | None]:
         """A step worker's request loop: serve STEP requests natively until one needs Python.
 
@@ -883,7 +884,8 @@ class GroupStepper:
         every env was stored it answers OK with no payload itself. Returns ``(served, handed)``:
         the steps it answered, and the request left to Python as ``(seq, command, arg,
         payload, left)`` (``left`` as :meth:`step` returns it; ``None`` when nothing was
-        stepped), or ``None`` once the segment shuts down.
+        stepped), or ``None`` once the segment shuts down. With ``metered`` each step's frames
+        and time are counted in ``control``'s metrics.
 
         Raises:
             ConfigError: The stepper has more than one step column (a worker's group has one).

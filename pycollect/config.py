@@ -726,6 +726,9 @@ class VectorConfig:
         max_episode_steps: ``SAME_STEP`` mode only: truncate an episode after this many steps
             and reset it in the same step (the ``central`` engine's ``max_frames_per_traj``);
             ``None`` (the default, and what ``make_vec`` uses): never.
+        metrics: Count each step's frames and time, in the workers and the trainer, for
+            ``stats().metrics``, ``pycollect top`` and the exporters (docs/metrics.md);
+            ``False``: nothing is counted (to measure what counting costs).
     """
 
     num_envs: int
@@ -736,6 +739,7 @@ class VectorConfig:
     copy: bool
     supervision: SupervisionConfig
     max_episode_steps: int | None
+    metrics: bool
 
     # Written out rather than generated: it takes what a caller writes (a mode's name, None for
     # a default) while the fields are typed as what __post_init__ resolves them to.
@@ -749,6 +753,7 @@ class VectorConfig:
         copy: bool = True,
         supervision: SupervisionConfig | None = None,
         max_episode_steps: int | None = None,
+        metrics: bool = True,
     ) -> None:
         given = {
             "num_envs": num_envs,
@@ -759,6 +764,7 @@ class VectorConfig:
             "copy": copy,
             "supervision": SupervisionConfig() if supervision is None else supervision,
             "max_episode_steps": max_episode_steps,
+            "metrics": metrics,
         }
         for name, value in given.items():
             object.__setattr__(self, name, value)
@@ -772,6 +778,8 @@ class VectorConfig:
         resolve("autoreset_mode", mode)
         if not isinstance(self.copy, bool):
             raise ConfigError(f"copy must be a bool, got {self.copy!r}")
+        if not isinstance(self.metrics, bool):
+            raise ConfigError(f"metrics must be a bool, got {self.metrics!r}")
         num_envs = self.num_envs
         if not _is_int(num_envs) or num_envs < 1:
             raise ConfigError(f"num_envs must be an int of 1 or more, got {num_envs!r}")

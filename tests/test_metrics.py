@@ -42,7 +42,9 @@ def test_workers_count_every_frame_they_make_and_the_trainer_every_frame_deliver
     ) as collector:
         for _ in collector:
             collector.update_policy_weights_()
-        metrics = collector.stats().metrics
+    # After shutdown: the last reading, taken once the workers stopped (a reading of running
+    # workers may see one counter before a step and the next after it).
+    metrics = collector.stats().metrics
     assert metrics is not None
     assert metrics.trainer.batches == 10 and metrics.trainer.frames == 2560
     assert metrics.trainer.publishes == 10 and metrics.trainer.policy_version == 10
@@ -168,3 +170,20 @@ def test_a_straggler_is_the_worker_far_below_the_median() -> None:
         row["frames_per_s"] = rate
     marked = _mark_stragglers(rows)
     assert [w.straggler for w in marked] == [False, False, False, True]
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "gymnasium-vector:CartPole-v1"], ids=["native", "batched"])
+def test_a_vector_envs_counting_can_be_turned_off(env: str) -> None:
+    for metered in (True, False):
+        venv = make_vec(env, num_envs=8, num_workers=2, metrics=metered)
+        try:
+            venv.reset(seed=0)
+            for _ in range(50):
+                venv.step(np.zeros(8, dtype=np.int64))
+            metrics = venv.stats().metrics
+        finally:
+            venv.close()
+        assert metrics is not None
+        # A batched env's group steps in Python (no native stepper): counted all the same.
+        assert [w.steps for w in metrics.workers] == ([50, 50] if metered else [0, 0])
+        assert metrics.trainer.batches == (50 if metered else 0)

@@ -3,7 +3,9 @@
 The workers and the trainer only add to totals (see ``rust/pycollect-core/src/metrics.rs``);
 a :class:`MetricsReader` keeps the readings of the last ``window_s`` seconds and reports the
 differences between the newest and the oldest of them, so every rate and percentile is over
-that window, whoever reads and however often.
+that window, whoever reads and however often. A running worker's totals are read one word
+after another while it steps, so two of them may be a step apart (frames a step ahead of
+steps); rates over a window are unaffected.
 """
 
 from __future__ import annotations

@@ -102,6 +102,7 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
         self._final_obs = self._final_observation if backend.final_observations is not None else None
         where = f"{backend.name}, {self.num_envs} envs"
         self._counter = StepCounter(backend.counters(), f"make_vec {name} ({where})", self.num_envs)
+        self._metered = config.metrics
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: Mapping[str, Any] | None = None
@@ -304,7 +305,8 @@ class VectorEnv(gym.vector.VectorEnv[Any, npt.NDArray[Any], npt.NDArray[Any]]):
             raise ConfigError(f"step_wait() on {self._name} without a step_async() before it")
         self._stepping = False
         parts = self._backend.step_wait()
-        self._counter.step()
+        if self._metered:
+            self._counter.step()
         backend = self._backend
         terminated, truncated = backend.terminated.copy(), backend.truncated.copy()
         ended = np.logical_or(terminated, truncated, out=self._ended)
@@ -452,6 +454,7 @@ def make_vec(
     info_keys: Sequence[str] | None = None,
     supervision: SupervisionConfig | None = None,
     step_backend: str | type[StepBackend] | None = None,
+    metrics: bool = True,
     **supervision_overrides: Any,
 ) -> VectorEnv:
     """A gymnasium vector env of ``num_envs`` envs, stepped by pycollect.
@@ -499,6 +502,8 @@ def make_vec(
             :class:`~pycollect.vector.StepBackend` (``"inprocess"``, ``"workers"``, or a plugin's;
             ``pycollect plugins`` lists them) or such a class. ``None`` (the default):
             ``"inprocess"`` for ``num_workers=0``, ``"workers"`` otherwise.
+        metrics: Count each step for :meth:`VectorEnv.stats`, ``pycollect top`` and the
+            exporters (``False``: nothing counted, to measure what counting costs).
         **supervision_overrides: Fields of :class:`~pycollect.SupervisionConfig` applied on
             top (``restart="never"``, ``max_restarts=5``, ``heartbeat_timeout_s=10``...).
 
@@ -519,6 +524,7 @@ def make_vec(
         info_keys=info_keys,
         copy=copy,
         supervision=settings,
+        metrics=metrics,
     )
     backend, name = start_backend(env, config, env_kwargs, step_backend=step_backend)
     try:

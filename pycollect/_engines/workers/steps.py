@@ -81,15 +81,24 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
         group.end_every_episode()  # the trainer reported them truncated when it saw the restart
     control.state = "running"
     try:
-        _serve(channel, control, generation, group, actions, segment)
+        _serve(channel, control, generation, group, actions, segment, config.metrics)
     finally:
         group.close()
 
 
 def _serve(
-    channel: Any, control: Any, generation: int, group: EnvGroup, actions: list[np.ndarray], segment: Any
+    channel: Any,
+    control: Any,
+    generation: int,
+    group: EnvGroup,
+    actions: list[np.ndarray],
+    segment: Any,
+    metered: bool,
 ) -> None:
-    """Answer requests until shutdown or CLOSE: the common step natively, the rest here."""
+    """Answer requests until shutdown or CLOSE: the common step natively, the rest here.
+
+    ``metered``: count each step's time and frames in the worker's control block (pycollect.metrics).
+    """
     per_env = group.action.per_env
 
     def step_actions(start: int, stop: int) -> list[Any]:
@@ -99,7 +108,7 @@ def _serve(
     native = group.native
     while True:
         if native is not None:
-            served, handed = native.serve(channel, control, generation, step_actions)
+            served, handed = native.serve(channel, control, generation, step_actions, metered)
             group.count_native_steps(served)
             if handed is None:
                 return  # the segment shuts down
@@ -122,7 +131,12 @@ def _serve(
                 material = group.finish_step(left)
             else:
                 start, stop = _step_range(payload, group.num_envs)
+                if metered:
+                    control.start_metering(stop - start)
+                    control.begin_step()
                 material = group.step([rows[start:stop].copy() for rows in actions], start, stop)
+                if metered:
+                    control.end_step()
             _answer(channel, material, "the infos of a step")
         elif command == protocol.RESET:
             seeds, options, mask = protocol.loads(payload)

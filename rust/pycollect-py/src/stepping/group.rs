@@ -553,7 +553,8 @@ impl GroupStepper {
     /// how many steps it answered, and the request left to Python (`(seq, command, arg,
     /// payload, left)`, `left` as `step` returns it, or `None` when nothing was stepped: any
     /// command but STEP, and a STEP of a `DISABLED` group with an env that ended), or `None`
-    /// once the segment shuts down.
+    /// once the segment shuts down. With `metered`, each step's frames and time go into
+    /// `control`'s metrics (pycollect.metrics).
     fn serve<'py>(
         &self,
         py: Python<'py>,
@@ -561,6 +562,7 @@ impl GroupStepper {
         control: &Bound<'py, WorkerControl>,
         generation: u64,
         actions: &Bound<'py, PyAny>,
+        metered: bool,
     ) -> PyResult<(u64, Option<Handed<'py>>)> {
         if self.steps_per_row != 1 {
             return Err(config_error(format!(
@@ -617,11 +619,15 @@ impl GroupStepper {
                 return Ok(handed(None));
             }
             let metrics = control.inner().metrics();
-            metrics.set_frames_per_step((stop - start) as u64);
-            metrics.begin_step(monotonic_ns()); // the time since the last answer was waiting
+            if metered {
+                metrics.set_frames_per_step((stop - start) as u64);
+                metrics.begin_step(monotonic_ns()); // the time since the last answer was waiting
+            }
             let step_actions = actions.call1((start, stop))?;
             let left = self.step_range(py, &step_actions, start, stop, 0);
-            metrics.end_step(monotonic_ns());
+            if metered {
+                metrics.end_step(monotonic_ns());
+            }
             let left = left?;
             if !left.is_empty() {
                 return Ok(handed(Some(left)));
