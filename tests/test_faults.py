@@ -235,5 +235,6 @@ def test_sigterm_writes_a_checkpoint_of_the_last_batch_before_the_workers_stop(t
     child.wait(timeout=60)
     delivered = [int(line) for line in child.stdout.read().split()]
     state = load_checkpoint(tmp_path)
-    assert state["batches"] >= 5 and state["batches"] in range(5, 6 + len(delivered))
+    # The batch the child was in (or had not printed yet) when the signal came may be in it.
+    assert state["batches"] in range(5, 5 + len(delivered) + 2)
     assert "worker_states" in state  # the env states of the last batch delivered

@@ -68,9 +68,10 @@ class TrainerCounter:
         if versions is None:
             self.segment.count_batch(frames, wait_ns, 0, 0, 0, dropped)
             return
-        lag = latest - np.asarray(versions)
+        # A frame stamped with a version not yet published (a broken scheme's) counts as no lag.
+        lag = np.maximum(latest - np.asarray(versions), 0)
         low, high = (int(lag.min()), int(lag.max())) if lag.size else (0, 0)
-        self.segment.count_batch(frames, wait_ns, int(lag.sum()), max(low, 0), max(high, 0), dropped)
+        self.segment.count_batch(frames, wait_ns, int(lag.sum()), low, high, dropped)
 
     def steps(self, steps: int, frames: int) -> None:
         """A vector env's trainer took ``steps`` steps (its batches), ``frames`` frames in all."""
