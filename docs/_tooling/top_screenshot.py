@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.console import CONSOLE_SVG_FORMAT, Console
+from rich._export_format import CONSOLE_SVG_FORMAT
+from rich.console import Console
 
 import pycollect
 from pycollect.metrics import attach
@@ -57,7 +58,8 @@ def main() -> None:
     net = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 3))
 
     def policy(td: Any) -> torch.Tensor:
-        return net(td["observation"]).argmax(-1)
+        actions: torch.Tensor = net(td["observation"]).argmax(-1)
+        return actions
 
     with pycollect.Collector(
         SleepyEnv,
