@@ -21,6 +21,17 @@ class ActsItsWeight(torch.nn.Module):
         return self.value.detach().long().expand(observation.shape[0]).clone()
 
 
+class LeansWithThePole(torch.nn.Module):
+    """A deterministic CartPole policy that looks at its observation: push the way the pole leans."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return (observation[:, 2] + self.bias.detach() > 0).long()
+
+
 class InfoCountingEnv(CountingEnv):
     """:class:`CountingEnv` whose step info holds ``"twice"``, the step count doubled (for ``info_keys``)."""
 

@@ -309,6 +309,7 @@ def test_every_setting_reaches_the_actors_collector_unchanged_but_the_derived_on
         inference_runner=CompileRunner(backend="eager"),
         metrics=False,
         snapshot_every_s=0.5,
+        recovery="replay",
         checkpoints_kept=5,
     )
     untouched = unchanged_settings(config, CollectorConfig(frames_per_batch=1), skip=ACTOR_DERIVED)

@@ -7,12 +7,16 @@ reference), so it imports nothing heavy at module level.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pycollect import Collector
 
 __all__ = ["CollectorActor", "pack"]
 
 Packed = dict[str, Any]
-"""A batch as it travels: ``{"shape": [rows, T], "fields": [(key, ndarray), ...], "actor": {...}}``."""
+"""A batch as it travels: ``{"shape": [rows, T], "fields": [(key, ndarray), ...], "actor": {...}, "state": {...}}``."""
 
 
 def pack(batch: Any) -> Packed:
@@ -31,8 +35,9 @@ class CollectorActor:
     """A local :class:`pycollect.Collector` in a Ray actor.
 
     Ray calls the constructor again with the same arguments when it restarts the actor, so a
-    restarted actor builds a fresh collector; the trainer then sends it the latest weights
-    before asking for a rollout.
+    restarted actor builds a fresh collector; with snapshots the trainer then sends it the state
+    after its last delivered rollout (:meth:`resume`), and always the latest weights, before
+    asking for a rollout.
 
     Args:
         index: The actor's index (its place in a sync batch).
@@ -46,13 +51,22 @@ class CollectorActor:
     """
 
     def __init__(self, index: int, env_source: Any, policy_blob: bytes | None, config: Any, scheme: Any):
+        self.index = index
+        self.scheme = scheme
+        self._made_with = (env_source, policy_blob, config)
+        # With snapshots (the trainer's ``takes_snapshots``, derived into ``config.snapshots``)
+        # every rollout carries the env states after it; without, only the counters.
+        self.snapshots = bool(config.snapshots)
+        self._force_weights = False  # after a resume: apply the next weights whatever their version
+        self.collector = self._build()
+
+    def _build(self) -> Collector:
         from pycollect import Collector
         from pycollect.engines import unpack_policy
 
-        self.index = index
-        self.scheme = scheme
+        env_source, policy_blob, config = self._made_with
         policy, weights_module = unpack_policy(policy_blob) if policy_blob is not None else (None, None)
-        self.collector = Collector(env_source, policy, config=config, weights_from=weights_module)
+        return Collector(env_source, policy, config=config, weights_from=weights_module)
 
     def config(self) -> Any:
         """The local collector's config, as resolved in the actor."""
@@ -80,9 +94,12 @@ class CollectorActor:
         """Load weights ``version`` (the ``ObjectRef`` wrapped in a list, so Ray does not fetch it unasked).
 
         The local collector takes them to its workers through its own scheme, stamped with the
-        trainer's version. An older or equal version (a duplicate after a restart) is ignored.
+        trainer's version. An older or equal version (a duplicate after a restart) is ignored,
+        but after :meth:`resume` (whose state brings back the version, not the weights) the
+        next weights are applied whatever their version.
         """
-        if version > self.collector.policy_version:
+        if version > self.collector.policy_version or self._force_weights:
+            self._force_weights = False
             state = self.scheme.fetch(ref[0])
             self.collector.policy_version = version - 1  # update_policy_weights_ counts up by one
             self.collector.update_policy_weights_(state)
@@ -92,7 +109,10 @@ class CollectorActor:
         """The local collector's next batch; returning it is its one ``ray.put``.
 
         The rollout carries a few numbers about the actor (under ``"actor"``) for the trainer's
-        ``stats()``, so that asking for them never waits behind a rollout in flight.
+        ``stats()``, so that asking for them never waits behind a rollout in flight, and the
+        local collector's state after it (under ``"state"``, see :meth:`state`): the trainer
+        keeps the state of the last rollout it delivered, which is where a resume (or this
+        actor, restarted) continues from, while this actor collects ahead.
         """
         packed = pack(self.collector.next_batch())
         stats = self.collector.stats()
@@ -103,7 +123,37 @@ class CollectorActor:
             "worker_restarts": sum(worker.restarts for worker in workers),
             "metrics": stats.metrics,  # its workers' rates, times and lag (pycollect.metrics)
         }
+        packed["state"] = self.state()
         return packed
+
+    def state(self) -> dict[str, Any]:
+        """The local collector's ``state_dict``: its env states only with snapshots, never its weights.
+
+        The weights are the trainer's to save (they come from it, :meth:`set_weights`); with
+        snapshots the workers' states are pickles the local engine already holds (the workers
+        made them with the rollout), so this copies nothing but the in-process engine's
+        snapshot, which it pickles here.
+        """
+        state: dict[str, Any] = self.collector.state_dict(env_states=self.snapshots)
+        state.pop("policy_state_dict", None)
+        return state
+
+    def resume(self, state: Mapping[str, Any] | None) -> None:
+        """Continue from ``state`` (a :meth:`state` of this actor's collector, maybe of another run).
+
+        ``None`` is the state before the first rollout: the local collector is built afresh.
+        The weights are not in ``state``: the trainer sends them next (:meth:`set_weights`),
+        and they are applied whatever their version.
+
+        Raises:
+            ConfigError: ``state`` is of another collector (the local check names the difference).
+        """
+        if state is None:
+            self.collector.shutdown()
+            self.collector = self._build()
+        else:
+            self.collector.load_state_dict(state)
+        self._force_weights = True
 
     def close(self) -> None:
         """Shut the local collector down (workers stopped and reaped, segment gone)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pycollect.config import MAX_SECONDS
 from pycollect.engines import Engine, EngineFactory, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
-from pycollect.exceptions import ConfigError, PyCollectWarning, WorkerCrashedError
+from pycollect.exceptions import ConfigError, EnvStateError, PyCollectWarning, WorkerCrashedError
 from pycollect_ray.scheme import RayScheme
 
 if TYPE_CHECKING:
@@ -34,6 +34,10 @@ __all__ = ["ACTOR_DERIVED", "ActorStats", "RayEngine", "RayRun", "actor_config",
 _TRAJ_KEY = ("collector", "traj_ids")
 _RESTART_POLL_S = 0.1
 _NODE_CHECK_S = 0.5  # how often a wait for a lost actor asks the GCS whether its node is gone
+# The entries of a local collector's state_dict that hold env states (pycollect.collector's, which
+# state_dict(env_states=False) leaves out): the trainer's state keeps them apart, under
+# "worker_states", so that the trainer's state_dict(env_states=...) finds and drops them too.
+_LOCAL_ENV_STATE_KEYS = ("worker_states", "env_snapshot")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class ActorStats:
         metrics: Its local collection's metrics (:class:`pycollect.metrics.CollectionMetrics`:
             its workers' rates, step latencies, time splits), as of its last rollout; ``None``
             before the first.
+        resumed: Of its ``restarts``, those after which it continued from the state of its last
+            delivered rollout (with snapshots: the lost rollout is collected again); the others
+            started afresh, their trajectories cut.
     """
 
     actor: int
@@ -68,6 +75,7 @@ class ActorStats:
     worker_pids: tuple[int, ...] = field(default=())
     worker_restarts: int = 0
     metrics: Any = None
+    resumed: int = 0
 
 
 def actor_seed(seed: int | None, index: int) -> int | None:
@@ -100,7 +108,6 @@ ACTOR_DERIVED = frozenset(
         "checkpoint_dir",
         "checkpoint_every",
         "snapshots",
-        "recovery",
     }
 )
 """The settings :func:`actor_config` derives for an actor; every other one arrives as the trainer set it."""
@@ -117,8 +124,11 @@ def actor_config(config: CollectorConfig, index: int, num_actors: int) -> Collec
     built-in engine for its ``num_workers``; the trainer does the post-processing
     (``set_truncated``, ``split_trajs``, ``cat_results``, ``postproc``), so the actors do none;
     and the trainer's alone are the policy lag's (``max_policy_lag``, ``policy_lag_key``) and the
-    checkpoints' (``checkpoint_dir``, ``checkpoint_every``); the actors save no snapshots and cut
-    a crashed worker's trajectories (``recovery="cut"``: replay inside actors is not offered yet).
+    checkpoints' (``checkpoint_dir``, ``checkpoint_every``). ``snapshots`` is the trainer's
+    :attr:`~pycollect.config.CollectorConfig.takes_snapshots` (on for ``snapshots=True``,
+    ``recovery="replay"`` or a ``checkpoint_dir``), since the actors save the env states the
+    trainer's checkpoints hold; ``recovery`` travels unchanged (each actor's workers engine
+    replays its own crashed workers).
 
     Args:
         config: The trainer's resolved config (its ``weight_sync`` a :class:`RayScheme`).
@@ -145,8 +155,7 @@ def actor_config(config: CollectorConfig, index: int, num_actors: int) -> Collec
         policy_lag_key=False,
         checkpoint_dir=None,
         checkpoint_every=0,
-        snapshots=None,
-        recovery="cut",
+        snapshots=config.takes_snapshots,
     )
 
 
@@ -165,7 +174,9 @@ class RayEngine(EngineFactory):
         num_cpus_per_actor: CPUs Ray reserves for each actor (its workers run in it).
         num_gpus_per_actor: GPUs Ray reserves for each actor (visible to its workers).
         max_restarts: How often Ray restarts an actor that dies; the rollout it was collecting
-            is dropped and collection goes on. One more death is a ``WorkerCrashedError``.
+            is lost and collection goes on: with snapshots the restarted actor continues from
+            the state of its last delivered rollout and collects the lost one again, without
+            it starts afresh (its trajectories cut). One more death is a ``WorkerCrashedError``.
         address: The Ray cluster to connect to when Ray is not initialised yet (``"head-ip:6379"``,
             ``"auto"``, or ``"ray://head:10001"``); ``None`` starts a local one (shut down with the
             collector). A connection to an existing cluster stays open after the collector.
@@ -183,6 +194,9 @@ class RayEngine(EngineFactory):
 
     name = "ray"
     default_weight_sync: ClassVar[str] = RayScheme.name
+    # Each actor's local engine (workers, or in-process) saves its envs' states; the trainer
+    # keeps every actor's state after its last delivered rollout (RayRun.state).
+    snapshots_envs: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -279,7 +293,10 @@ class RayRun(Engine):
     Attributes:
         plan: What every rollout holds (checked here on one probe env).
         actors: The actor handles, by index.
-        deaths: Per actor, how many times it died (a rollout dropped each time).
+        deaths: Per actor, how many times it died (a rollout lost each time).
+        resumed: Per actor, how many of those deaths it resumed from (with snapshots).
+        snapshots: Whether the actors' rollouts carry their env states (the trainer's
+            ``takes_snapshots``).
     """
 
     def __init__(
@@ -295,6 +312,12 @@ class RayRun(Engine):
         self.storing_device = config.storing_device
         self.actors: list[Any] = []
         self.deaths = [0] * factory.num_actors
+        self.resumed = [0] * factory.num_actors
+        self.snapshots = config.takes_snapshots
+        # Per actor, its local collector's state after the last rollout delivered to the trainer
+        # (None before the first: a fresh actor is that state). The actors collect ahead, so
+        # their state now is never asked for: this is what state() saves and a restart resumes.
+        self._states: list[dict[str, Any] | None] = [None] * factory.num_actors
         # Per actor, where it runs ({"pid", "node_id", "node_ip"} from its ready()): a new pid
         # after a lost rollout means Ray restarted it; the node tells which actors a lost node takes.
         self._where: list[dict[str, Any]] = [{"pid": 0, "node_id": "", "node_ip": ""}] * factory.num_actors
@@ -311,6 +334,14 @@ class RayRun(Engine):
         probe = env_source.make()  # bad env or policy fails here, before any actor starts
         try:
             self.plan: RolloutPlan = plan_rollout(config, env_source, probe, policy)
+            if self.snapshots and (why := env_source.backend.snapshot_refusal(probe)) is not None:
+                reason = "recovery='replay'" if config.recovery == "replay" else "snapshots=True"
+                if config.recovery != "replay" and not config.snapshots:
+                    reason = "checkpoint_dir (its checkpoints hold env states)"
+                raise EnvStateError(
+                    f"{reason} with engine='ray': every actor saves its envs' states, but env "
+                    f"{env_source.describe()!r} cannot: {why}"
+                )
         finally:
             close_within(probe, env_source, config.supervision.shutdown_grace_s, what="probe env")
         try:
@@ -374,8 +405,14 @@ class RayRun(Engine):
     def _submit(self, index: int) -> None:
         self._pending[index] = self.actors[index].collect.remote()
 
+    def _submit_missing(self) -> None:
+        """Ask every actor without a rollout in flight (after :meth:`load_state`) for one."""
+        for index in range(len(self.actors)):
+            if index not in self._pending:
+                self._submit(index)
+
     def _take(self, index: int) -> dict[str, Any]:
-        """Actor ``index``'s rollout in flight, resubmitting at once; a dead actor's is dropped."""
+        """Actor ``index``'s rollout in flight, resubmitting at once; a dead actor's is collected again or dropped."""
         import ray
         from ray.exceptions import RayActorError
 
@@ -392,7 +429,12 @@ class RayRun(Engine):
             return packed
 
     def _lost(self, index: int, exc: BaseException) -> None:
-        """Actor ``index``'s rollout in flight is lost: wait for the actor, count a death if it restarted."""
+        """Actor ``index``'s rollout in flight is lost: wait for the actor, count a death if it restarted.
+
+        A restarted actor resumes from the state of its last delivered rollout when its rollouts
+        carry env states (snapshots), so it collects the lost rollout again; otherwise it starts
+        afresh. Either way it gets the latest weights before its next rollout.
+        """
         from ray.exceptions import RayActorError
 
         self._state[index] = "restarting"
@@ -413,11 +455,20 @@ class RayRun(Engine):
             if self.deaths[index] > self.factory.max_restarts:
                 self._state[index] = "dead"
                 raise self._gave_up(index, _cause(exc)) from exc
+            if self.snapshots:
+                # Its constructor built the state before its first rollout, which is exact when
+                # it never delivered one; otherwise it loads the state of its last one.
+                if self._states[index] is not None:
+                    self._resume([index], [self._states[index]], what="resume after its restart")
+                self.resumed[index] += 1
+                fate = "it resumed from the state of its last delivered rollout and collects the lost one again"
+            else:
+                fate = "the rollout it was collecting is dropped (its trajectories cut: no snapshots)"
             warnings.warn(
                 f"ray actor {index} died ({_cause(exc)}); Ray restarted it ({self.deaths[index]} of "
                 f"max_restarts={self.factory.max_restarts}"
                 + (f", now on node {where['node_id'][:12]} ({where['node_ip']})" if moved else "")
-                + ") and the rollout it was collecting is dropped",
+                + f") and {fate}",
                 PyCollectWarning,
                 stacklevel=5,
             )
@@ -425,6 +476,37 @@ class RayRun(Engine):
                 version, ref = self._latest
                 self.actors[index].set_weights.remote(version, [ref])
         self._submit(index)
+
+    def _resume(self, indices: list[int], states: list[dict[str, Any] | None], *, what: str) -> None:
+        """Have each actor of ``indices`` load its state of ``states`` (``None``: built afresh), and wait.
+
+        Its rollout in flight, made from the state it leaves, is dropped; the next is asked
+        for later (after the weights the caller sends next).
+
+        Raises:
+            ConfigError: An actor could not load its state (the cause named).
+            WorkerCrashedError: An actor did not load it within the engine's ``timeout_s``.
+        """
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        refs = []
+        for index, state in zip(indices, states, strict=True):
+            self._pending.pop(index, None)
+            refs.append(self.actors[index].resume.remote(state))
+        for index, ref in zip(indices, refs, strict=True):
+            try:
+                ray.get(ref, timeout=self.factory.timeout_s)
+            except GetTimeoutError:
+                raise WorkerCrashedError(
+                    f"ray actor {index} did not {what} within {self.factory.timeout_s:g} s",
+                    worker=index,
+                    generation=self.deaths[index],
+                    error=None,
+                ) from None
+            except RayError as exc:
+                cause = getattr(exc, "cause", None) or exc  # a task's error carries the actor's own
+                raise ConfigError(f"ray actor {index} could not {what}: {_cause(cause)}") from exc
 
     def _gave_up(self, index: int, cause: str) -> WorkerCrashedError:
         return WorkerCrashedError(
@@ -507,9 +589,15 @@ class RayRun(Engine):
         )
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
-        """One rollout of every actor in actor order (sync), or the first ready one (async)."""
+        """One rollout of every actor in actor order (sync), or the first ready one (async).
+
+        Each rollout brings its actor's state after it, kept once the whole batch is here:
+        what :meth:`state` saves is the state of the rollouts delivered, never of those the
+        actors collect ahead.
+        """
         import ray
 
+        self._submit_missing()
         if self.sync:
             parts = [(index, self._take(index)) for index in range(len(self.actors))]
         else:
@@ -519,10 +607,58 @@ class RayRun(Engine):
                 ready, _ = ray.wait(refs, num_returns=1)
                 index = next(i for i, ref in self._pending.items() if ref == ready[0])
             parts = [(index, self._take(index))]
+        for index, packed in parts:
+            self._states[index] = packed.pop("state", None)
         batch = _unpack(parts, len(self.actors))
         if self.storing_device is not None:
             batch = batch.to(self.storing_device)
         return batch
+
+    def state(self) -> dict[str, Any]:
+        """Each actor's local collector state after its last delivered rollout (no weights: the trainer's).
+
+        ``"ray_actors"``: per actor, its counters and trajectory numbering (``None`` before its
+        first rollout: a fresh actor is that state); ``"worker_states"``, with snapshots: per
+        actor, its env states (its workers' snapshots, or its in-process envs'), kept apart so
+        that ``state_dict(env_states=False)`` leaves them out.
+        """
+        actors = [
+            None if state is None else {k: v for k, v in state.items() if k not in _LOCAL_ENV_STATE_KEYS}
+            for state in self._states
+        ]
+        saved: dict[str, Any] = {"ray_actors": actors}
+        if self.snapshots:
+            saved["worker_states"] = [
+                None if state is None else {k: state[k] for k in _LOCAL_ENV_STATE_KEYS if k in state}
+                for state in self._states
+            ]
+        return saved
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Have every actor continue from its own state in ``state`` (:meth:`state` of an earlier run).
+
+        The rollouts the actors collected ahead are dropped; each is asked for its next rollout
+        after the weights the collector publishes next (``load_state_dict`` publishes the
+        saved ones), so those are the weights it collects with.
+
+        Raises:
+            ConfigError: ``state`` holds another number of actors, or an actor could not load
+                its own (the local collector names the difference).
+        """
+        actors = state.get("ray_actors")
+        if actors is None:
+            return
+        envs = state.get("worker_states") or [None] * len(actors)
+        if len(actors) != len(self.actors) or len(envs) != len(actors):
+            raise ConfigError(
+                f"the state_dict holds the states of {len(actors)} ray actors, this collector has "
+                f"{len(self.actors)} (RayEngine(num_actors={len(self.actors)}))"
+            )
+        merged = [None if own is None else {**own, **(env or {})} for own, env in zip(actors, envs, strict=True)]
+        # An actor with no saved state that has delivered nothing here is already that state.
+        indices = [i for i, own in enumerate(merged) if own is not None or self._rollouts[i]]
+        self._resume(indices, [merged[i] for i in indices], what="load its state")
+        self._states = merged
 
     def publish_weights(self, weights: torch.nn.Module | None, version: int) -> None:
         """Put the weights in the object store once; every actor loads them before its next rollout."""
@@ -553,6 +689,7 @@ class RayRun(Engine):
                 worker_pids=tuple(self._reported[index].get("worker_pids", ())),
                 worker_restarts=int(self._reported[index].get("worker_restarts", 0)),
                 metrics=self._reported[index].get("metrics"),
+                resumed=self.resumed[index],
             )
             for index, where in enumerate(self._where)
         ]
