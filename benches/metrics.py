@@ -19,28 +19,16 @@ import argparse
 import statistics
 import time
 
-import torch
-
 from pycollect import Collector
-
-
-def _mlp() -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
-
-
-def _act(net: torch.nn.Module):  # type: ignore[no-untyped-def]
-    def act(td):  # type: ignore[no-untyped-def]
-        return net(td["observation"]).argmax(-1)
-
-    return act
+from pycollect.testing.policies import argmax_mlp
 
 
 def run(metrics: bool, policy: bool, seconds: float) -> float:
     """Frames per second of one collector, timed over whole batches after a warm-up."""
-    net = _mlp() if policy else None
+    act, net = argmax_mlp(4, 64, 2) if policy else (None, None)
     with Collector(
         env="CartPole-v1",
-        policy=_act(net) if net is not None else None,
+        policy=act,
         weights_from=net,
         num_workers=2,
         envs_per_worker=8,

@@ -13,15 +13,9 @@ from pycollect import Collector, ConfigError, make_vec
 from pycollect.metrics import MetricsReader, attach
 from pycollect.metrics._segment import counters_segment
 from pycollect.testing.envs import RaisingEnv
+from pycollect.testing.policies import argmax_mlp
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _argmax(net: torch.nn.Module) -> object:
-    def act(td: object) -> torch.Tensor:
-        return net(td["observation"]).argmax(-1)  # type: ignore[index]
-
-    return act
 
 
 def _check_shares(worker: pycollect.metrics.WorkerMetrics) -> None:
@@ -30,10 +24,10 @@ def _check_shares(worker: pycollect.metrics.WorkerMetrics) -> None:
 
 
 def test_workers_count_every_frame_they_make_and_the_trainer_every_frame_delivered() -> None:
-    policy = torch.nn.Linear(4, 2)
+    act, policy = argmax_mlp(4, 2)
     with Collector(
         env="CartPole-v1",
-        policy=_argmax(policy),
+        policy=act,
         weights_from=policy,
         num_workers=2,
         envs_per_worker=4,
@@ -110,10 +104,10 @@ def test_a_restarted_worker_carries_on_its_totals() -> None:
 
 
 def test_policy_lag_key_and_max_policy_lag_drop_stale_rollouts() -> None:
-    policy = torch.nn.Linear(4, 2)
+    act, policy = argmax_mlp(4, 2)
     with Collector(
         env="CartPole-v1",
-        policy=_argmax(policy),
+        policy=act,
         weights_from=policy,
         num_workers=2,
         envs_per_worker=2,

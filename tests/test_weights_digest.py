@@ -9,6 +9,7 @@ import torch
 
 from pycollect import Collector, SharedMemoryScheme, WeightsMismatchError
 from pycollect.testing.envs import CountingEnv
+from pycollect.testing.policies import argmax_mlp
 from pycollect.weights import ReceiverContext, SenderContext, WeightReceiver, WeightSender
 from pycollect.weights.digest import weights_digest
 from pycollect.weights.layout import module_weights
@@ -58,15 +59,6 @@ class LosingScheme(SharedMemoryScheme):
         return _LosingSender(super().sender(context), self.version)
 
 
-def _policy() -> tuple[Any, torch.nn.Module]:
-    net = torch.nn.Linear(2, 3)
-
-    def act(td: Any) -> torch.Tensor:
-        return net(td["observation"].float()).argmax(-1)
-
-    return act, net
-
-
 def test_a_digest_changes_with_any_byte_and_not_otherwise() -> None:
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
     digest = weights_digest(module_weights(net))
@@ -77,7 +69,7 @@ def test_a_digest_changes_with_any_byte_and_not_otherwise() -> None:
 
 
 def test_every_publish_is_checked_against_what_the_workers_applied() -> None:
-    act, net = _policy()
+    act, net = argmax_mlp(2, 3)
     with Collector(CountingEnv, act, weights_from=net, num_workers=2, frames_per_batch=20, total_frames=200) as c:
         for _ in c:
             with torch.no_grad():
@@ -86,7 +78,7 @@ def test_every_publish_is_checked_against_what_the_workers_applied() -> None:
 
 
 def test_a_publish_a_worker_did_not_get_is_caught_in_the_next_batch() -> None:
-    act, net = _policy()
+    act, net = argmax_mlp(2, 3)
     with Collector(
         CountingEnv, act, weights_from=net, num_workers=1, frames_per_batch=10, weight_sync=LosingScheme(version=2)
     ) as c:

@@ -6,6 +6,8 @@
 * :mod:`pycollect.testing.envs`: small environments with known behaviour (counting,
   crashing, hanging, ...), importable by spawned workers.
 * :func:`wait_until`: wait for a condition under a deadline instead of sleeping.
+* :mod:`pycollect.testing.policies`: ``argmax_mlp``, a small policy for tests and benches;
+  :mod:`pycollect.testing.batches`: ``batch_digest``, batches compared hash for hash.
 * :mod:`pycollect.testing.settings`: checking that a config travels whole (for engine authors).
 * :func:`snapshot` / :func:`leftovers`: the processes and shared-memory segments a test left,
   and the segments its process still maps.

@@ -3,7 +3,6 @@ deliver the uninterrupted run's batches, hash for hash."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 from typing import Any
@@ -11,17 +10,11 @@ from typing import Any
 import pytest
 
 from pycollect import Collector
+from pycollect.testing.batches import batch_digest
 
 pytestmark = pytest.mark.timeout(300)
 
 ENV = "dm_control:cheetah-run"
-
-
-def _digest(batch: Any) -> dict[str, str]:
-    return {
-        "/".join(key): hashlib.sha256(value.contiguous().numpy().tobytes()).hexdigest()
-        for key, value in batch.items(include_nested=True, leaves_only=True)
-    }
 
 
 def _collector(**settings: Any) -> Collector:
@@ -32,21 +25,21 @@ def _collector(**settings: Any) -> Collector:
 def test_cheetah_run_resumes_byte_for_byte(workers: int) -> None:
     settings = {"num_workers": workers, "snapshots": True} if workers else {}
     with _collector(**settings) as whole:
-        expected = [_digest(whole.next_batch()) for _ in range(30)]
+        expected = [batch_digest(whole.next_batch()) for _ in range(30)]
     with _collector(**settings) as first:
-        assert [_digest(first.next_batch()) for _ in range(10)] == expected[:10]
+        assert [batch_digest(first.next_batch()) for _ in range(10)] == expected[:10]
         state = first.state_dict(env_states=True)
     with _collector(**settings, resume=state) as resumed:
-        assert [_digest(resumed.next_batch()) for _ in range(20)] == expected[10:]
+        assert [batch_digest(resumed.next_batch()) for _ in range(20)] == expected[10:]
 
 
 def test_cheetah_run_workers_killed_every_few_batches_are_replayed() -> None:
     with _collector(num_workers=2) as calm:
-        expected = [_digest(calm.next_batch()) for _ in range(50)]
+        expected = [batch_digest(calm.next_batch()) for _ in range(50)]
     with _collector(num_workers=2, recovery="replay", max_restarts=40, restart_window_s=600) as killed:
         got = []
         for b in range(50):
-            got.append(_digest(killed.next_batch()))
+            got.append(batch_digest(killed.next_batch()))
             if b % 5 == 2:
                 pid = killed.stats().workers[b % 2].pid
                 if pid is not None:
