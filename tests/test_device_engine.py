@@ -416,6 +416,75 @@ def test_the_flag_decides_whether_final_observation_is_stored_as_it_is(complete:
         assert torch.equal(following[:, :-1][going], batch["observation"][:, 1:][going])
 
 
+# -- whole rollouts: random actions, T steps in one env call ---------------------------------
+
+
+class SteppedCartPole(TorchCartPole):
+    """TorchCartPole without a rollout: the engine steps it one step at a time."""
+
+    rollout = DeviceBatchedEnv.rollout
+
+
+class SteppedPointMass(TorchPointMass):
+    """TorchPointMass without a rollout."""
+
+    rollout = DeviceBatchedEnv.rollout
+
+
+def test_an_env_has_a_rollout_where_its_class_overrides_the_base_classs() -> None:
+    assert pycollect.envs.device.has_rollout(TorchCartPole(2)) and pycollect.envs.device.has_rollout(TorchPointMass(2))
+    assert not pycollect.envs.device.has_rollout(SteppedCartPole(2))
+    # The base class's rollout is T steps, stacked: the meaning every override keeps
+    rolled, stepped = TorchCartPole(4, max_episode_steps=9), TorchCartPole(4, max_episode_steps=9)
+    rolled.reset([1, 2, 3, 4])
+    stepped.reset([1, 2, 3, 4])
+    actions = torch.randint(0, 2, (30, 4), generator=torch.Generator().manual_seed(0))
+    steps = [stepped.step(row) for row in actions]
+    for n, value in enumerate(rolled.rollout(actions)):
+        assert torch.equal(value, torch.stack([step[n] for step in steps])), n
+    assert bool(torch.stack([step[3] for step in steps]).any())  # the time limit ended episodes within it
+
+
+@pytest.mark.parametrize(
+    ("rolled", "stepped", "policy", "settings"),
+    [
+        (TorchCartPole, SteppedCartPole, None, {}),
+        (TorchCartPole, SteppedCartPole, None, {"reset_at_each_iter": True}),
+        (PickingCartPole, SteppedCartPole, None, {"env_kwargs": {"max_episode_steps": 13}}),
+        (TorchPointMass, SteppedPointMass, None, {"env_kwargs": {"max_episode_steps": 17}}),
+        (TorchCartPole, SteppedCartPole, valued_actor, {"init_random_frames": 2 * N * T}),
+        (TorchCartPole, SteppedCartPole, lstm_actor, {"init_random_frames": 2 * N * T}),
+    ],
+    ids=["random", "random-reset-each-iter", "picking", "dict-box", "extra-output", "lstm"],
+)
+def test_a_rollout_gives_the_batches_of_the_step_by_step_path_value_for_value(
+    rolled: Any, stepped: Any, policy: Any, settings: Any, monkeypatch: Any
+) -> None:
+    calls: list[int] = []
+    rollout = rolled.rollout
+
+    def counted(self: Any, actions: torch.Tensor) -> Any:
+        calls.append(actions.shape[0])
+        return rollout(self, actions)
+
+    monkeypatch.setattr(rolled, "rollout", counted)
+    ours = batches(device_collector(policy and policy(), env=rolled, **settings), 4)
+    assert calls == ([T, T] if policy is not None else [T] * 4)  # random batches only, T steps per call
+    theirs = batches(device_collector(policy and policy(), env=stepped, **settings), 4)
+    assert_equal(ours, theirs)
+    done = torch.stack([batch["next", "done"] for batch in ours])
+    assert done[:2].any()  # episodes ended within the rolled-out batches
+
+
+def test_a_trajectory_limit_or_a_policy_steps_one_step_at_a_time(monkeypatch: Any) -> None:
+    def refuse(self: Any, actions: torch.Tensor) -> Any:
+        raise AssertionError("rollout called")
+
+    monkeypatch.setattr(TorchCartPole, "rollout", refuse)
+    batches(device_collector(None, max_frames_per_traj=50), 2)  # a limit may cut within a batch: reset_envs
+    batches(device_collector(Argmax()), 2)  # actions that depend on the observations
+
+
 class Still(DeviceBatchedEnv):
     """Sub-envs that never move nor end, with any action space: the actions are the collector's draws alone.
 
@@ -518,8 +587,10 @@ def test_random_integer_actions_are_uniform_in_the_bounds_in_the_spaces_dtype(de
         (TorchCartPole, valued_actor, {"max_frames_per_traj": 5, "reset_at_each_iter": True}),
         (TorchCartPole, lstm_actor, {"max_frames_per_traj": 5}),
         (TorchPointMass, None, {"max_frames_per_traj": 5}),
+        (TorchPointMass, None, {}),
+        (TorchCartPole, lstm_actor, {"random_actions": True}),
     ],
-    ids=["module", "tensordict-limit-reset", "lstm-limit", "dict-random"],
+    ids=["module", "tensordict-limit-reset", "lstm-limit", "dict-random", "dict-rollout", "lstm-rollout"],
 )
 def test_next_batch_converts_nothing_for_the_host_and_moves_nothing_off_the_device(
     device: str, env: Any, policy: Any, settings: Any
@@ -527,12 +598,13 @@ def test_next_batch_converts_nothing_for_the_host_and_moves_nothing_off_the_devi
     module = None if policy is None else policy()
     if isinstance(module, torch.nn.Module):
         module.to(device)
+    random = settings.pop("random_actions", module is None)  # random actions with a policy: init_random_frames
     started = engine(module, env=env, device=device, **settings)
     try:
-        started.next_batch(random_actions=module is None, policy_version=0)  # the first reset takes the seeds
+        started.next_batch(random_actions=random, policy_version=0)  # the first reset takes the seeds
         with forbid_host_transfers(device):
             # numpy, cpu, item, tolist, bool/int/float, numpy.asarray, host-reading aten ops, cross-device copies
-            out = [started.next_batch(random_actions=module is None, policy_version=n) for n in (1, 2, 3)]
+            out = [started.next_batch(random_actions=random, policy_version=n) for n in (1, 2, 3)]
     finally:
         started.close()
     here = torch.device(device)
@@ -786,7 +858,9 @@ def test_a_device_env_is_told_apart_and_other_engines_refuse_it() -> None:
 
 
 class BadCartPole(TorchCartPole):
-    """Returns what a device env must not: chosen by ``fault``."""
+    """Returns what a device env must not: chosen by ``fault``; stepped one step at a time (no rollout)."""
+
+    rollout = DeviceBatchedEnv.rollout
 
     def __init__(self, num_envs: int, fault: str) -> None:
         super().__init__(num_envs)
@@ -818,6 +892,36 @@ def test_what_the_env_returns_is_checked_by_shape_dtype_and_device(fault: str, m
     with (
         Collector(
             BadCartPole,
+            None,
+            engine="device",
+            envs_per_worker=N,
+            env_kwargs={"num_envs": N, "fault": fault},
+            frames_per_batch=N,
+        ) as collector,
+        pytest.raises(EnvOutputError, match=match),
+    ):
+        collector.next_batch()
+
+
+class BadRollingCartPole(BadCartPole):
+    """:class:`BadCartPole` with a rollout: the same faults, stacked over the rollout's steps."""
+
+    def rollout(self, actions: torch.Tensor) -> Any:
+        return DeviceBatchedEnv.rollout(self, actions)
+
+
+@pytest.mark.parametrize(
+    ("fault", "match"),
+    [
+        ("shape", r"from a rollout of T=1 steps returned observation 'observation' of shape \(1, 6, 3\).*\(1, 6, 4\)"),
+        ("flags", r"from a rollout of T=1 steps returned terminated of shape \(1, 6\) and dtype torch.int64"),
+        ("reward", r"reward of shape \(1, 6, 1\) .*rewards are a real tensor of shape \(1, 6\)"),
+    ],
+)
+def test_what_a_rollout_returns_is_checked_by_shape_dtype_and_device_too(fault: str, match: str) -> None:
+    with (
+        Collector(
+            BadRollingCartPole,
             None,
             engine="device",
             envs_per_worker=N,

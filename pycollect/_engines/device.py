@@ -78,7 +78,7 @@ from pycollect._rollout.policy import add_group_dims, parameters_device
 from pycollect._rollout.seeding import action_rng, env_seeds
 from pycollect.config import CollectorConfig, ordinal_device
 from pycollect.engines import Engine, RolloutPlan
-from pycollect.envs.device import DeviceBatchedEnv, is_device_env
+from pycollect.envs.device import DeviceBatchedEnv, has_rollout, is_device_env
 from pycollect.envs.source import EnvSource, foreign_env
 from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
 from pycollect.exceptions import ConfigError, EnvCreationError, EnvOutputError, PolicyError, PyCollectError
@@ -126,6 +126,9 @@ class DeviceEngine(Engine):
         self._action = specs.action
         self._action_dtype = _torch_dtype(specs.action.dtype)
         self._final_complete = bool(getattr(env, "final_observation_complete", False))
+        # Random actions are known before a batch's first step: an env with a rollout takes them all at
+        # once, unless a trajectory limit may cut an episode within it (reset_envs between steps)
+        self._whole = has_rollout(env) and self.max_frames_per_traj is None
         self._checks = _OutputChecks(env_name, count, device)
         self._seeds = env_seeds(config.seed, count)
         generator = torch.Generator(device=device)
@@ -200,19 +203,22 @@ class DeviceEngine(Engine):
         elif self.reset_at_each_iter and self._batches > 0:
             self._reset(None)  # each sub-env goes on with its own stream
         use_policy = not random_actions and self._policy is not None
-        written = self._rollout(use_policy)
-        # The batch: [N, T] tensors the caller owns, each field moved over from its rows once
+        # The batch: [N, T] tensors the caller owns, each field written into them once
         out = self._new_batch()
         out[POLICY_VERSION].fill_(policy_version)
         if not use_policy and self._policy is not None:
             for key in self._policy.extra_keys:
                 if key in out:
                     out[key].zero_()  # no policy call: its outputs are zeros, as the host engines store them
-        for key in written:
-            _frames(out[key], self.device).copy_(_frames(self._rows[key], self.device).transpose(0, 1))
+        if not use_policy and self._whole:
+            terminated, truncated = self._rollout_whole(out)
+        else:
+            for key in self._rollout(use_policy):
+                _move_steps(out[key], self._rows[key], self.device)
+            terminated, truncated = self._rows[NEXT_TERMINATED][..., 0], self._rows[NEXT_TRUNCATED][..., 0]
         done = out[NEXT_DONE]
         torch.logical_or(out[NEXT_TERMINATED], out[NEXT_TRUNCATED], out=done)
-        self._number_trajectories(done[..., 0], out[TRAJ_IDS])
+        self._number_trajectories(done[..., 0], out[TRAJ_IDS], terminated, truncated)
         self._batches += 1
         return _tensordict(out, self.num_envs, self.steps, self.device)
 
@@ -293,7 +299,7 @@ class DeviceEngine(Engine):
             raw, reward, terminated, truncated, final = env.step(action.to(self._action_dtype))
             step = t + 1
             observation = checks.observation(leaves, raw, f"at step {step}")
-            reward, terminated, truncated = checks.step(reward, terminated, truncated, step)
+            reward, terminated, truncated = checks.step(reward, terminated, truncated, f"at step {step}")
             reward_rows[t].copy_(reward)
             term_rows[t].copy_(terminated)
             ended = terminated | truncated if track_ends else terminated  # (then unused)
@@ -327,7 +333,58 @@ class DeviceEngine(Engine):
                     value.masked_fill_(ended.view(count, *([1] * (value.dim() - 1))), 0)
         return written
 
-    def _number_trajectories(self, done: torch.Tensor, traj_out: torch.Tensor) -> None:
+    def _rollout_whole(self, out: dict[Key, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random actions, ``T`` steps in one :meth:`~pycollect.envs.DeviceBatchedEnv.rollout` call, into ``out``.
+
+        The batch :meth:`_rollout` and its per-step writes would give, value for value: the same
+        draws (the whole rollout's actions drawn at once, as there), the env's ``T`` steps in one
+        call, and each field moved from the env's ``[T, N]`` tensors into the batch's ``[N, T]``
+        ones once. The carried inputs follow from the done flags: a recurrent state is zero after
+        the first step (no policy call), ``is_init`` is the previous step's end.
+
+        Returns:
+            The rollout's time-major ``[T, N]`` terminated and truncated flags.
+        """
+        env, checks, leaves, device = self.env, self._checks, self._leaves, self.device
+        steps, count = self.steps, self.num_envs
+        actions = self._rows[self._action.key]
+        self._random.draw(actions)
+        raw, reward, terminated, truncated, final = env.rollout(actions)
+        when = f"from a rollout of T={steps} steps"
+        observation = checks.observation(leaves, raw, when, steps)
+        reward, terminated, truncated = checks.step(reward, terminated, truncated, when, steps)
+        finals = checks.observation(leaves, final, f"{when} (final_observation)", steps)
+        _move_steps(out[self._action.key], actions, device)
+        complete, is_init = self._final_complete, self._carried.get(IS_INIT)
+        ended = terminated | truncated if not complete or is_init is not None else terminated  # (then unused)
+        for leaf, current, now, last in zip(leaves, self._current, observation, finals, strict=True):
+            first = out[leaf.key]
+            first[:, 0].copy_(current)
+            _move_steps(first[:, 1:], now[:-1], device)
+            if complete:
+                _move_steps(out[leaf.next_key], last, device)
+            else:
+                mask = ended.view(steps, *leaf.mask_shape).transpose(0, 1)
+                torch.where(mask, last.transpose(0, 1), now.transpose(0, 1), out=out[leaf.next_key])
+        out[REWARD][..., 0].copy_(reward.t())
+        out[NEXT_TERMINATED][..., 0].copy_(terminated.t())
+        out[NEXT_TRUNCATED][..., 0].copy_(truncated.t())
+        for key, value in self._carried.items():
+            written = out[key]
+            written[:, 0].copy_(value)  # what the first step started with
+            if value is is_init:
+                written[:, 1:, 0].copy_(ended[:-1].t())
+                value.copy_(ended[-1].view(count, 1))
+            else:
+                written[:, 1:].zero_()  # no policy call: the state stays a start
+                value.zero_()
+        self._current = [now[-1] for now in observation]
+        self._clock += steps
+        return terminated, truncated
+
+    def _number_trajectories(
+        self, done: torch.Tensor, traj_out: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor
+    ) -> None:
         """Write each frame's trajectory id from the batch's ``[N, T]`` done flags, and carry the ids on.
 
         A trajectory starts after each done frame. Its id is the next one handed out, in the
@@ -336,13 +393,18 @@ class DeviceEngine(Engine):
         ``next + k - 1`` at the following step; each frame takes the id started by the last done
         before it (a running maximum over time of the dones' ranks), or, before any, the id its
         sub-env came in with.
+
+        Args:
+            done: The batch's ``[N, T]`` done flags.
+            traj_out: The batch's ``[N, T]`` trajectory ids, written.
+            terminated: The rollout's time-major ``[T, N]`` terminated flags.
+            truncated: The same, truncated.
         """
         work = self._numbering
         rank, tagged, last, mask = work.rank, work.tagged, work.last, work.mask
         # Step-major ranks: the rollout's own time-major done flags, flat (done is their [N, T] copy),
         # as int64 (a bool operand would be converted into a fresh temporary first)
-        rows = self._rows
-        torch.logical_or(rows[NEXT_TERMINATED][..., 0], rows[NEXT_TRUNCATED][..., 0], out=work.done)
+        torch.logical_or(terminated, truncated, out=work.done)
         torch.cumsum(work.done.view(-1), 0, out=rank.view(-1))
         torch.where(done, rank.t(), work.zero, out=tagged)  # [N, T]: a done's rank, 0 elsewhere
         torch.cummax(tagged, 1, out=(last, work.index))  # the last done at or before each frame
@@ -540,14 +602,16 @@ class _OutputChecks:
         self.count = count
         self.device = device
 
-    def observation(self, leaves: Sequence[_Leaf], raw: Any, when: str) -> list[torch.Tensor]:
-        """The leaves of ``raw``, in field order, each checked.
+    def observation(self, leaves: Sequence[_Leaf], raw: Any, when: str, steps: int | None = None) -> list[torch.Tensor]:
+        """The leaves of ``raw``, in field order, each checked (``[steps, N, ...]`` from a rollout of ``steps``).
 
         Raises:
             EnvOutputError: A leaf is missing, not a tensor, or of another shape, kind of dtype or device.
         """
+        lead = () if steps is None else (steps,)
         values = []
         for leaf in leaves:
+            shape = (*lead, *leaf.shape)
             value = raw
             for name in leaf.path:
                 if not isinstance(value, Mapping) or name not in value:
@@ -559,21 +623,27 @@ class _OutputChecks:
             if (
                 not isinstance(value, torch.Tensor)
                 or value.device != self.device
-                or value.shape != leaf.shape
+                or value.shape != shape
                 or value.is_floating_point() != leaf.floating
                 or value.is_complex()
             ):
                 raise EnvOutputError(
                     f"device env {self.env!r} {when} returned observation {'/'.join(leaf.key)!r} {_describe(value)}; "
-                    f"its observation space {leaf.space} says a tensor of shape {leaf.shape} on {self.device} "
+                    f"its observation space {leaf.space} says a tensor of shape {shape} on {self.device} "
                     f"({'a floating-point' if leaf.floating else 'an integer'} dtype)"
                 )
             values.append(value)
         return values
 
-    def step(self, reward: Any, terminated: Any, truncated: Any, step: int) -> tuple[torch.Tensor, ...]:
-        """The reward (real, ``[N]``) and the flags (bool, ``[N]``) of step ``step``, checked."""
-        expected = (self.count,)
+    def step(
+        self, reward: Any, terminated: Any, truncated: Any, when: str, steps: int | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """The reward (real, ``[N]``) and the flags (bool, ``[N]``) of a step, checked (``[steps, N]`` from a rollout).
+
+        Raises:
+            EnvOutputError: One is not a tensor of that shape and kind of dtype on the device.
+        """
+        expected = (self.count,) if steps is None else (steps, self.count)
         if (
             not isinstance(reward, torch.Tensor)
             or reward.device != self.device
@@ -582,7 +652,7 @@ class _OutputChecks:
             or reward.dtype == torch.bool
         ):
             raise EnvOutputError(
-                f"device env {self.env!r} at step {step} returned reward {_describe(reward)}; rewards are a real "
+                f"device env {self.env!r} {when} returned reward {_describe(reward)}; rewards are a real "
                 f"tensor of shape {expected} on {self.device}"
             )
         for name, value in (("terminated", terminated), ("truncated", truncated)):
@@ -593,7 +663,7 @@ class _OutputChecks:
                 or value.dtype != torch.bool
             ):
                 raise EnvOutputError(
-                    f"device env {self.env!r} at step {step} returned {name} {_describe(value)}; it must be a bool "
+                    f"device env {self.env!r} {when} returned {name} {_describe(value)}; it must be a bool "
                     f"tensor of shape {expected} on {self.device}"
                 )
         return reward, terminated, truncated
@@ -866,6 +936,23 @@ def _frames(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
         if wide.itemsize > tensor.element_size() and frame % wide.itemsize == 0:
             return flat.view(wide)
     return flat
+
+
+def _move_steps(out: torch.Tensor, rows: torch.Tensor, device: torch.device) -> None:
+    """Copy time-major ``[T, N, ...]`` rows into ``[N, T, ...]`` ``out``, frames moved as wide elements if they can be.
+
+    ``out`` may be a slice along time of a batch tensor (``batch[:, 1:]``), ``rows`` anything of
+    its shape: rows of another dtype (an env's observation in another float type) are cast by a
+    plain copy, and where either's memory cannot be seen in wider elements (a non-contiguous
+    frame, an odd offset) the plain copy moves the same bytes.
+    """
+    if out.dtype == rows.dtype:
+        try:
+            _frames(out, device).copy_(_frames(rows, device).transpose(0, 1))
+            return
+        except RuntimeError:  # no wide view of this memory
+            pass
+    out.copy_(rows.transpose(0, 1))
 
 
 class _Numbering:

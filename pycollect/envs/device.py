@@ -18,7 +18,11 @@ What a simulator implements (see :class:`DeviceBatchedEnv`):
   observation apart;
 * :meth:`~DeviceBatchedEnv.reset_envs`: the sub-envs of a mask start an episode (a trajectory
   limit cuts them), the others go on;
-* :meth:`~DeviceBatchedEnv.close`.
+* :meth:`~DeviceBatchedEnv.close`;
+* optionally, :meth:`~DeviceBatchedEnv.rollout`: ``T`` steps with given actions in one call (a
+  JAX env's ``lax.scan``), which the ``device`` engine calls instead of ``T`` steps wherever the
+  actions do not depend on the observations (random actions, no trajectory limit); see
+  :func:`has_rollout`.
 
 A JAX simulator hands its arrays over without a copy with ``torch.from_dlpack(array)`` (a JAX
 array on a GPU becomes a CUDA tensor sharing its memory) and takes its actions back with
@@ -38,10 +42,19 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from pycollect.exceptions import ActionError
+
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DeviceBatchedEnv", "DeviceObservation", "DeviceStep", "device_env_refusal", "is_device_env"]
+__all__ = [
+    "DeviceBatchedEnv",
+    "DeviceObservation",
+    "DeviceStep",
+    "device_env_refusal",
+    "has_rollout",
+    "is_device_env",
+]
 
 DeviceObservation: TypeAlias = "torch.Tensor | Mapping[str, DeviceObservation]"
 """A batch of observations: one ``[num_envs, *shape]`` tensor for a Box (Discrete, MultiDiscrete,
@@ -49,7 +62,8 @@ MultiBinary) space, a mapping of them (nested as the space is) for a Dict space.
 
 DeviceStep: TypeAlias = "tuple[DeviceObservation, torch.Tensor, torch.Tensor, torch.Tensor, DeviceObservation]"
 """What :meth:`DeviceBatchedEnv.step` returns: ``(observation, reward, terminated, truncated,
-final_observation)``."""
+final_observation)``; :meth:`DeviceBatchedEnv.rollout` returns the same with a leading
+dimension of ``T`` steps on each tensor."""
 
 
 class DeviceBatchedEnv(abc.ABC):
@@ -144,12 +158,77 @@ class DeviceBatchedEnv(abc.ABC):
             Every sub-env's current observation (the new first one where ``mask`` is set).
         """
 
+    def rollout(self, actions: torch.Tensor) -> DeviceStep:
+        """Step every sub-env ``T`` times, with ``actions[t]`` at step ``t``: ``T`` calls of :meth:`step` in one.
+
+        Optional. The ``device`` engine calls it instead of ``T`` :meth:`step` calls wherever the
+        actions of a whole batch are known before its first step (random actions, for
+        ``policy=None`` and ``init_random_frames``) and no trajectory limit may cut an episode
+        within it (``max_frames_per_traj`` unset): an env that steps ``T`` times in one call of
+        its simulator (a JAX env's jitted ``lax.scan``; a CUDA graph) saves the per-step
+        dispatch and conversions there. It is called only where a subclass overrides it
+        (:func:`has_rollout`); this implementation is its meaning, :meth:`step` ``T`` times, and
+        an override must return the same values (the batches are then those of the step path,
+        value for value). Like :meth:`step`, it reads no value on the host.
+
+        Args:
+            actions: ``[T, num_envs, *action_shape]`` on :attr:`device`, of the action space's
+                dtype, contiguous; row ``t`` is step ``t``'s actions. Read it within the call.
+
+        Returns:
+            ``(observation, reward, terminated, truncated, final_observation)`` as :meth:`step`
+            returns them, each tensor with a leading dimension of ``T``: row ``t`` is step
+            ``t``'s (``observation[T - 1]`` is what the policy would see next). The tensors may
+            be the env's own memory, kept by the caller until the next call.
+
+        Raises:
+            ActionError: ``actions`` has no step (``T`` is 0).
+        """
+        import torch
+
+        steps = actions.shape[0]
+        if steps < 1:
+            raise ActionError(f"{self.describe()}: a rollout of actions {tuple(actions.shape)} has no step")
+        stacked: list[Any] = []
+        for t in range(steps):
+            outputs = self.step(actions[t])
+            if not stacked:  # the layout of every step's outputs, T of them
+                stacked = [
+                    _map(lambda leaf: torch.empty((steps, *leaf.shape), dtype=leaf.dtype, device=leaf.device), out)
+                    for out in outputs
+                ]
+            for rows, out in zip(stacked, outputs, strict=True):
+                _zip_copy(rows, out, t)
+        observation, reward, terminated, truncated, final = stacked
+        return observation, reward, terminated, truncated, final
+
     def close(self) -> None:  # noqa: B027 - optional: most simulators hold nothing to release
         """Release the simulator (called once, when the collector shuts down)."""
 
     def describe(self) -> str:
         """A short name for messages: the class, the sub-envs and the device."""
         return f"{type(self).__name__} of {self.num_envs} sub-envs on {self.device}"
+
+
+def has_rollout(env: DeviceBatchedEnv) -> bool:
+    """Whether ``env``'s class overrides :meth:`DeviceBatchedEnv.rollout` (the engine then calls it)."""
+    return getattr(type(env), "rollout", None) is not DeviceBatchedEnv.rollout
+
+
+def _map(function: Any, tree: Any) -> Any:
+    """``function`` of each tensor of an observation (nested mappings) or of one tensor."""
+    if isinstance(tree, Mapping):
+        return {name: _map(function, value) for name, value in tree.items()}
+    return function(tree)
+
+
+def _zip_copy(rows: Any, step: Any, t: int) -> None:
+    """Copy one step's tensors (an observation's nested mappings, or a tensor) into row ``t`` of ``rows``."""
+    if isinstance(rows, Mapping):
+        for name, value in rows.items():
+            _zip_copy(value, step[name], t)
+        return
+    rows[t].copy_(step)
 
 
 def is_device_env(obj: Any) -> bool:

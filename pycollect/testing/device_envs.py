@@ -180,6 +180,16 @@ class TorchCartPole(DeviceBatchedEnv):
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         return self._state.to(torch.float32), reward, terminated, truncated, final
 
+    def rollout(
+        self, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``T`` steps in one call: :class:`~pycollect.envs.DeviceBatchedEnv`'s own step loop.
+
+        Declared so that the engine's whole-rollout path (random actions) runs in the tests without
+        JAX; a subclass that sets ``rollout = DeviceBatchedEnv.rollout`` is stepped one step at a time.
+        """
+        return super().rollout(actions)  # type: ignore[return-value]  # a tensor observation, as step's
+
     def reset_envs(self, mask: torch.Tensor) -> torch.Tensor:
         """The sub-envs of ``mask`` start their next episode; every sub-env's observation."""
         self._episodes += mask
@@ -277,6 +287,10 @@ class TorchPointMass(DeviceBatchedEnv):
         self._velocity = torch.where(ended[:, None], 0.0, velocity)
         self._steps = torch.where(ended, 0, self._steps)
         return self._observation(), reward, terminated, truncated, final
+
+    def rollout(self, actions: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """``T`` steps in one call (the base class's step loop; see :meth:`TorchCartPole.rollout`)."""
+        return super().rollout(actions)
 
     def reset_envs(self, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """The sub-envs of ``mask`` start again near the centre."""
