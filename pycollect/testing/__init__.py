@@ -3,6 +3,8 @@
 * Conformance checkers that drive a plugin through its contract with real worker processes:
   :func:`check_env_backend`, :func:`check_scheme`, :func:`check_device_policy`,
   :func:`check_engine`.
+* :func:`check_env_state`: an env's (or env backend's) saved state, restored, makes the
+  following steps identical; :func:`first_difference`, its comparison of what envs return.
 * :mod:`pycollect.testing.envs`: small environments with known behaviour (counting,
   crashing, hanging, ...), importable by spawned workers.
 * :func:`wait_until`: wait for a condition under a deadline instead of sleeping.
@@ -28,6 +30,7 @@ from pycollect._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pycollect.testing.conformance import check_device_policy, check_engine, check_env_backend, check_scheme
+    from pycollect.testing.env_state import check_env_state, first_difference
     from pycollect.testing.leaks import leftovers, snapshot
     from pycollect.testing.waiting import wait_until
 
@@ -35,7 +38,9 @@ _LAZY = {
     "check_device_policy": "pycollect.testing.conformance",
     "check_engine": "pycollect.testing.conformance",
     "check_env_backend": "pycollect.testing.conformance",
+    "check_env_state": "pycollect.testing.env_state",
     "check_scheme": "pycollect.testing.conformance",
+    "first_difference": "pycollect.testing.env_state",
     "leftovers": "pycollect.testing.leaks",
     "snapshot": "pycollect.testing.leaks",
     "wait_until": "pycollect.testing.waiting",
@@ -48,7 +53,9 @@ __all__ = [
     "check_device_policy",
     "check_engine",
     "check_env_backend",
+    "check_env_state",
     "check_scheme",
+    "first_difference",
     "leftovers",
     "snapshot",
     "wait_until",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import dm_env
@@ -13,90 +12,27 @@ from dm_env import specs
 
 from pycollect import EnvStateError
 from pycollect.envs.state import SnapshotEnv, get_env_state, set_env_state, snapshot_refusal
+from pycollect.testing import check_env_state
 from pycollect_dmcontrol import DMControlBackend, DMControlEnv
 
 BACKEND = DMControlBackend()
 
 
-def canonical(value: Any) -> Any:
-    """``value`` in a form that compares equal only when it is the same, byte for byte."""
-    if isinstance(value, np.ndarray):
-        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, np.generic):
-        return ("scalar", value.dtype.str, value.tobytes())
-    if isinstance(value, float):
-        return ("float", value.hex())
-    if isinstance(value, bool | int | str | None):
-        return (type(value).__name__, value)
-    if isinstance(value, dict):  # dm_control's observations are OrderedDicts: the order counts
-        return ("dict", tuple((key, canonical(item)) for key, item in value.items()))
-    if isinstance(value, list | tuple):
-        return (type(value).__name__, tuple(canonical(item) for item in value))
-    raise TypeError(f"cannot compare a {type(value).__name__}")
-
-
-def play(env: DMControlEnv, actions: Sequence[np.ndarray]) -> list[Any]:
-    record: list[Any] = []
-    for action in actions:
-        observation, reward, terminated, truncated, info = env.step(action)
-        record.append(("step", dict(observation), reward, terminated, truncated, info))
-        if terminated or truncated:
-            observation, info = env.reset()  # unseeded: the task's random stream goes on
-            record.append(("reset", dict(observation), info))
-    return record
-
-
-def actions_for(env: DMControlEnv, count: int, seed: int = 7) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    space = env.action_space
-    return [rng.uniform(space.low, space.high).astype(space.dtype) for _ in range(count)]
-
-
-def assert_restores(make: Callable[[], DMControlEnv], *, before: int = 3, after: int = 14, episodes: int = 1) -> Any:
-    env = make()
-    env.reset(seed=3)
-    actions = actions_for(env, before + after)
-    play(env, actions[:before])
-    state = pickle.loads(pickle.dumps(BACKEND.get_state(env)))
-    expected = play(env, actions[before:])
-    assert sum(entry[0] == "reset" for entry in expected) >= episodes, "the test should cross an episode end"
-    want = canonical(expected)
-
-    BACKEND.set_state(env, state)
-    assert canonical(play(env, actions[before:])) == want, "restored into the same env"
-
-    fresh = make()
-    fresh.reset(seed=1003)  # another history: the restore must not depend on it
-    play(fresh, actions[:2])
-    BACKEND.set_state(fresh, state)
-    assert canonical(play(fresh, actions[before:])) == want, "restored into a fresh env"
-    BACKEND.set_state(fresh, state)
-    assert canonical(play(fresh, actions[before:])) == want, "restored a second time"
-    env.close()
-    fresh.close()
-    return state
-
-
 def test_cheetah_run_restores_through_episode_ends() -> None:
     """5-step episodes (time limit 0.05 s): the restored env resets the same way after each."""
-    assert_restores(lambda: BACKEND.make("cheetah-run", {"task_kwargs": {"time_limit": 0.05}}), episodes=2)
+    five_steps = {"task_kwargs": {"time_limit": 0.05}}
+    check_env_state(lambda: BACKEND.make("cheetah-run", five_steps), BACKEND, before=3, after=14, min_episodes=2)
 
 
 def test_cheetah_run_restores_mid_episode() -> None:
-    env = BACKEND.make("cheetah-run", {})
-    env.reset(seed=0)
-    actions = actions_for(env, 30)
-    play(env, actions[:10])
-    state = env.get_state()
-    expected = play(env, actions[10:])
-    fresh = BACKEND.make("cheetah-run", {})  # never reset
-    fresh.set_state(state)
-    assert canonical(play(fresh, actions[10:])) == canonical(expected)
+    """Through the env's own get_state/set_state (the protocol), into envs never reset among others."""
+    check_env_state(lambda: BACKEND.make("cheetah-run", {}), seed=0, before=10, after=20, min_episodes=0)
 
 
 def test_a_task_that_moves_its_model_at_reset_restores() -> None:
     """reacher places its target by moving a geom of the model at each reset: that goes with the state."""
-    assert_restores(lambda: BACKEND.make("reacher-easy", {"task_kwargs": {"time_limit": 0.1}}), after=12)
+    ten_steps = {"task_kwargs": {"time_limit": 0.1}}
+    check_env_state(lambda: BACKEND.make("reacher-easy", ten_steps), BACKEND, before=3, after=12)
 
 
 def test_the_state_is_a_snapshot_of_the_env() -> None:

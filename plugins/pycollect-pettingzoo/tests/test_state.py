@@ -3,79 +3,18 @@
 from __future__ import annotations
 
 import copy
-import pickle
-from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import pytest
 
 from pycollect import EnvStateError
 from pycollect.envs.state import SnapshotEnv, check_snapshots, get_env_state, set_env_state, snapshot_refusal
+from pycollect.testing import check_env_state
 from pycollect.testing.multiagent import DyingAgentsEnv
 from pycollect_pettingzoo import PettingZoo, PettingZooBackend
 from pycollect_pettingzoo.env import MultiAgentEnv
 
 BACKEND = PettingZooBackend()
-
-
-def canonical(value: Any) -> Any:
-    """``value`` in a form that compares equal only when it is the same, byte for byte."""
-    if isinstance(value, np.ndarray):
-        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, np.generic):
-        return ("scalar", value.dtype.str, value.tobytes())
-    if isinstance(value, float):
-        return ("float", value.hex())
-    if isinstance(value, bool | int | str | None):
-        return (type(value).__name__, value)
-    if isinstance(value, dict):
-        return ("dict", tuple((key, canonical(item)) for key, item in value.items()))
-    if isinstance(value, list | tuple):
-        return (type(value).__name__, tuple(canonical(item) for item in value))
-    raise TypeError(f"cannot compare a {type(value).__name__}")
-
-
-def play(env: MultiAgentEnv, actions: Sequence[Any]) -> list[Any]:
-    record: list[Any] = []
-    for action in actions:
-        observation, reward, terminated, truncated, info = env.step(action)
-        record.append(("step", observation, reward, terminated, truncated, info))
-        if terminated or truncated:
-            observation, info = env.reset()  # unseeded: the env's random stream goes on
-            record.append(("reset", observation, info))
-    return record
-
-
-def random_actions(env: MultiAgentEnv, count: int, seed: int = 7) -> list[Any]:
-    space = copy.deepcopy(env.action_space)
-    space.seed(seed)
-    return [space.sample() for _ in range(count)]
-
-
-def assert_restores(make: Callable[[], MultiAgentEnv], *, before: int = 3, after: int = 20) -> Any:
-    env = make()
-    env.reset(seed=3)
-    actions = random_actions(env, before + after)
-    play(env, actions[:before])
-    state = pickle.loads(pickle.dumps(BACKEND.get_state(env)))
-    expected = play(env, actions[before:])
-    assert sum(entry[0] == "reset" for entry in expected) >= 2, "the test should cross episode ends"
-    want = canonical(expected)
-
-    BACKEND.set_state(env, state)
-    assert canonical(play(env, actions[before:])) == want, "restored into the same env"
-
-    fresh = make()
-    fresh.reset(seed=1003)  # another history: the restore must not depend on it
-    play(fresh, actions[:2])
-    BACKEND.set_state(fresh, state)
-    assert canonical(play(fresh, actions[before:])) == want, "restored into a fresh env"
-    BACKEND.set_state(fresh, state)
-    assert canonical(play(fresh, actions[before:])) == want, "restored a second time"
-    env.close()
-    fresh.close()
-    return state
 
 
 def spread(**kwargs: Any) -> Any:
@@ -91,16 +30,16 @@ def spread_aec(**kwargs: Any) -> Any:
 
 
 def test_mpe_simple_spread_restores() -> None:
-    assert_restores(PettingZoo(spread))
+    check_env_state(PettingZoo(spread), BACKEND, before=3, after=20, min_episodes=2)
 
 
 def test_mpe_with_continuous_actions_restores() -> None:
-    assert_restores(PettingZoo(spread, use_mask=True), after=14)
-    assert_restores(lambda: PettingZoo(spread)(continuous_actions=True), after=14)
+    check_env_state(PettingZoo(spread, use_mask=True), BACKEND, before=3, after=14, min_episodes=2)
+    check_env_state(lambda: PettingZoo(spread)(continuous_actions=True), BACKEND, before=3, after=14, min_episodes=2)
 
 
 def test_an_adopted_aec_env_restores() -> None:
-    assert_restores(lambda: BACKEND.adopt(spread_aec()), after=14)
+    check_env_state(lambda: BACKEND.adopt(spread_aec()), BACKEND, before=3, after=14, min_episodes=2)
 
 
 @pytest.mark.parametrize(
@@ -111,25 +50,26 @@ def test_other_mpe_scenarios_restore(scenario: str) -> None:
     import importlib
 
     module = importlib.import_module(f"mpe2.{scenario}")
-    assert_restores(lambda: BACKEND.adopt(module.parallel_env(max_cycles=5)), after=12)
+    check_env_state(
+        lambda: BACKEND.adopt(module.parallel_env(max_cycles=5)), BACKEND, before=3, after=12, min_episodes=2
+    )
 
 
 def test_restores_into_an_env_whose_episode_is_over() -> None:
     """The Parallel wrapper's live agents come back too: an ended episode has none."""
     make = PettingZoo(spread)
-    env = make()
-    env.reset(seed=0)
-    actions = random_actions(env, 10)
-    env.step(actions[0])
-    state = env.get_state()
-    expected = play(env, actions[1:])
-    ended = make()
-    ended.reset(seed=5)
-    while not any(ended.step(actions[0])[2:4]):
-        pass
-    assert ended.env.agents == []
-    ended.set_state(state)
-    assert canonical(play(ended, actions[1:])) == canonical(expected)
+
+    def ended() -> MultiAgentEnv:
+        env = make()
+        env.reset(seed=5)
+        env.action_space.seed(7)
+        action = env.action_space.sample()
+        while not any(env.step(action)[2:4]):
+            pass
+        assert env.env.agents == []
+        return env
+
+    check_env_state(make, BACKEND, seed=0, before=1, after=20, min_episodes=2, also_into=[ended])
 
 
 def test_the_env_implements_the_protocol_and_says_what_it_holds() -> None:
@@ -168,7 +108,7 @@ class SavedDyingAgents(DyingAgentsEnv):
 
 
 def test_a_pettingzoo_env_implementing_the_protocol_is_saved_by_it() -> None:
-    assert_restores(PettingZoo(SavedDyingAgents, use_mask=True), after=40)
+    check_env_state(PettingZoo(SavedDyingAgents, use_mask=True), BACKEND, before=3, after=40, min_episodes=2)
 
 
 def test_an_env_pycollect_cannot_save_is_refused_by_name() -> None:
