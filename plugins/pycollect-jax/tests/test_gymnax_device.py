@@ -270,9 +270,76 @@ def test_each_jitted_function_is_compiled_once() -> None:
         env.step(action)
         if n % 7 == 0:
             env.reset_envs(torch.arange(N) % 2 == 0)
+            env.rollout(torch.stack(random_actions(T, seed=n)))
     env.reset(None)
-    for function in (env._step, env._reset, env._reset_masked):
+    for function in (env._step, env._reset, env._reset_masked, env._rollout):
         assert function._cache_size() == 1  # type: ignore[attr-defined]
+
+
+# -- whole rollouts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_rollout_gives_the_values_of_its_steps_bit_for_bit_and_goes_on_from_where_they_would(device: str) -> None:
+    rolled, stepped = device_env(device=device), device_env(device=device)
+    for env in (rolled, stepped):
+        env.reset(seeds())
+    actions = random_actions(3 * T, device=device)
+    for start in (0, T):  # two rollouts in a row: the second goes on from the first's state and keys
+        rows = actions[start : start + T]
+        steps = run(stepped, rows)
+        out = rolled.rollout(torch.stack(rows))
+        assert all(value.device.type == torch.device(device).type for value in out)
+        for n, value in enumerate(out):
+            assert value.shape[0] == T
+            assert torch.equal(value.cpu(), torch.stack([step[n] for step in steps])), (start, n)
+    assert bool(out[2].any())  # poles fell within it
+    mask = torch.arange(N, device=device) % 3 == 0
+    assert torch.equal(rolled.reset_envs(mask).cpu(), stepped.reset_envs(mask).cpu())
+    for ours, theirs in zip(run(rolled, actions[2 * T :]), run(stepped, actions[2 * T :]), strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(ours, theirs, strict=True))
+
+
+def test_a_rollout_of_box_actions_gives_the_values_of_its_steps() -> None:
+    rolled, stepped = (GymnaxBackend().make_device("Pendulum-v1", {}, 4, None) for _ in range(2))
+    for env in (rolled, stepped):
+        env.reset(seeds(count=4))
+    actions = torch.rand(T, 4, 1, generator=torch.Generator().manual_seed(0)) * 4 - 2
+    steps = run(stepped, list(actions))
+    for n, value in enumerate(rolled.rollout(actions)):
+        assert torch.equal(value, torch.stack([step[n] for step in steps])), n
+
+
+class SteppedGymnax(GymnaxDeviceEnv):
+    """A gymnax device env without a rollout: the engine steps it one step at a time."""
+
+    rollout = DeviceBatchedEnv.rollout
+
+
+def stepped_gymnax(num_envs: int) -> SteppedGymnax:
+    env, params = importlib.import_module("gymnax").make("CartPole-v1")
+    return SteppedGymnax(env, params, num_envs, name="CartPole-v1")
+
+
+@pytest.mark.parametrize("settings", [{}, {"reset_at_each_iter": True}], ids=["plain", "reset-each-iter"])
+def test_random_batches_from_rollouts_equal_the_step_by_step_paths_value_for_value(settings: dict[str, Any]) -> None:
+    ours = batches("device", **settings)
+    with Collector(
+        stepped_gymnax,
+        None,
+        engine="device",
+        envs_per_worker=N,
+        frames_per_batch=N * T,
+        env_kwargs={"num_envs": N},
+        seed=0,
+        **settings,
+    ) as collector:
+        theirs = [collector.next_batch() for _ in range(len(ours))]
+    for n, (x, y) in enumerate(zip(ours, theirs, strict=True)):
+        assert_same_layout(x, y)
+        for key, value in leaves(y).items():
+            assert torch.equal(leaves(x)[key], value), f"batch {n}, {key}"
+    assert ours[-1]["next", "done"].any()
 
 
 # -- partial resets by mask ------------------------------------------------------------------------

@@ -257,7 +257,17 @@ class GymnaxDeviceEnv(DeviceBatchedEnv):
             none = jnp.zeros(count, jnp.uint32)
             return reset_all(keys, none, none, jnp.zeros(count, jnp.bool_), mask, state, obs, params)  # type: ignore[no-any-return]
 
+        def rollout(keys: Any, state: Any, obs: Any, raw: Any, params: Any) -> tuple[Any, ...]:
+            # T steps in one call: each step is step's (the same values), the outputs stacked [T, N, ...]
+            def one(carry: tuple[Any, ...], raw_t: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+                keys, state, _ = carry
+                keys, state, obs, final, reward, terminated, truncated = step(keys, state, raw_t, params)
+                return (keys, state, obs), (obs, final, reward, terminated, truncated)
+
+            return jax.lax.scan(one, (keys, state, obs), raw)  # type: ignore[no-any-return]
+
         self._step: Callable[..., Any] = jax.jit(step)
+        self._rollout: Callable[..., Any] = jax.jit(rollout)
         self._reset: Callable[..., Any] = jax.jit(reset_all)
         self._reset_masked: Callable[..., Any] = jax.jit(reset_masked)
 
@@ -337,6 +347,43 @@ class GymnaxDeviceEnv(DeviceBatchedEnv):
         self._keys, self._state, self._obs = keys, state, obs
         to_torch = self._to_torch
         return self._torch(obs), to_torch(reward), to_torch(terminated), to_torch(truncated), self._torch(final)
+
+    def rollout(self, actions: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """Step every sub-env ``T`` times with ``actions[t]`` at step ``t``, in one jitted ``lax.scan``.
+
+        The values of ``T`` :meth:`step` calls (the same vmapped function of one sub-env, scanned):
+        the engine calls it for a batch of random actions. One DLPack conversion of the actions in
+        and one per output out, for the whole rollout, and one dispatch of a compiled call
+        (compiled once per ``T``).
+
+        Args:
+            actions: ``[T, N, *action_shape]`` on :attr:`device`, of the action space's dtype.
+
+        Returns:
+            :meth:`step`'s outputs, each ``[T, N, ...]``: row ``t`` is step ``t``'s. Each shares its
+            JAX array's memory.
+        """
+        import torch
+
+        if not actions.is_contiguous():
+            actions = actions.contiguous()
+        if self._words:
+            actions = actions.view(torch.int32)  # [T, N, *shape, 2] words as [T, 2 * N * ...]: scanned by row
+        elif self._cast is not None:
+            actions = actions.to(self._cast)
+        (keys, state, obs), stacked = self._rollout(
+            self._keys, self._state, self._obs, self._to_jax(actions), self._params
+        )
+        self._keys, self._state, self._obs = keys, state, obs
+        observation, final, reward, terminated, truncated = stacked
+        to_torch = self._to_torch
+        return (
+            self._torch(observation),
+            to_torch(reward),
+            to_torch(terminated),
+            to_torch(truncated),
+            self._torch(final),
+        )
 
     def reset_envs(self, mask: torch.Tensor) -> DeviceObservation:
         """Start an episode in the sub-envs of ``mask`` (each from the next key of its stream); the others go on.
