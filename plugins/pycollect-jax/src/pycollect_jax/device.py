@@ -264,7 +264,7 @@ class GymnaxDeviceEnv(DeviceBatchedEnv):
                 keys, state, obs, final, reward, terminated, truncated = step(keys, state, raw_t, params)
                 return (keys, state, obs), (obs, final, reward, terminated, truncated)
 
-            return jax.lax.scan(one, (keys, state, obs), raw)  # type: ignore[no-any-return]
+            return jax.lax.scan(one, (keys, state, obs), raw)
 
         self._step: Callable[..., Any] = jax.jit(step)
         self._rollout: Callable[..., Any] = jax.jit(rollout)
