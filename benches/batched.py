@@ -33,7 +33,9 @@ this process. Contenders:
 * ``pycollect engine='device' over gymnax``: ``Collector("gymnax:CartPole-v1", None,
   engine="device", envs_per_worker=4096, num_workers=0, frames_per_batch=4096*32)``: the env
   steps with torch tensors that share JAX's memory (``GymnaxDeviceEnv``), random actions drawn
-  by the engine with torch, ``[4096, 32]`` batches; whole batches timed, as every collector here.
+  by the engine with torch for a whole batch and stepped in one jitted ``lax.scan`` of its 32
+  steps (``GymnaxDeviceEnv.rollout``), ``[4096, 32]`` batches; whole batches timed, as every
+  collector here (the engine's trajectory ids and the collector's episode statistics included).
 * ``pycollect engine='inprocess' over gymnax`` (reference): the same collector over the host
   env (``GymnaxBatchedEnv``, numpy), stepped by the in-process engine.
 
