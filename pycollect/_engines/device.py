@@ -33,7 +33,12 @@ What the host engines work out per env and per step is done here on whole tensor
   engine hands them out), in a few whole-rollout ops on tensors kept from batch to batch;
 * random actions (``policy=None``, ``init_random_frames``): drawn on the device from a
   ``torch.Generator`` seeded from the collector's seed, for the whole rollout at once, straight
-  into the rollout's action tensor (integers with ``random_``, floats for a Box).
+  into the rollout's action tensor (integers with ``random_``, floats for a Box). Where the env
+  overrides :meth:`~pycollect.envs.DeviceBatchedEnv.rollout` and no trajectory limit may cut an
+  episode within the batch, those ``[T, N]`` actions go to the env in one call (a JAX env's
+  ``lax.scan``: one dispatch per batch instead of ``T``), and each field is moved from the env's
+  ``[T, N]`` outputs into the batch once (:meth:`DeviceEngine._rollout_whole`): the same batch,
+  value for value.
 
 Values are never checked here (that would read them on the host): what the env and the policy
 return is checked by shape, dtype and device at every step, which costs no device time.
