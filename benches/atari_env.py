@@ -25,6 +25,10 @@ two differ:
 * episodes are capped at 108,000 emulator frames in both (27,000 steps), no life-loss
   termination, no reward clipping (``episodic_life=False``, ``reward_clip=False``).
 
+:func:`make_saveable_env` is :func:`make_env` with its sticky actions made by gymnasium's
+``StickyAction`` (same probability, per emulator frame) instead of ALE's, whose repeated action
+ALE keeps outside the state it saves: the env of the snapshot benchmarks (``benches/faults.py``).
+
 Needs ``ale-py`` and ``opencv-python(-headless)`` (and ``envpool`` for :func:`make_envpool`).
 """
 
@@ -37,14 +41,28 @@ import gymnasium as gym
 OBS_SHAPE = (4, 84, 84)
 
 
-def make_env() -> gym.Env:
-    """``ALE/Pong-v5`` (frameskip 1, grayscale screen) + ``AtariPreprocessing`` + ``FrameStackObservation(4)``."""
+def make_env(saveable: bool = False) -> gym.Env:
+    """``ALE/Pong-v5`` (frameskip 1, grayscale screen) + ``AtariPreprocessing`` + ``FrameStackObservation(4)``.
+
+    Args:
+        saveable: Sticky actions from gymnasium's ``StickyAction`` rather than ALE's (see
+            :func:`make_saveable_env`).
+    """
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale")
+    if saveable:
+        env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale", repeat_action_probability=0.0)
+        env = gym.wrappers.StickyAction(env, repeat_action_probability=0.25)
+    else:
+        env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale")
     env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
+
+
+def make_saveable_env() -> gym.Env:
+    """:func:`make_env` whose state pycollect can save: sticky actions by gymnasium's wrapper, not ALE."""
+    return make_env(saveable=True)
 
 
 def make_envpool(num_envs: int, num_threads: int, seed: int = 0, batch_size: int | None = None) -> Any:

@@ -7,8 +7,8 @@ steps:
 
 * ``cartpole``: CartPole-v1, 8 envs per worker (the cheapest step: the snapshot's largest share);
 * ``cheetah``: dm_control's cheetah-run (``pycollect-dmcontrol``), 4 envs per worker;
-* ``pong``: Atari Pong (``benches/atari_env.py``: ALE with AtariPreprocessing and a 4-frame
-  stack), 4 envs per worker.
+* ``pong``: Atari Pong (``benches/atari_env.py``'s ``make_saveable_env``: ALE with AtariPreprocessing,
+  a 4-frame stack and gymnasium's sticky actions, ALE's own cannot be saved), 4 envs per worker.
 
 Checkpoint (target: a 16-env Pong collector in under a second): ``save_checkpoint()`` of a
 Pong collector of 2 workers x 8 envs with snapshots and a Nature CNN policy, timed over a few
@@ -35,7 +35,7 @@ from pycollect import Collector
 WORKLOADS: dict[str, dict[str, Any]] = {
     "cartpole": {"env": "CartPole-v1", "envs_per_worker": 8},
     "cheetah": {"env": "dm_control:cheetah-run", "envs_per_worker": 4},
-    "pong": {"env": "callable:atari_env:make_env", "envs_per_worker": 4},
+    "pong": {"env": "callable:atari_env:make_saveable_env", "envs_per_worker": 4},
 }
 
 
@@ -71,7 +71,7 @@ def checkpoint_seconds(calls: int = 3) -> tuple[float, int]:
     with (
         tempfile.TemporaryDirectory() as directory,
         Collector(
-            "callable:atari_env:make_env",
+            "callable:atari_env:make_saveable_env",
             act,
             weights_from=net,
             num_workers=2,

@@ -462,12 +462,18 @@ def test_a_plain_mujoco_env_is_refused_unless_it_implements_the_protocol() -> No
 # -- ALE -------------------------------------------------------------------------------------
 
 
-def pong(max_episode_steps: int = 120) -> Any:
-    """ALE Pong as pycollect's Atari bench builds it (benches/atari_env.py), with a short time limit."""
+def sticky_pong(**kwargs: Any) -> Any:
+    """ALE Pong with sticky actions pycollect can save: gymnasium's StickyAction over ALE without its own."""
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale", max_episode_steps=max_episode_steps)
+    env = gym.make("ALE/Pong-v5", repeat_action_probability=0.0, **kwargs)
+    return gym.wrappers.StickyAction(env, repeat_action_probability=0.25)
+
+
+def pong(max_episode_steps: int = 120) -> Any:
+    """ALE Pong as pycollect's Atari bench builds it (benches/atari_env.py), with a short time limit."""
+    env = sticky_pong(frameskip=1, obs_type="grayscale", max_episode_steps=max_episode_steps)
     env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
 
@@ -475,7 +481,46 @@ def pong(max_episode_steps: int = 120) -> Any:
 def test_pong_restores() -> None:
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    check_env_state(lambda: gym.make("ALE/Pong-v5", max_episode_steps=20), before=4, after=30)
+    check_env_state(lambda: sticky_pong(max_episode_steps=20), before=4, after=30)
+
+
+def test_ales_own_sticky_actions_are_refused_by_name() -> None:
+    """ALE keeps the action a sticky frame repeats outside cloneState: a restored env would repeat another."""
+    pytest.importorskip("ale_py")
+    import ale_py
+
+    gym.register_envs(ale_py)
+    why = snapshot_refusal(gym.make("ALE/Pong-v5"))  # the -v5 default: repeat_action_probability=0.25
+    assert why is not None and "repeat_action_probability=0.25" in why and "StickyAction" in why
+    with pytest.raises(EnvStateError, match="sticky actions"):
+        get_env_state(gym.make("ALE/Pong-v5"))
+
+
+def test_why_ales_sticky_actions_cannot_be_restored() -> None:
+    """The refusal's reason, shown: ALE's state restored into another env steps differently.
+
+    Restored into an env whose last action was another, a frame stepped next repeats (with
+    probability 0.25) that env's own last action, not the saved env's; so some of 20 restores
+    differ from the env they were taken of.
+    """
+    pytest.importorskip("ale_py")
+    import ale_py
+
+    gym.register_envs(ale_py)
+    differed = 0
+    for trial in range(20):
+        actions = np.random.default_rng(trial).integers(0, 6, 110)
+        first, second = (gym.make("ALE/Pong-v5", frameskip=1, obs_type="ram") for _ in range(2))
+        first.reset(seed=trial)
+        for action in actions[:50]:
+            first.step(action)
+        saved = first.unwrapped.ale.cloneState(include_rng=True)
+        second.reset(seed=trial + 100)
+        second.step((trial + 1) % 6)
+        second.unwrapped.ale.restoreState(saved)
+        runs = [[env.step(action)[0].tobytes() for action in actions[50:]] for env in (first, second)]
+        differed += runs[0] != runs[1]
+    assert differed
 
 
 def test_pong_with_atari_preprocessing_and_frame_stack_restores() -> None:
@@ -506,9 +551,9 @@ def test_an_ale_state_of_another_game_is_refused() -> None:
     import ale_py
 
     gym.register_envs(ale_py)
-    state = get_env_state(gym.make("ALE/Pong-v5"))
+    state = get_env_state(gym.make("ALE/Pong-v5", repeat_action_probability=0.0))
     with pytest.raises(EnvStateError, match=r"pong.*breakout"):
-        set_env_state(gym.make("ALE/Breakout-v5"), state)
+        set_env_state(gym.make("ALE/Breakout-v5", repeat_action_probability=0.0), state)
 
 
 # -- what cannot be saved -----------------------------------------------------------------

@@ -20,7 +20,9 @@ its own:
   part (pycollect goes on inside it), an env everything;
 * the env inside: classic control and toy text envs (their state attributes and random
   stream), gymnasium's MuJoCo envs (the simulation's whole ``MjData`` and the random stream) and
-  ALE's Atari envs (``cloneState(include_rng=True)`` and the random stream).
+  ALE's Atari envs (``cloneState(include_rng=True)`` and the random stream; without ALE's sticky
+  actions, whose repeated action ALE keeps outside that state: ``gymnasium.wrappers.StickyAction``
+  gives sticky actions that are saved).
 
 Anything else is refused, naming the part that cannot be saved: a wrapper class with attributes
 pycollect does not know, an env of another kind (Box2D's among them). :func:`snapshot_refusal`
@@ -251,6 +253,13 @@ class _Saver(abc.ABC):
         """Why ``part`` cannot be restored into ``obj`` (a layer of the same class), if it cannot."""
         return None
 
+    def refusal(self, obj: Any) -> str | None:
+        """Why ``obj`` cannot be saved although layers of its class can (its settings); ``None`` if it can.
+
+        Asked of every instance: a saver is planned once per class (:data:`_SAVERS`).
+        """
+        return None
+
     @abc.abstractmethod
     def set(self, obj: Any, part: Any) -> None:
         """Restore ``part`` (not consumed: it may be restored again)."""
@@ -267,17 +276,17 @@ def _plan(env: Any) -> list[tuple[Any, _Saver]] | str:
     """Each layer and its saver, from the outside in, or why some layer cannot be saved."""
     layers: list[tuple[Any, _Saver]] = []
     obj = env
-    while isinstance(obj, gym.Wrapper):
-        saver = _saver(obj, _wrapper_saver)
-        if isinstance(saver, str):
-            return _refusal(env, obj, saver)
+    while True:
+        inner = isinstance(obj, gym.Wrapper)
+        saver = _saver(obj, _wrapper_saver if inner else _env_saver)
+        why = saver if isinstance(saver, str) else saver.refusal(obj)
+        if why is not None:
+            return _refusal(env, obj, why)
+        assert not isinstance(saver, str)
         layers.append((obj, saver))
+        if not inner:
+            return layers
         obj = obj.env
-    saver = _saver(obj, _env_saver)
-    if isinstance(saver, str):
-        return _refusal(env, obj, saver)
-    layers.append((obj, saver))
-    return layers
 
 
 _SAVERS: dict[tuple[type, frozenset[str]], _Saver | str] = {}
@@ -760,7 +769,7 @@ _ALE_CONFIG = frozenset(
 
 
 class _AleSaver(_Saver):
-    """An ALE Atari env: the emulator with its random generator (sticky actions), and ``np_random``."""
+    """An ALE Atari env without ALE's sticky actions: the emulator with its random generator, and ``np_random``."""
 
     def get(self, obj: Any) -> Any:
         return {
@@ -769,6 +778,19 @@ class _AleSaver(_Saver):
             "_np_random": rng_state(vars(obj).get("_np_random")),
             "_np_random_seed": vars(obj).get("_np_random_seed"),
         }
+
+    def refusal(self, obj: Any) -> str | None:
+        sticky = float(obj.ale.getFloat("repeat_action_probability"))
+        if sticky <= 0:
+            return None
+        # ALE repeats the last action it took (StellaEnvironment's m_actions), which neither
+        # cloneState nor any other call reads or writes: a restored env would repeat another.
+        return (
+            f"Atari env {obj._game!r} has ALE's sticky actions (repeat_action_probability={sticky:g}), and ALE keeps "
+            "the action it repeats outside the state it saves, so a restored env would repeat another one; build "
+            "it with repeat_action_probability=0 and wrap it in gymnasium.wrappers.StickyAction for sticky "
+            "actions pycollect can save"
+        )
 
     def mismatch(self, obj: Any, part: Any) -> str | None:
         if part["game"] != obj._game:
