@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -242,7 +243,7 @@ class Collector:
         factory = cast("EngineFactory", config.engine)  # resolved: an instance
         self._engine: Engine = factory.start(config, self.env_source, policy, self.weights_module)
         self._resumable: dict[str, Any] | None = None  # with a checkpoint_dir: the state after the last batch
-        self._in_batch = False
+        self._engine_busy = False  # a batch or a state under way: a SIGTERM's checkpoint must not call the engine
         try:
             self._counter = TrainerCounter(self._engine.counters(), self._description())
             self._closed = False
@@ -318,12 +319,12 @@ class Collector:
         result, which is also returned.
         """
         self._check_open()
+        with self._using_engine():
+            return self._next_batch()
+
+    def _next_batch(self) -> TensorDictBase:
         config = self.config
-        self._in_batch = True
-        try:
-            batch = self._next_fresh_batch()
-        finally:
-            self._in_batch = False
+        batch = self._next_fresh_batch()
         add_group_dims(batch, self._engine.plan.specs.group_sizes)  # [K, T, n_agents]: TorchRL's groups
         self._frames += batch.numel()
         self._batches += 1
@@ -339,9 +340,9 @@ class Collector:
         if self.replay_buffer is not None:
             self.replay_buffer.extend(batch)
         if config.checkpoint_dir is not None:
-            self._resumable = self._progress_state()
+            self._resumable = resumable = self._progress_state()
             if config.checkpoint_every and self._batches % config.checkpoint_every == 0:
-                self.save_checkpoint()
+                self._write_checkpoint(dict(resumable))
         return batch
 
     def _next_fresh_batch(self) -> TensorDictBase:
@@ -515,7 +516,7 @@ class Collector:
         elif env_states and not has_envs:
             engine = getattr(self.config.engine, "name", type(self.config.engine).__name__)
             why = (
-                "with workers, env states are saved with every rollout only with Collector(..., snapshots=True)"
+                f"engine {engine!r} saves its envs' states only with Collector(..., snapshots=True)"
                 if getattr(self.config.engine, "snapshots_envs", False)
                 else f"engine {engine!r} does not save its envs' states"
             )
@@ -526,14 +527,26 @@ class Collector:
 
     def _progress_state(self) -> dict[str, Any]:
         """The counters and the engine's state (without the weights)."""
+        with self._using_engine():
+            engine_state = self._engine.state()  # the central engine asks its workers for their envs' states
         return {
             "format": _STATE_FORMAT,
             "fingerprint": self._fingerprint(),
             "frames": self._frames,
             "batches": self._batches,
             "policy_version": self.policy_version,
-            **self._engine.state(),
+            **engine_state,
         }
+
+    @contextlib.contextmanager
+    def _using_engine(self) -> Iterator[None]:
+        """Mark the engine in use, so that a SIGTERM arriving meanwhile checkpoints the last state kept instead."""
+        outer = self._engine_busy
+        self._engine_busy = True
+        try:
+            yield
+        finally:
+            self._engine_busy = outer
 
     def _fingerprint(self) -> dict[str, Any]:
         """What a state_dict must agree on with the collector that loads it."""
@@ -599,20 +612,24 @@ class Collector:
         directory = self.config.checkpoint_dir
         if directory is None:
             raise ConfigError("save_checkpoint() needs Collector(..., checkpoint_dir=...)")
-        state = self.state_dict()
-        return save_checkpoint(state, directory, self._batches, self.config.checkpoints_kept)
+        return self._write_checkpoint(self._progress_state())
+
+    def _write_checkpoint(self, state: dict[str, Any]) -> Path:
+        """Write ``state`` (a :meth:`_progress_state`) with the policy's weights as they are now."""
+        assert self.config.checkpoint_dir is not None
+        if self.weights_module is not None:
+            state["policy_state_dict"] = self.weights_module.state_dict()
+            state["policy_version"] = self.policy_version
+        return save_checkpoint(state, self.config.checkpoint_dir, int(state["batches"]), self.config.checkpoints_kept)
 
     def _before_termination(self) -> None:
         """On SIGTERM: a checkpoint of the state after the last batch delivered (with a ``checkpoint_dir``)."""
         if self.config.checkpoint_dir is None or self._closed:
             return
-        state = self.state_dict() if not self._in_batch else dict(self._resumable or {})
+        state = self._progress_state() if not self._engine_busy else dict(self._resumable or {})
         if not state:
             return  # no batch yet: nothing to resume
-        if self.weights_module is not None:
-            state["policy_state_dict"] = self.weights_module.state_dict()
-            state["policy_version"] = self.policy_version
-        save_checkpoint(state, self.config.checkpoint_dir, int(state["batches"]), self.config.checkpoints_kept)
+        self._write_checkpoint(state)
 
     # -- lifetime --------------------------------------------------------------------------
 

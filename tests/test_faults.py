@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -13,9 +12,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from pycollect import Collector, ConfigError, EnvStateError
 from pycollect._checkpoints import latest_checkpoint, load_checkpoint
+from pycollect.default_plugins import Central
+from pycollect.testing.batches import batch_digest
 from pycollect.testing.envs import RaisingEnv
 from pycollect.testing.waiting import wait_until
 
@@ -24,31 +26,26 @@ pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def digest(batch: Any) -> dict[str, str]:
-    """SHA-256 of every key of a batch."""
-    return {
-        "/".join(key if isinstance(key, tuple) else (key,)): hashlib.sha256(
-            value.contiguous().numpy().tobytes()
-        ).hexdigest()
-        for key, value in batch.items(include_nested=True, leaves_only=True)
-    }
-
-
 def _collector(env: str = "CartPole-v1", **settings: Any) -> Collector:
     defaults: dict[str, Any] = {"frames_per_batch": 64, "envs_per_worker": 4, "seed": 7}
     return Collector(env, **{**defaults, **settings})
 
 
 def _run(collector: Collector, batches: int) -> list[dict[str, str]]:
-    return [digest(collector.next_batch()) for _ in range(batches)]
+    return [batch_digest(collector.next_batch()) for _ in range(batches)]
 
 
 def make_pong() -> gym.Env:
-    """ALE Pong as the benchmarks build it: AtariPreprocessing and a stack of 4 frames."""
+    """ALE Pong as the benchmarks build it (AtariPreprocessing, a stack of 4 frames), with sticky actions saved.
+
+    ALE's own sticky actions cannot be saved (pycollect refuses them): gymnasium's StickyAction
+    makes them here, with the same probability.
+    """
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale")
+    env = gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale", repeat_action_probability=0.0)
+    env = gym.wrappers.StickyAction(env, repeat_action_probability=0.25)
     env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
 
@@ -57,21 +54,82 @@ ENVS = {"cartpole": ("CartPole-v1", 4, 64), "pong": ("callable:tests.test_faults
 
 
 @pytest.mark.parametrize("env", ["cartpole", "pong"])
-@pytest.mark.parametrize("workers", [0, 2], ids=["inprocess", "workers"])
-def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(workers: int, env: str) -> None:
+@pytest.mark.parametrize("engine", ["inprocess", "workers", "central"])
+def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(engine: str, env: str) -> None:
     target, envs, frames = ENVS[env]
+    workers = 0 if engine == "inprocess" else 2
     settings: dict[str, Any] = {"env": target, "envs_per_worker": envs, "frames_per_batch": frames * max(workers, 1)}
     if workers:
-        settings |= {"num_workers": workers, "snapshots": True}
+        settings |= {"num_workers": workers, "snapshots": True, "engine": engine}
+    if engine == "central":  # a policy in the trainer, whose next input the snapshot holds
+        settings |= {"policy": _argmax_policy(target)}
     with _collector(**settings) as whole:
         expected = _run(whole, 30)
     with _collector(**settings) as first:
         assert _run(first, 10) == expected[:10]
         state = first.state_dict(env_states=True)
-    assert ("worker_states" if workers else "env_snapshot") in state
+    assert ("worker_states" if engine == "workers" else "env_snapshot") in state
     with _collector(**settings, resume=state) as resumed:
         assert resumed.frames == 10 * frames * max(workers, 1)
         assert _run(resumed, 20) == expected[10:]
+
+
+class _FlatArgmax(torch.nn.Module):
+    """A deterministic policy of any image or vector observation: a seeded linear layer, its largest logit."""
+
+    def __init__(self, size: int, actions: int) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(3)
+        self.linear = torch.nn.Linear(size, actions)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.randn(actions, size, generator=generator) / size**0.5)
+            self.linear.bias.zero_()
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """The index of the largest logit, per row."""
+        argmax: torch.Tensor = self.linear(observation.flatten(1).float()).argmax(-1)
+        return argmax
+
+
+def _argmax_policy(env: str) -> _FlatArgmax:
+    """A :class:`_FlatArgmax` for ``env``'s spaces."""
+    probe = make_pong() if ":" in env else gym.make(env)
+    try:
+        return _FlatArgmax(int(np.prod(probe.observation_space.shape)), int(probe.action_space.n))
+    finally:
+        probe.close()
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_resumed_central_run_with_a_recurrent_policy_and_a_trajectory_limit_continues_exactly(sync: bool) -> None:
+    from policies import lstm_actor  # tests/ is on sys.path (pytest's rootdir-relative import)
+
+    settings: dict[str, Any] = {
+        "policy": lstm_actor(),  # sampled: each group's torch stream is saved and restored too
+        "num_workers": 2,
+        "engine": "central",
+        "snapshots": True,
+        "sync": sync,
+        "max_frames_per_traj": 13,
+        "frames_per_batch": 48,
+        "envs_per_worker": 3,
+    }
+    with _collector(**settings) as whole:
+        expected = _run(whole, 12)
+    with _collector(**settings) as first:
+        assert _run(first, 5) == expected[:5]  # async: the round's second rollout is still to hand out
+        state = first.state_dict(env_states=True)
+    with _collector(**settings, resume=state) as resumed:
+        assert _run(resumed, 7) == expected[5:]
+
+
+def test_a_central_snapshot_of_another_grouping_is_refused() -> None:
+    settings: dict[str, Any] = {"num_workers": 2, "engine": "central", "snapshots": True, "envs_per_worker": 4}
+    with _collector(**settings) as first:
+        _run(first, 2)
+        state = first.state_dict(env_states=True)
+    with pytest.raises(ConfigError, match=r"2 groups of envs, this central engine steps 1"):
+        _collector(**(settings | {"engine": Central(groups=1)}), resume=state)
 
 
 def test_without_env_states_a_resume_starts_fresh_episodes() -> None:
@@ -118,26 +176,27 @@ def test_checkpoints_are_whole_files_the_newest_kept(tmp_path: Path) -> None:
 _CHILD = """
 import hashlib, sys
 from pycollect import Collector
-from tests.test_faults import digest
-directory, batches = sys.argv[1], int(sys.argv[2])
-resume = sys.argv[3] if len(sys.argv) > 3 else None
-with Collector("CartPole-v1", frames_per_batch=64, envs_per_worker=4, seed=7, num_workers=2,
+from pycollect.testing.batches import batch_digest
+directory, batches, engine = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+resume = sys.argv[4] if len(sys.argv) > 4 else None
+with Collector("CartPole-v1", frames_per_batch=64, envs_per_worker=4, seed=7, num_workers=2, engine=engine,
                checkpoint_dir=directory, checkpoint_every=1, resume=resume) as collector:
     for _ in range(batches):
-        hashes = digest(collector.next_batch())
+        hashes = batch_digest(collector.next_batch())
         print(collector.frames // 64, sorted(hashes.items()), flush=True)
 """
 
 
-def _child(directory: Path, batches: int, resume: Path | None = None) -> subprocess.Popen[str]:
-    args = [sys.executable, "-c", _CHILD, str(directory), str(batches)] + ([str(resume)] if resume else [])
+def _child(directory: Path, batches: int, engine: str, resume: Path | None = None) -> subprocess.Popen[str]:
+    args = [sys.executable, "-c", _CHILD, str(directory), str(batches), engine] + ([str(resume)] if resume else [])
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
 
 
-def test_a_trainer_killed_after_its_checkpoint_resumes_in_a_new_process(tmp_path: Path) -> None:
-    whole = _child(tmp_path / "whole", 30)
+@pytest.mark.parametrize("engine", ["workers", "central"])
+def test_a_trainer_killed_after_its_checkpoint_resumes_in_a_new_process(tmp_path: Path, engine: str) -> None:
+    whole = _child(tmp_path / "whole", 30, engine)
     expected = whole.communicate(timeout=150)[0].splitlines()
-    killed = _child(tmp_path / "run", 1000)
+    killed = _child(tmp_path / "run", 1000, engine)
     assert killed.stdout is not None
     lines = [killed.stdout.readline() for _ in range(10)]
     assert lines == [line + "\n" for line in expected[:10]]
@@ -146,18 +205,18 @@ def test_a_trainer_killed_after_its_checkpoint_resumes_in_a_new_process(tmp_path
     killed.wait(timeout=30)
     state = load_checkpoint(tmp_path / "run")
     done = int(state["batches"])
-    resumed = _child(tmp_path / "run", 30 - done, resume=tmp_path / "run")
+    resumed = _child(tmp_path / "run", 30 - done, engine, resume=tmp_path / "run")
     assert resumed.communicate(timeout=150)[0].splitlines() == expected[done:]
 
 
 def test_replay_delivers_the_batches_of_a_run_without_the_crash() -> None:
     settings: dict[str, Any] = {"frames_per_batch": 20, "num_workers": 2, "envs_per_worker": 1, "seed": 3}
     with Collector(RaisingEnv, env_kwargs={"fail_at": 50, "only_generation": 99}, **settings) as calm:
-        expected = [digest(calm.next_batch()) for _ in range(8)]
+        expected = [batch_digest(calm.next_batch()) for _ in range(8)]
     with Collector(
         RaisingEnv, env_kwargs={"fail_at": 50, "only_generation": 1}, recovery="replay", max_restarts=4, **settings
     ) as crashing:
-        got = [digest(crashing.next_batch()) for _ in range(8)]
+        got = [batch_digest(crashing.next_batch()) for _ in range(8)]
         assert crashing.stats().restarts >= 2  # each worker crashed at step 49, in its third rollout
         metrics = crashing.stats().metrics
         assert metrics is not None
@@ -172,7 +231,7 @@ def test_a_worker_killed_mid_run_is_replayed_every_batch_identical() -> None:
     with _collector(**settings) as killed:
         got = []
         for b in range(50):
-            got.append(digest(killed.next_batch()))
+            got.append(batch_digest(killed.next_batch()))
             if b % 4 == 1:
                 pid = killed.stats().workers[b % 2].pid
                 if pid is not None:
@@ -199,6 +258,8 @@ class _Opaque(gym.Env[np.ndarray, int]):
 def test_replay_is_refused_for_an_env_that_cannot_be_saved() -> None:
     with pytest.raises(EnvStateError, match="_Opaque"):
         Collector(_Opaque, frames_per_batch=8, num_workers=1, recovery="replay")
+    with pytest.raises(EnvStateError, match=r"_Opaque.*engine='central'"):
+        Collector(_Opaque, frames_per_batch=8, num_workers=1, engine="central", snapshots=True)
 
 
 def test_recovery_settings_are_checked() -> None:
@@ -206,7 +267,7 @@ def test_recovery_settings_are_checked() -> None:
         _collector(num_workers=1, recovery="hope")
     with pytest.raises(ConfigError, match="num_workers >= 1"):
         _collector(recovery="replay")
-    with pytest.raises(ConfigError, match="engine 'central' cannot restore"):
+    with pytest.raises(ConfigError, match="engine 'central' .* cannot replay a crashed worker's steps"):
         _collector(num_workers=1, engine="central", recovery="replay")
     with pytest.raises(ConfigError, match="checkpoint_every=2 needs a checkpoint_dir"):
         _collector(checkpoint_every=2)
@@ -216,16 +277,17 @@ _FOREVER = """
 import sys
 from pycollect import Collector
 with Collector("CartPole-v1", frames_per_batch=64, envs_per_worker=4, seed=7, num_workers=2,
-               checkpoint_dir=sys.argv[1]) as collector:
+               engine=sys.argv[2], checkpoint_dir=sys.argv[1]) as collector:
     while True:
         collector.next_batch()
         print(collector.frames // 64, flush=True)
 """
 
 
-def test_sigterm_writes_a_checkpoint_of_the_last_batch_before_the_workers_stop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["workers", "central"])
+def test_sigterm_writes_a_checkpoint_of_the_last_batch_before_the_workers_stop(tmp_path: Path, engine: str) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", _FOREVER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _FOREVER, str(tmp_path), engine], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     assert child.stdout is not None
     for _ in range(5):
@@ -237,4 +299,9 @@ def test_sigterm_writes_a_checkpoint_of_the_last_batch_before_the_workers_stop(t
     state = load_checkpoint(tmp_path)
     # The batch the child was in (or had not printed yet) when the signal came may be in it.
     assert state["batches"] in range(5, 5 + len(delivered) + 2)
-    assert "worker_states" in state  # the env states of the last batch delivered
+    assert ("worker_states" if engine == "workers" else "env_snapshot") in state  # the envs after that batch
+    with Collector(
+        "CartPole-v1", frames_per_batch=64, envs_per_worker=4, seed=7, num_workers=2, engine=engine, resume=tmp_path
+    ) as resumed:
+        assert resumed.frames == 64 * state["batches"]
+        resumed.next_batch()  # the envs restored from the checkpoint step on

@@ -52,6 +52,7 @@ __all__ = [
     "LEFT_RESET",
     "LEFT_STEPPED",
     "EnvGroup",
+    "EnvSlotState",
     "InfoEntry",
     "Material",
     "autoreset_mode",
@@ -69,6 +70,9 @@ ended the flags say: an ended episode whose final info fit the fields has no ent
 
 Material: TypeAlias = list[InfoEntry]
 """The info material of one group's step or reset, in env order."""
+
+EnvSlotState: TypeAlias = tuple[Any, int, bool]
+"""One env of a group, saved between steps: ``(the env's state, steps of its episode, whether it ended)``."""
 
 # How one observation leaf is stored: (path in the raw observation, field index, dtype, shape, array).
 _Out: TypeAlias = list[tuple[Any, int, np.dtype[Any], tuple[int, ...], np.ndarray]]
@@ -579,13 +583,42 @@ class EnvGroup:
         """``function(env)`` for each env (of ``indices``, in that order), the env itself as built."""
         return [function(env) for env in self._targets(indices)]
 
+    def env_states(self, get_state: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[EnvSlotState]:
+        """What each env (of ``indices``) continues from after :meth:`load_env_states`, between steps.
+
+        The env's own state (``get_state(env)``: the env backend's, pickled by the caller), the
+        steps its episode has taken (the trajectory limit counts them) and whether its last step
+        ended it (``NEXT_STEP`` resets it next).
+        """
+        return [
+            (get_state(self.envs[i]), int(self._lengths[i]), bool(self._ended[i])) for i in self._positions(indices)
+        ]
+
+    def load_env_states(
+        self,
+        states: Sequence[EnvSlotState],
+        set_state: Callable[[Any, Any], None],
+        indices: Sequence[int] | None = None,
+    ) -> None:
+        """Restore :meth:`env_states` into the envs of ``indices`` (every env: ``None``), in order."""
+        positions = self._positions(indices)
+        if len(states) != len(positions):
+            raise ConfigError(f"{len(states)} env states for {len(positions)} envs")
+        for i, (state, length, ended) in zip(positions, states, strict=True):
+            set_state(self.envs[i], state)
+            self._lengths[i], self._ended[i] = length, ended
+
     def _targets(self, indices: Sequence[int] | None) -> list[GymLikeEnv]:
-        if indices is None:
-            return self.envs
+        return [self.envs[i] for i in self._positions(indices)]
+
+    def _positions(self, indices: Sequence[int] | None) -> Sequence[int]:
+        """``indices``, checked (``None``: every env)."""
         count = len(self.envs)
+        if indices is None:
+            return range(count)
         if any(not 0 <= i < count for i in indices):
             raise ConfigError(f"env indices {list(indices)} of a group of {count} envs: each must be in 0..{count - 1}")
-        return [self.envs[i] for i in indices]
+        return list(indices)
 
     def close(self) -> None:
         """Close every env (once; every env even if one raises, the first error raised after)."""

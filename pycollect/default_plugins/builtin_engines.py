@@ -81,6 +81,7 @@ class Central(EngineFactory):
     name = "central"
     default_weight_sync = "no_sync"  # nothing moves: update_policy_weights_() needs no scheme
     policy_in_trainer = True
+    snapshots_envs = True  # between batches, for checkpoints: not for replay (check refuses it)
 
     def __init__(self, groups: int = 2, policy_threads: int | None = None) -> None:
         if not _positive_int(groups):
@@ -115,6 +116,12 @@ class Central(EngineFactory):
             raise ConfigError(
                 "zero_copy=True: engine='central' assembles every batch in this process, so there are no "
                 "shared-memory rollout slots to view; leave zero_copy unset"
+            )
+        if config.recovery == "replay":
+            raise ConfigError(
+                "recovery='replay': engine 'central' saves its envs' states between batches (snapshots=True, "
+                "checkpoints), but cannot replay a crashed worker's steps within one; its crashes are cut "
+                "(recovery='cut'). The workers engine replays them"
             )
 
     def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:

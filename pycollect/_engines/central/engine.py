@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import pickle
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -24,7 +25,7 @@ from pycollect._engines.central.trajectories import TrajectoryIds
 from pycollect._engines.inprocess import on_policy_device
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
 from pycollect._engines.workers import forkserver
-from pycollect._engines.workers.step_backend import WorkerStepBackend
+from pycollect._engines.workers.step_backend import MAILBOX_BYTES, WorkerStepBackend
 from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import parameters_device
@@ -33,7 +34,7 @@ from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout
 from pycollect.envs.batched import is_view
 from pycollect.envs.source import EnvSource
-from pycollect.exceptions import CollectorClosedError
+from pycollect.exceptions import CollectorClosedError, ConfigError, EnvStateError
 
 if TYPE_CHECKING:
     from pycollect._rollout.runner import _Rollout
@@ -154,6 +155,8 @@ class CentralEngine(Engine):
         # A batched env steps all its sub-envs at once: one group of every env
         split = env_groups(k, 1 if is_view(probe) else groups)
         try:
+            if config.takes_snapshots:
+                _check_env_states(env_source, probe)
             drew = False
             with streams.keep_trainers() if streams is not None else contextlib.nullcontext():
                 plans = []
@@ -348,14 +351,57 @@ class CentralEngine(Engine):
         return Supervision(self.backend.workers(), self.backend.events())
 
     def state(self) -> dict[str, Any]:
-        """Trajectory numbering, to continue it after :meth:`load_state`."""
-        return {"central": {"traj_ids": self._ids.state()}}
+        """Trajectory numbering and, with ``snapshots``, where every env and random stream is.
+
+        The env snapshot (pickled, under ``"env_snapshot"``) is taken between batches, when no
+        step is in flight: every env's state from its worker, what each group's policy reads
+        next (observations, recurrent state), the groups' torch streams, the workers' random
+        action draws, the rounds made and, in async mode, the rollouts of the last round not
+        handed out yet. A collector that loads it makes the batches this one would make next.
+        None is taken before the first batch, or after a round broken by an error or a worker
+        restart it has not seen yet (the next round resets or cuts those envs anyway).
+        """
+        state: dict[str, Any] = {"central": {"traj_ids": self._ids.state()}}
+        if self.config.takes_snapshots and not self._reset_needed and not self._closed and self._restarts_seen():
+            snapshot = {
+                "envs": self.backend.env_states(),
+                "groups": [runner.group_state() for runner in self.runners],
+                "streams": self.streams.state() if self.streams is not None else None,
+                "draws": self._draws.state(),
+                "rounds": self._rounds,
+                "pending": [(td.to_dict(), list(td.batch_size)) for td in self._pending],
+            }
+            if self._restarts_seen():  # no worker restarted while its envs were read
+                state["env_snapshot"] = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+        return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state` (one of another layout is ignored)."""
+        """Restore :meth:`state` (the envs too, if it holds their snapshot; one of another layout is ignored)."""
         saved = state.get("central")
         if isinstance(saved, Mapping) and isinstance(saved.get("traj_ids"), Mapping):
             self._ids.load_state(saved["traj_ids"])
+        if "env_snapshot" not in state:
+            return
+        snapshot = pickle.loads(state["env_snapshot"])
+        if len(snapshot["groups"]) != len(self.runners):
+            raise ConfigError(
+                f"the state_dict's env snapshot holds {len(snapshot['groups'])} groups of envs, this central engine "
+                f"steps {len(self.runners)}: make it with the same Central(groups=...)"
+            )
+        self.backend.load_env_states(snapshot["envs"])
+        for runner, group in zip(self.runners, snapshot["groups"], strict=True):
+            runner.load_group_state(group)
+        if self.streams is not None and snapshot["streams"] is not None:
+            self.streams.load_state(snapshot["streams"])
+        self._draws.load_state(snapshot["draws"])
+        self._rounds = int(snapshot["rounds"])
+        self._pending = [TensorDict(fields, batch_size=size) for fields, size in snapshot["pending"]]
+        self._reset_needed = False  # the envs continue where they were
+
+    def _restarts_seen(self) -> bool:
+        """Whether every group has seen every worker's current generation (no restart is pending)."""
+        generations = [self.backend.generation(w) for w in range(self.num_workers)]
+        return all(runner.seen == generations for runner in self.runners)
 
     def close(self) -> None:
         """Stop the workers (they close their envs) and release the batch memory (once)."""
@@ -382,6 +428,24 @@ def _vector_config(config: CollectorConfig, plan: RolloutPlan) -> VectorConfig:
         supervision=config.supervision,
         max_episode_steps=config.max_frames_per_traj,
     )
+
+
+def _check_env_states(env_source: EnvSource, probe: Any) -> None:
+    """Refuse an env whose state cannot be saved, or is too large to travel from its worker.
+
+    Raises:
+        EnvStateError: Naming the env and what cannot be saved, or its size.
+    """
+    why = env_source.backend.snapshot_refusal(probe)
+    if why is None:
+        size = len(pickle.dumps(env_source.backend.get_state(probe), protocol=pickle.HIGHEST_PROTOCOL))
+        if size > MAILBOX_BYTES // 2:  # room for the episode counters and for states that grow
+            why = f"its state takes {size:,} bytes pickled, more than half a worker's {MAILBOX_BYTES:,}-byte mailbox"
+    if why is not None:
+        raise EnvStateError(
+            f"snapshots=True (or a checkpoint_dir) saves every env's state, but env {env_source.describe()!r} cannot "
+            f"be saved with engine='central': {why}"
+        )
 
 
 def env_groups(envs_per_worker: int, groups: int) -> list[range]:

@@ -143,6 +143,27 @@ class CentralRunner(EnvRunner):
         """``N * K_g``."""
         return self._count
 
+    @property
+    def seen(self) -> list[int]:
+        """The generation of each worker the group's envs last stepped in (a later one: a restart not seen yet)."""
+        return list(self._seen)
+
+    def group_state(self) -> dict[str, Any]:
+        """What the group's next policy call reads, between rounds: observations and carried (recurrent) state."""
+        return {
+            "observation": {key: array.copy() for key, array in self._obs.items()},
+            "carried": {key: array.copy() for key, array in self._carried.items()},
+        }
+
+    def load_group_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`group_state` (the workers' envs restored too, generations as they are now)."""
+        for key, array in self._obs.items():
+            array[...] = state["observation"][key]
+        for key, array in self._carried.items():
+            array[...] = state["carried"][key]
+        self._seen = [self.backend.generation(w) for w in range(self._workers)]
+        self._has_reset = True  # the envs go on from their restored states, not from a reset
+
     def close(self) -> None:
         """Let go of any view of the workers' segment (the engine closes the backend)."""
         self._now = []

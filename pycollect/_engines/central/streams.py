@@ -9,7 +9,7 @@ group's own (:class:`TorchStreams`), and random actions (``init_random_frames``,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import torch
 
 from pycollect._rollout.actions import RandomActions
 from pycollect._rollout.seeding import action_rng
+from pycollect.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from pycollect.envs.specs import FieldSpec
@@ -78,6 +79,16 @@ class TorchStreams:
         cuda_drew = seeded[1] is not None and now[1] is not None and not torch.equal(seeded[1], now[1])
         return cpu_drew or cuda_drew
 
+    def state(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Every stream's generator state, to continue them after :meth:`load_state`."""
+        return [(cpu.clone(), None if cuda is None else cuda.clone()) for cpu, cuda in self._states]
+
+    def load_state(self, states: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> None:
+        """Continue every stream from :meth:`state` (one per stream)."""
+        if len(states) != len(self._states):
+            raise ConfigError(f"{len(states)} saved torch streams for {len(self._states)} groups")
+        self._states = [(cpu.clone(), None if cuda is None else cuda.clone()) for cpu, cuda in states]
+
     @contextlib.contextmanager
     def drawing(self, stream: int) -> Iterator[None]:
         """Run the block (a policy call) on ``stream``."""
@@ -114,6 +125,19 @@ class WorkerDraws:
     def begin_round(self) -> None:
         """Draw anew for the next round."""
         self._round += 1
+
+    def state(self) -> list[dict[str, Any]]:
+        """Each worker's stream, between rounds (a round's draw is made anew at the next)."""
+        return [source.random_state() for source in self._sources]
+
+    def load_state(self, states: Sequence[Mapping[str, Any]]) -> None:
+        """Continue each worker's stream from :meth:`state`; the workers' generations start again at 1."""
+        if len(states) != len(self._sources):
+            raise ConfigError(f"{len(states)} saved random action streams for {len(self._sources)} workers")
+        for source, state in zip(self._sources, states, strict=True):
+            source.load_random_state(state)
+        self._generations = [1] * len(self._sources)
+        self._drawn = None
 
     def restart(self, worker: int, generation: int) -> None:
         """Worker ``worker``'s new generation draws from its own stream, as its process would (once a generation)."""

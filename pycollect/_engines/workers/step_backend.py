@@ -41,7 +41,7 @@ from pycollect._engines.workers.processes import WorkerProcesses
 from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
 from pycollect._native import _core
 from pycollect._steps.backend import InfoParts, StepBackend, check_indices
-from pycollect._steps.group import InfoEntry, Material
+from pycollect._steps.group import EnvSlotState, InfoEntry, Material
 from pycollect._steps.info_fields import probe_info_fields
 from pycollect._steps.spaces import SpaceLayout
 from pycollect.config import WEIGHT_BUFFERS, VectorConfig
@@ -366,6 +366,36 @@ class WorkerStepBackend(StepBackend):
             ConfigError: ``function`` cannot be pickled; nothing was sent.
         """
         return self._gather(protocol.APPLY, lambda local: (function, local), indices, f"apply's function {function!r}")
+
+    def env_states(self) -> list[EnvSlotState]:
+        """Every env's saved state, in env order (see :meth:`~pycollect._steps.group.EnvGroup.env_states`).
+
+        Asked between steps, one env of every worker at a time, so that an answer of big envs
+        still fits a worker's mailbox.
+
+        Raises:
+            TransportError: An env's state is too large for the mailbox, or cannot be pickled.
+        """
+        k, n = self._k, self.num_workers
+        states: dict[int, EnvSlotState] = {}
+        for j in range(k):
+            envs = [w * k + j for w in range(n)]
+            answers = self._gather(protocol.GET_STATE, lambda local: local, envs, "env states")
+            states.update(zip(envs, answers, strict=True))
+        return [states[index] for index in range(self.num_envs)]
+
+    def load_env_states(self, states: Sequence[EnvSlotState]) -> None:
+        """Restore :meth:`env_states` into every env, one env of every worker at a time.
+
+        Raises:
+            ConfigError: Not one state per env, or a state that cannot be pickled.
+        """
+        if len(states) != self.num_envs:
+            raise ConfigError(f"{len(states)} env states for a vector env of {self.num_envs} envs")
+        k, n = self._k, self.num_workers
+        for j in range(k):
+            payloads = {w: _dumps(([states[w * k + j]], [j]), "an env state") for w in range(n)}
+            self._exchange(protocol.SET_STATE, payloads, retry=True)
 
     def counters(self) -> Any | None:
         """The segment: the workers count their steps in their control blocks (None once closed)."""

@@ -34,11 +34,13 @@ __all__ = [
     "CALL_FAILED",
     "CLOSE",
     "GET_ATTR",
+    "GET_STATE",
     "NOT_MINE",
     "OK",
     "RESET",
     "RESTARTED",
     "SET_ATTR",
+    "SET_STATE",
     "STEP",
     "dumps",
     "loads",
@@ -68,6 +70,14 @@ SET_ATTR = 6
 """Set an attribute of envs: payload ``(name, values, indices)``; answer: nothing."""
 APPLY = 7
 """Run a function on envs: payload ``(function, indices)`` (cloudpickled); answer: ``function(env)`` for each."""
+GET_STATE = 8
+"""Save envs' states: payload ``indices``; answer: each env's :meth:`~pycollect._steps.group.EnvGroup.env_states`.
+
+Sent between steps only (the central engine's checkpoints), one env per worker at a time, so
+that an answer of big envs (Atari's frames) still fits the mailbox.
+"""
+SET_STATE = 9
+"""Restore envs' states: payload ``(states, indices)`` (what :data:`GET_STATE` answered); answer: nothing."""
 
 # Statuses (the worker's): the native module's, and one more.
 OK = _core.STEP_STATUS_OK

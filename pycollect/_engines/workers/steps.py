@@ -31,6 +31,7 @@ import numpy as np
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
 from pycollect._steps.group import EnvGroup
+from pycollect.envs.backend import EnvBackend
 from pycollect.envs.pool import source_for
 from pycollect.exceptions import PyCollectError, TransportError
 
@@ -54,8 +55,9 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
     reward, terminated, truncated = rows("flags", writable=True)
     actions = rows("action", writable=False)
     envs: list[Any] = []
+    source = source_for(spec.env_source, worker)  # a pool's worker: its own env
     try:
-        envs.extend(source_for(spec.env_source, worker).make_envs(k))  # a pool's worker: its own env
+        envs.extend(source.make_envs(k))
         group = EnvGroup(
             envs,
             config.autoreset_mode,
@@ -66,7 +68,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
             terminated,
             truncated,
             rows("final", writable=True) if config.final_observations else None,
-            env_name=source_for(spec.env_source, worker).describe(),
+            env_name=source.describe(),
             env_offset=worker * k,
             worker=worker,
             info_keys=config.info_keys,
@@ -81,7 +83,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
         group.end_every_episode()  # the trainer reported them truncated when it saw the restart
     control.state = "running"
     try:
-        _serve(channel, control, generation, group, actions, segment, config.metrics)
+        _serve(channel, control, generation, group, actions, segment, config.metrics, source.backend)
     finally:
         group.close()
 
@@ -94,10 +96,12 @@ def _serve(
     actions: list[np.ndarray],
     segment: Any,
     metered: bool,
+    backend: EnvBackend,
 ) -> None:
     """Answer requests until shutdown or CLOSE: the common step natively, the rest here.
 
-    ``metered``: count each step's time and frames in the worker's control block (pycollect.metrics).
+    ``metered``: count each step's time and frames in the worker's control block
+    (pycollect.metrics); ``backend``: the env backend, which saves and restores the envs' states.
     """
     per_env = group.action.per_env
 
@@ -145,7 +149,7 @@ def _serve(
             channel.respond(protocol.OK)
             return
         else:
-            _answer_call(channel, group, command, payload)
+            _answer_call(channel, group, command, payload, backend)
 
 
 def _step_range(payload: bytes, count: int) -> tuple[int, int]:
@@ -179,8 +183,11 @@ def _answer(channel: Any, value: Any, what: str) -> None:
     channel.respond(protocol.OK, payload)
 
 
-def _answer_call(channel: Any, group: EnvGroup, command: int, payload: bytes) -> None:
-    """Serve a ``call``/``get_attr``/``set_attr``/``apply``: its result, or the exception it raised, goes back."""
+def _answer_call(channel: Any, group: EnvGroup, command: int, payload: bytes, backend: EnvBackend) -> None:
+    """Serve a ``call``/``get_attr``/``set_attr``/``apply`` or a state's save or restore.
+
+    Its result, or the exception it raised, goes back.
+    """
     try:
         arguments = protocol.loads(payload)  # an apply's function may fail to unpickle here (a missing module)
         if command == protocol.CALL:
@@ -196,6 +203,12 @@ def _answer_call(channel: Any, group: EnvGroup, command: int, payload: bytes) ->
         elif command == protocol.APPLY:
             function, indices = arguments
             result = group.apply(function, indices)
+        elif command == protocol.GET_STATE:
+            result = group.env_states(backend.get_state, arguments)
+        elif command == protocol.SET_STATE:
+            states, indices = arguments
+            group.load_env_states(states, backend.set_state, indices)
+            result = None
         else:
             raise TransportError(f"worker {channel.worker} got unknown command {command}")
     except Exception as exc:
