@@ -21,9 +21,11 @@ def _collector(**settings: Any) -> Collector:
     return Collector(ENV, **{"frames_per_batch": 64, "envs_per_worker": 2, "seed": 11, **settings})
 
 
-@pytest.mark.parametrize("workers", [0, 2], ids=["inprocess", "workers"])
-def test_cheetah_run_resumes_byte_for_byte(workers: int) -> None:
-    settings = {"num_workers": workers, "snapshots": True} if workers else {}
+@pytest.mark.parametrize("engine", ["inprocess", "workers", "central"])
+def test_cheetah_run_resumes_byte_for_byte(engine: str) -> None:
+    settings: dict[str, Any] = {"engine": engine}
+    if engine != "inprocess":
+        settings |= {"num_workers": 2, "snapshots": True}
     with _collector(**settings) as whole:
         expected = [batch_digest(whole.next_batch()) for _ in range(30)]
     with _collector(**settings) as first:
