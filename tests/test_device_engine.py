@@ -879,30 +879,6 @@ class BadCartPole(TorchCartPole):
         return observation, reward, terminated, truncated, final
 
 
-@pytest.mark.parametrize(
-    ("fault", "match"),
-    [
-        ("shape", r"observation 'observation' of shape \(6, 3\).*says a tensor of shape \(6, 4\)"),
-        ("numpy", r"observation 'observation' of type ndarray"),
-        ("flags", r"terminated of shape \(6,\) and dtype torch.int64.*must be a bool tensor"),
-        ("reward", r"reward of shape \(6, 1\)"),
-    ],
-)
-def test_what_the_env_returns_is_checked_by_shape_dtype_and_device(fault: str, match: str) -> None:
-    with (
-        Collector(
-            BadCartPole,
-            None,
-            engine="device",
-            envs_per_worker=N,
-            env_kwargs={"num_envs": N, "fault": fault},
-            frames_per_batch=N,
-        ) as collector,
-        pytest.raises(EnvOutputError, match=match),
-    ):
-        collector.next_batch()
-
-
 class BadRollingCartPole(BadCartPole):
     """:class:`BadCartPole` with a rollout: the same faults, stacked over the rollout's steps."""
 
@@ -911,17 +887,36 @@ class BadRollingCartPole(BadCartPole):
 
 
 @pytest.mark.parametrize(
-    ("fault", "match"),
+    ("env", "fault", "match"),
     [
-        ("shape", r"from a rollout of T=1 steps returned observation 'observation' of shape \(1, 6, 3\).*\(1, 6, 4\)"),
-        ("flags", r"from a rollout of T=1 steps returned terminated of shape \(1, 6\) and dtype torch.int64"),
-        ("reward", r"reward of shape \(1, 6, 1\) .*rewards are a real tensor of shape \(1, 6\)"),
+        (BadCartPole, "shape", r"observation 'observation' of shape \(6, 3\).*says a tensor of shape \(6, 4\)"),
+        (BadCartPole, "numpy", r"observation 'observation' of type ndarray"),
+        (BadCartPole, "flags", r"terminated of shape \(6,\) and dtype torch.int64.*must be a bool tensor"),
+        (BadCartPole, "reward", r"reward of shape \(6, 1\)"),
+        (
+            BadRollingCartPole,
+            "shape",
+            r"from a rollout of T=1 steps returned observation 'observation' of shape \(1, 6, 3\).*\(1, 6, 4\)",
+        ),
+        (
+            BadRollingCartPole,
+            "flags",
+            r"from a rollout of T=1 steps returned terminated of shape \(1, 6\) and dtype torch.int64",
+        ),
+        (
+            BadRollingCartPole,
+            "reward",
+            r"reward of shape \(1, 6, 1\) .*rewards are a real tensor of shape \(1, 6\)",
+        ),
     ],
+    ids=lambda value: value.__name__ if isinstance(value, type) else None,
 )
-def test_what_a_rollout_returns_is_checked_by_shape_dtype_and_device_too(fault: str, match: str) -> None:
+def test_what_the_env_or_its_rollout_returns_is_checked_by_shape_dtype_and_device(
+    env: type[BadCartPole], fault: str, match: str
+) -> None:
     with (
         Collector(
-            BadRollingCartPole,
+            env,
             None,
             engine="device",
             envs_per_worker=N,

@@ -18,7 +18,7 @@ from pycollect import Collector, ConfigError, EnvStateError
 from pycollect._checkpoints import latest_checkpoint, load_checkpoint
 from pycollect.default_plugins import Central
 from pycollect.testing.batches import batch_digest
-from pycollect.testing.envs import RaisingEnv
+from pycollect.testing.envs import RaisingEnv, UnsaveableEnv
 from pycollect.testing.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -268,24 +268,11 @@ def test_a_worker_killed_mid_run_is_replayed_every_batch_identical() -> None:
     assert got == expected
 
 
-class _Opaque(gym.Env[np.ndarray, int]):
-    """An env of its own whose state no one knows how to save (it implements no get_state)."""
-
-    observation_space = gym.spaces.Box(0, 1, (1,))
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        return np.zeros(1, np.float32), 0.0, False, False, {}
-
-
 def test_replay_is_refused_for_an_env_that_cannot_be_saved() -> None:
-    with pytest.raises(EnvStateError, match="_Opaque"):
-        Collector(_Opaque, frames_per_batch=8, num_workers=1, recovery="replay")
-    with pytest.raises(EnvStateError, match=r"_Opaque.*engine='central'"):
-        Collector(_Opaque, frames_per_batch=8, num_workers=1, engine="central", snapshots=True)
+    with pytest.raises(EnvStateError, match="UnsaveableEnv"):
+        Collector(UnsaveableEnv, frames_per_batch=8, num_workers=1, recovery="replay")
+    with pytest.raises(EnvStateError, match=r"UnsaveableEnv.*engine='central'"):
+        Collector(UnsaveableEnv, frames_per_batch=8, num_workers=1, engine="central", snapshots=True)
 
 
 def test_recovery_settings_are_checked() -> None:

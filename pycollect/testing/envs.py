@@ -18,6 +18,8 @@ gymnasium ``Env``:
   calls ``exit``).
 * :class:`OrphanChildEnv`: starts a child process that only ``close()`` stops.
 * :class:`ChildProcessEnv`: steps through a child process of its own (a simulator server).
+* :class:`UnsaveableEnv`: an env of its own whose state pycollect cannot save (it implements
+  no ``get_state``): what snapshots and crash replay refuse by name.
 
 :class:`CountingEnv` (and the envs built on it), :class:`DictObsEnv`, :class:`MultiBinaryActionEnv`
 and :class:`SpacesEnv` implement :class:`pycollect.envs.state.SnapshotEnv`: ``get_state()`` /
@@ -51,6 +53,7 @@ __all__ = [
     "RaisingEnv",
     "SpacesEnv",
     "TupleObsEnv",
+    "UnsaveableEnv",
     "make_counting",
 ]
 
@@ -425,3 +428,22 @@ class OrphanChildEnv(CountingEnv):
         """Stop the child process."""
         self._child.kill()
         self._child.wait(timeout=10)
+
+
+class UnsaveableEnv(gym.Env[np.ndarray, int]):
+    """An env of its own whose state no one knows how to save: it implements no ``get_state``.
+
+    Observations are zeros and episodes never end; what it is for is being refused.
+    """
+
+    observation_space = gym.spaces.Box(0, 1, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, Info]:
+        """A zero observation."""
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, Info]:
+        """A zero observation, no reward, never done."""
+        return np.zeros(1, np.float32), 0.0, False, False, {}

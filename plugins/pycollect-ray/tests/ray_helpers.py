@@ -21,6 +21,16 @@ class ActsItsWeight(torch.nn.Module):
         return self.value.detach().long().expand(observation.shape[0]).clone()
 
 
+def acts_with(collector: Any, version: int) -> bool:
+    """Whether ``collector``'s next batch was made by :class:`ActsItsWeight` weights ``version`` alone.
+
+    Version ``v`` sets the weight ``v % 2``, so every frame carries ``policy_version == v`` and
+    acts ``v % 2``.
+    """
+    batch = collector.next_batch()
+    return bool((batch["policy_version"] == version).all() and (batch["action"] == version % 2).all())
+
+
 class LeansWithThePole(torch.nn.Module):
     """A deterministic CartPole policy that looks at its observation: push the way the pole leans."""
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from ray_helpers import ActsItsWeight, InfoCountingEnv, agents_policy, batched_cartpoles
+from ray_helpers import ActsItsWeight, InfoCountingEnv, acts_with, agents_policy, batched_cartpoles
 from tensordict import TensorDictBase
 
 from pycollect import (
@@ -107,14 +107,10 @@ def test_weights_reach_every_actor_and_a_killed_actor_is_restarted_until_max_res
         first = collector.next_batch()
         assert (first["action"] == 0).all() and (first["policy_version"] == 0).all()
 
-        def all_on(version: int) -> bool:
-            batch = collector.next_batch()
-            return bool((batch["policy_version"] == version).all() and (batch["action"] == version).all())
-
         with torch.no_grad():
             net.value.fill_(1)
         collector.update_policy_weights_()
-        wait_until(lambda: all_on(1), timeout_s=120, what="every actor's frames to carry version 1 and act 1")
+        wait_until(lambda: acts_with(collector, 1), timeout_s=120, what="every actor on version 1")
 
         actors = collector._engine.actors  # type: ignore[attr-defined]
         old = ray.get(actors[0].pid.remote())
@@ -128,7 +124,7 @@ def test_weights_reach_every_actor_and_a_killed_actor_is_restarted_until_max_res
                 what="the death of actor 0 to be reported",
             )
             # The restarted actor got the latest weights before its first rollout.
-            wait_until(lambda: all_on(1), timeout_s=120, what="the restarted actor to act with version 1")
+            wait_until(lambda: acts_with(collector, 1), timeout_s=120, what="the restarted actor to act with version 1")
         assert ray.get(actors[0].pid.remote()) != old
 
         os.kill(ray.get(actors[0].pid.remote()), signal.SIGKILL)

@@ -15,15 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
-from ray_helpers import ActsItsWeight, LeansWithThePole
+from ray_helpers import ActsItsWeight, LeansWithThePole, acts_with
 
 from pycollect import Collector, ConfigError, EnvStateError, PyCollectWarning
 from pycollect.testing import wait_until
-from pycollect.testing.envs import RaisingEnv
+from pycollect.testing.envs import RaisingEnv, UnsaveableEnv
 from pycollect_ray import RayEngine
 from pycollect_ray.engine import _LOCAL_ENV_STATE_KEYS
 
@@ -183,19 +181,6 @@ def test_a_killed_actor_resumes_from_its_last_delivered_rollout_every_batch_iden
     assert got == expected
 
 
-class _Opaque(gym.Env[np.ndarray, int]):
-    """An env whose state no one knows how to save (it implements no get_state)."""
-
-    observation_space = gym.spaces.Box(0, 1, (1,))
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        return np.zeros(1, np.float32), 0.0, False, False, {}
-
-
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
@@ -215,8 +200,8 @@ def test_an_env_that_cannot_be_saved_is_refused_before_ray_or_any_actor_starts(
 
     monkeypatch.setattr(ray, "init", no_ray)
     monkeypatch.setattr(ray, "remote", no_ray)
-    with pytest.raises(EnvStateError, match=rf"{named}.*engine='ray'.*_Opaque"):
-        Collector(_Opaque, frames_per_batch=8, num_workers=1, engine=RayEngine(num_actors=1), **settings)
+    with pytest.raises(EnvStateError, match=rf"{named}.*engine='ray'.*UnsaveableEnv"):
+        Collector(UnsaveableEnv, frames_per_batch=8, num_workers=1, engine=RayEngine(num_actors=1), **settings)
 
 
 def test_replay_without_workers_in_the_actors_is_refused() -> None:
@@ -245,21 +230,17 @@ def test_a_resumed_restart_gets_the_latest_weights(ray_cluster: None, runtime_en
     with _ray(ENV, net, runtime_env, frames_per_batch=32, num_workers=1, snapshots=True) as collector:
         collector.next_batch()
 
-        def all_on(version: int) -> bool:
-            batch = collector.next_batch()
-            return bool((batch["policy_version"] == version).all() and (batch["action"] == version).all())
-
         with torch.no_grad():
             net.value.fill_(1)
         collector.update_policy_weights_()
-        wait_until(lambda: all_on(1), timeout_s=120, what="every actor's frames to carry version 1 and act 1")
+        wait_until(lambda: acts_with(collector, 1), timeout_s=120, what="every actor on version 1")
         os.kill(collector.stats().actors[1].pid, signal.SIGKILL)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PyCollectWarning)
 
             def resumed_on_version_1() -> bool:
-                assert all_on(1)  # not one rollout of the restarted actor with its constructor's weights
+                assert acts_with(collector, 1)  # not one rollout of the restarted actor with its constructor's weights
                 return collector.stats().actors[1].resumed == 1
 
             wait_until(resumed_on_version_1, timeout_s=120, what="actor 1 to resume after its restart")
-            assert all_on(1) and all_on(1)
+            assert acts_with(collector, 1) and acts_with(collector, 1)

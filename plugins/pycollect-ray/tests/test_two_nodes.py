@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from ray_helpers import ActsItsWeight
+from ray_helpers import ActsItsWeight, acts_with
 
 from pycollect import Collector, PyCollectWarning, WorkerCrashedError
 from pycollect.testing import wait_until
@@ -125,16 +125,12 @@ def test_weights_are_published_once_per_version_and_reach_both_nodes_and_a_resta
         first = collector.next_batch()
         assert (first["action"] == 0).all() and (first["policy_version"] == 0).all()
 
-        def all_on(version: int) -> bool:  # version v acts v % 2 (the weight it set)
-            batch = collector.next_batch()
-            return bool((batch["policy_version"] == version).all() and (batch["action"] == version % 2).all())
-
         for version in (1, 2):
             with torch.no_grad():
                 net.value.fill_(version % 2)
             collector.update_policy_weights_()
             what = f"both nodes' frames to carry version {version}"
-            wait_until(lambda v=version: all_on(v), timeout_s=120, what=what)  # type: ignore[misc]
+            wait_until(lambda v=version: acts_with(collector, v), timeout_s=120, what=what)  # type: ignore[misc]
         assert len(published) == 2  # one object per version, whatever the number of actors and nodes
         head, worker = _on_both_nodes(cluster, collector)
         assert head.policy_version == worker.policy_version == 2
@@ -146,7 +142,7 @@ def test_weights_are_published_once_per_version_and_reach_both_nodes_and_a_resta
             warnings.simplefilter("always", PyCollectWarning)
             reported = lambda: any("ray actor 1 died" in str(w.message) for w in caught)  # noqa: E731
             wait_until(lambda: collector.next_batch() is not None and reported(), timeout_s=120, what="actor 1's death")
-            wait_until(lambda: all_on(2), timeout_s=120, what="the restarted actor to act with version 2")
+            wait_until(lambda: acts_with(collector, 2), timeout_s=120, what="the restarted actor to act with version 2")
         assert len(published) == 2  # the restart reuses the published object
         _, again = _on_both_nodes(cluster, collector)
         assert again.pid != worker.pid and again.node_id == worker.node_id
