@@ -52,34 +52,42 @@ class EpisodeRecord:
         """Account for one ``[N, T]`` batch (before any trajectory split).
 
         A trajectory is a run of equal ids along a row (an id changes only where an episode
-        starts), so the runs are found with one comparison per frame instead of a sort, and
-        their sums and lengths with one ``bincount`` each. Only the runs that touch a row's ends
-        meet trajectories of other batches (at most two a row): those are looked up in the table
-        of open trajectories (sorted arrays). All of it is numpy, whatever the number of episodes.
+        starts), so the runs are found with one comparison per frame instead of a sort, their
+        lengths from where they start and their sums with one ``bincount``. Only the runs that
+        touch a row's ends meet trajectories of other batches (at most two a row): those are
+        looked up in the table of open trajectories (sorted arrays). All of it is numpy, whatever
+        the number of episodes: three passes over the frames (ids, done flags, rewards), the rest
+        per run.
         """
         traj_ids = batch.get(TRAJ_IDS)
         steps = traj_ids.shape[-1]
-        ids = _host(traj_ids).reshape(-1, steps)
-        starts = np.empty(ids.shape, bool)
-        starts[:, 0] = True
-        np.not_equal(ids[:, 1:], ids[:, :-1], out=starts[:, 1:])
-        starts = starts.reshape(-1)
-        run = np.cumsum(starts)  # each frame's run, counted from 1
-        run -= 1
+        ids = _host(traj_ids).reshape(-1)
+        starts = np.empty(ids.shape, bool)  # where a run starts: a new id, or a row's first frame
+        np.not_equal(ids[1:], ids[:-1], out=starts[1:])
+        starts[::steps] = True
         first = np.flatnonzero(starts)  # each run's first frame (flat)
+        lengths = np.empty_like(first)
+        np.subtract(first[1:], first[:-1], out=lengths[:-1])
+        lengths[-1:] = ids.size - first[-1:]
+        # Each frame's run, counted from 0. np.repeat writes it for a fraction of a cumsum of
+        # `starts` (numpy's cumsum does not vectorize: it was half of this method's time).
+        run = np.repeat(np.arange(first.size), lengths)
         rewards = _host(batch.get(REWARD)).reshape(-1)  # float32, summed in float64 by bincount
         sums = np.bincount(run, weights=rewards, minlength=first.size)
-        lengths = np.bincount(run, minlength=first.size)
         finished = np.zeros(first.size, bool)
-        finished[run[_host(batch.get(NEXT_DONE)).reshape(-1)]] = True
-        run_ids = ids.reshape(-1)[first]
+        finished[run[np.flatnonzero(_host(batch.get(NEXT_DONE)))]] = True  # the runs of the few done frames
+        run_ids = ids[first]
         self._batches += 1
         keep = np.ones(self._open_ids.size, bool)
         if self._open_ids.size:  # a run at a row's start may go on from an earlier batch
-            at_start = np.flatnonzero(first % steps == 0)
-            where = np.searchsorted(self._open_ids, run_ids[at_start])
+            at_start = run[::steps]  # the run at each row's start
+            start_ids = ids[::steps]
+            # Searched in id order, several times faster than in row order (any order gives the same).
+            by_id = np.argsort(start_ids)
+            at_start, start_ids = at_start[by_id], start_ids[by_id]
+            where = np.searchsorted(self._open_ids, start_ids)
             where[where == self._open_ids.size] = 0
-            going_on = self._open_ids[where] == run_ids[at_start]
+            going_on = self._open_ids[where] == start_ids
             runs, rows = at_start[going_on], where[going_on]
             sums[runs] += self._open_sums[rows]
             lengths[runs] += self._open_lengths[rows]
@@ -92,7 +100,7 @@ class EpisodeRecord:
             np.concatenate((self._open_seen[keep], np.full(unfinished.size, self._batches, np.int64))),
         )
         ended = np.flatnonzero(finished)
-        ended = ended[np.argsort(run_ids[ended], kind="stable")]  # in id order, as they were numbered
+        ended = ended[_stable_order(run_ids[ended])]  # in id order, as they were numbered
         returns = sums[ended]
         self.count += int(returns.size)
         self.length_sum += int(lengths[ended].sum())
@@ -116,9 +124,23 @@ class EpisodeRecord:
         }
 
     def _set_open(self, ids: np.ndarray, sums: np.ndarray, lengths: np.ndarray, seen: np.ndarray) -> None:
-        order = np.argsort(ids, kind="stable")
+        order = _stable_order(ids)
         self._open_ids, self._open_sums = ids[order], sums[order]
         self._open_lengths, self._open_seen = lengths[order], seen[order]
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """The indices that sort ``keys``, equal keys in their order: ``np.argsort(keys, kind="stable")``.
+
+    Keys are trajectory ids, distinct in practice, and then numpy's default sort (vectorized)
+    gives the same order about 5 times faster than its stable sort (a timsort) on ids in no
+    order. Only keys that repeat need the stable sort.
+    """
+    order = np.argsort(keys)
+    ordered = keys[order]
+    if np.any(ordered[1:] == ordered[:-1]):
+        return np.argsort(keys, kind="stable")
+    return order
 
 
 def _host(tensor: torch.Tensor) -> Any:
