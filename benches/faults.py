@@ -13,7 +13,9 @@ steps:
 Checkpoint (target: a 16-env Pong collector in under a second): ``save_checkpoint()`` of a
 Pong collector of 2 workers x 8 envs with snapshots and a Nature CNN policy, timed over a few
 calls after warm-up batches: the state dict (the workers' snapshots, the policy's weights) and
-the atomic write (temporary file, fsync, rename, directory fsync).
+the atomic write (temporary file, fsync, rename, directory fsync); on the ``workers`` engine,
+whose snapshots came with the rollouts, and on the ``central`` engine, which asks its workers
+for their envs' states when the checkpoint is made.
 
 Run: ``python benches/faults.py [--workloads cartpole,cheetah,pong] [--rounds 5] [--seconds 4]``.
 """
@@ -59,8 +61,12 @@ def throughput(workload: str, snapshots: bool, seconds: float) -> float:
         return frames / (time.perf_counter() - began)
 
 
-def checkpoint_seconds(calls: int = 3) -> tuple[float, int]:
-    """Median seconds of ``save_checkpoint()`` of a 16-env Pong collector, and the file's bytes."""
+def checkpoint_seconds(engine: str = "workers", calls: int = 3) -> tuple[float, int]:
+    """Median seconds of ``save_checkpoint()`` of a 16-env Pong collector, and the file's bytes.
+
+    ``engine="workers"``: the states came with the last rollouts (the pickles are made as the
+    workers go); ``"central"``: the trainer asks each worker for its envs' states right then.
+    """
     from nature_cnn import NatureCNN  # type: ignore[import-not-found]
 
     net = NatureCNN(6)
@@ -79,6 +85,7 @@ def checkpoint_seconds(calls: int = 3) -> tuple[float, int]:
             frames_per_batch=2 * 8 * 16,
             checkpoint_dir=directory,
             seed=0,
+            engine=engine,
         ) as collector,
     ):
         for _ in range(2):
@@ -111,8 +118,12 @@ def main() -> None:
             )
         print(f"{workload}: snapshots on / off, median of {args.rounds} rounds: {statistics.median(ratios):.3f}x")
     if not args.no_checkpoint:
-        seconds, size = checkpoint_seconds()
-        print(f"checkpoint of a 16-env Pong collector: {seconds:.3f} s (median of 3), {size / 1e6:.1f} MB")
+        for engine in ("workers", "central"):
+            seconds, size = checkpoint_seconds(engine)
+            print(
+                f"checkpoint of a 16-env Pong collector, engine={engine!r}: {seconds:.3f} s (median of 3), "
+                f"{size / 1e6:.1f} MB"
+            )
 
 
 if __name__ == "__main__":
