@@ -355,8 +355,8 @@ class Collector:
             )
             waited = time.perf_counter_ns() - began
             versions = _versions(batch)
-            lag = None if versions is None else self.policy_version - versions
-            if config.max_policy_lag is not None and lag is not None and lag.size and lag.max() > config.max_policy_lag:
+            limit, latest = config.max_policy_lag, self.policy_version
+            if limit is not None and versions is not None and versions.size and latest - versions.min() > limit:
                 self._counter.batch(0, waited, None, self.policy_version, dropped=batch.numel())
                 continue
             self._counter.batch(batch.numel(), waited, versions, self.policy_version)

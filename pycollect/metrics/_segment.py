@@ -65,7 +65,7 @@ class TrainerCounter:
 
         ``versions``: the policy version of each of its frames (an array), or ``None``.
         """
-        if versions is None:
+        if versions is None or latest == 0:  # nothing published yet: no frame lags (no pass over them)
             self.segment.count_batch(frames, wait_ns, 0, 0, 0, dropped)
             return
         # A frame stamped with a version not yet published (a broken scheme's) counts as no lag.
