@@ -436,8 +436,9 @@ class UnsaveableEnv(gym.Env[np.ndarray, int]):
     Observations are zeros and episodes never end; what it is for is being refused.
     """
 
-    observation_space = gym.spaces.Box(0, 1, (1,))
-    action_space = gym.spaces.Discrete(2)
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0, 1, (1,))
+        self.action_space = gym.spaces.Discrete(2)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, Info]:
         """A zero observation."""
