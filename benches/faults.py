@@ -17,7 +17,12 @@ the atomic write (temporary file, fsync, rename, directory fsync); on the ``work
 whose snapshots came with the rollouts, and on the ``central`` engine, which asks its workers
 for their envs' states when the checkpoint is made.
 
-Run: ``python benches/faults.py [--workloads cartpole,cheetah,pong] [--rounds 5] [--seconds 4]``.
+Kept state (``--kept-state``): with a ``checkpoint_dir`` a collector keeps the state after every
+batch, for a SIGTERM in the middle of the next; the central engine asks its workers for their
+envs' states then, the in-process engine pickles its envs. Timed against the same collector
+without one (:data:`KEPT_STATE`).
+
+Run: ``python benches/faults.py [--workloads cartpole,cheetah,pong] [--rounds 5] [--seconds 4] [--kept-state]``.
 """
 
 from __future__ import annotations
@@ -59,6 +64,41 @@ def throughput(workload: str, snapshots: bool, seconds: float) -> float:
         while time.perf_counter() - began < seconds:
             frames += collector.next_batch().numel()
         return frames / (time.perf_counter() - began)
+
+
+KEPT_STATE: dict[str, tuple[str, str, int, int]] = {
+    # name: (engine, env, workers, envs per worker)
+    "central CartPole 2 x 8": ("central", "CartPole-v1", 2, 8),
+    "central Pong 2 x 4": ("central", "callable:atari_env:make_saveable_env", 2, 4),
+    "in-process CartPole 16": ("inprocess", "CartPole-v1", 0, 16),
+}
+"""Collectors whose state kept after every batch (with a ``checkpoint_dir``) costs work: see :func:`kept_state_fps`."""
+
+
+def kept_state_fps(name: str, checkpoint_dir: bool, seconds: float) -> float:
+    """Frames per second of a :data:`KEPT_STATE` collector with random actions, with or without a ``checkpoint_dir``.
+
+    With one, the collector keeps the state after every batch (a SIGTERM mid-batch writes it):
+    the central engine asks its workers for their envs' states, the in-process one pickles its envs.
+    """
+    engine, env, workers, envs = KEPT_STATE[name]
+    with tempfile.TemporaryDirectory() as directory:
+        settings: dict[str, Any] = {"checkpoint_dir": directory} if checkpoint_dir else {}
+        with Collector(
+            env,
+            num_workers=workers,
+            envs_per_worker=envs,
+            frames_per_batch=max(workers, 1) * envs * 64,
+            engine=engine,
+            seed=0,
+            **settings,
+        ) as collector:
+            for _ in range(3):
+                collector.next_batch()
+            frames, began = 0, time.perf_counter()
+            while time.perf_counter() - began < seconds:
+                frames += collector.next_batch().numel()
+            return frames / (time.perf_counter() - began)
 
 
 def checkpoint_seconds(engine: str = "workers", calls: int = 3) -> tuple[float, int]:
@@ -104,6 +144,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--no-checkpoint", action="store_true", help="skip the Pong checkpoint timing")
+    parser.add_argument(
+        "--kept-state",
+        action="store_true",
+        help="also time central and in-process collectors with a checkpoint_dir against none (their kept state)",
+    )
     args = parser.parse_args()
     for workload in args.workloads.split(","):
         ratios = []
@@ -117,6 +162,15 @@ def main() -> None:
                 flush=True,
             )
         print(f"{workload}: snapshots on / off, median of {args.rounds} rounds: {statistics.median(ratios):.3f}x")
+    if args.kept_state:
+        for name in KEPT_STATE:
+            ratios = []
+            for r in range(args.rounds):
+                order = (True, False) if r % 2 == 0 else (False, True)
+                fps = {on: kept_state_fps(name, on, args.seconds) for on in order}
+                ratios.append(fps[True] / fps[False])
+                print(f"{name} round {r}: checkpoint_dir {fps[True]:,.0f} frames/s, none {fps[False]:,.0f}", flush=True)
+            print(f"{name}: checkpoint_dir / none, median of {args.rounds} rounds: {statistics.median(ratios):.3f}x")
     if not args.no_checkpoint:
         for engine in ("workers", "central"):
             seconds, size = checkpoint_seconds(engine)

@@ -108,6 +108,7 @@ class CentralEngine(Engine):
         self._pending: list[TensorDict] = []  # async: the rollouts of the last round not yet handed out
         self._closed = False
         self._final: Supervision | None = None
+        self.states_per_request = 1  # envs whose states one request asks a worker for (see start)
 
     @property
     def num_envs(self) -> int:
@@ -155,8 +156,7 @@ class CentralEngine(Engine):
         # A batched env steps all its sub-envs at once: one group of every env
         split = env_groups(k, 1 if is_view(probe) else groups)
         try:
-            if config.takes_snapshots:
-                _check_env_states(env_source, probe)
+            state_bytes = _check_env_states(env_source, probe) if config.takes_snapshots else 0
             drew = False
             with streams.keep_trainers() if streams is not None else contextlib.nullcontext():
                 plans = []
@@ -202,7 +202,10 @@ class CentralEngine(Engine):
         threads = None
         if policy is not None and getattr(plans[0].actions, "device", None) == torch.device("cpu"):
             threads = policy_threads or _free_cpus(workers)
-        return cls(plans[0], runners, backend, config, policy, device_copy, draws, threads, streams)
+        engine = cls(plans[0], runners, backend, config, policy, device_copy, draws, threads, streams)
+        # As many envs' states in a worker's answer as fit half its mailbox (the rest: room to grow)
+        engine.states_per_request = max(1, MAILBOX_BYTES // 2 // max(1, state_bytes))
+        return engine
 
     def next_batch(self, *, random_actions: bool, policy_version: int) -> TensorDict:
         """The next batch: a round of every worker (sync), or the next worker's rollout of it (async).
@@ -364,7 +367,7 @@ class CentralEngine(Engine):
         state: dict[str, Any] = {"central": {"traj_ids": self._ids.state()}}
         if self.config.takes_snapshots and not self._reset_needed and not self._closed and self._restarts_seen():
             snapshot = {
-                "envs": self.backend.env_states(),
+                "envs": self.backend.env_states(self.states_per_request),
                 "groups": [runner.group_state() for runner in self.runners],
                 "streams": self.streams.state() if self.streams is not None else None,
                 "draws": self._draws.state(),
@@ -388,7 +391,7 @@ class CentralEngine(Engine):
                 f"the state_dict's env snapshot holds {len(snapshot['groups'])} groups of envs, this central engine "
                 f"steps {len(self.runners)}: make it with the same Central(groups=...)"
             )
-        self.backend.load_env_states(snapshot["envs"])
+        self.backend.load_env_states(snapshot["envs"], self.states_per_request)
         for runner, group in zip(self.runners, snapshot["groups"], strict=True):
             runner.load_group_state(group)
         if self.streams is not None and snapshot["streams"] is not None:
@@ -430,22 +433,24 @@ def _vector_config(config: CollectorConfig, plan: RolloutPlan) -> VectorConfig:
     )
 
 
-def _check_env_states(env_source: EnvSource, probe: Any) -> None:
-    """Refuse an env whose state cannot be saved, or is too large to travel from its worker.
+def _check_env_states(env_source: EnvSource, probe: Any) -> int:
+    """The bytes of an env's state, pickled; an env whose state cannot be saved, or is too large to travel, refused.
 
     Raises:
         EnvStateError: Naming the env and what cannot be saved, or its size.
     """
     why = env_source.backend.snapshot_refusal(probe)
+    size = 0
     if why is None:
         size = len(pickle.dumps(env_source.backend.get_state(probe), protocol=pickle.HIGHEST_PROTOCOL))
         if size > MAILBOX_BYTES // 2:  # room for the episode counters and for states that grow
             why = f"its state takes {size:,} bytes pickled, more than half a worker's {MAILBOX_BYTES:,}-byte mailbox"
-    if why is not None:
-        raise EnvStateError(
-            f"snapshots=True (or a checkpoint_dir) saves every env's state, but env {env_source.describe()!r} cannot "
-            f"be saved with engine='central': {why}"
-        )
+    if why is None:
+        return size
+    raise EnvStateError(
+        f"snapshots=True (or a checkpoint_dir) saves every env's state, but env {env_source.describe()!r} cannot "
+        f"be saved with engine='central': {why}"
+    )
 
 
 def env_groups(envs_per_worker: int, groups: int) -> list[range]:

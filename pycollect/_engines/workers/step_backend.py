@@ -367,35 +367,45 @@ class WorkerStepBackend(StepBackend):
         """
         return self._gather(protocol.APPLY, lambda local: (function, local), indices, f"apply's function {function!r}")
 
-    def env_states(self) -> list[EnvSlotState]:
+    def env_states(self, envs_per_request: int | None = None) -> list[EnvSlotState]:
         """Every env's saved state, in env order (see :meth:`~pycollect._steps.group.EnvGroup.env_states`).
 
-        Asked between steps, one env of every worker at a time, so that an answer of big envs
-        still fits a worker's mailbox.
+        Asked between steps, every worker at once, ``envs_per_request`` of its envs a request
+        (``None``: all of them in one), so that an answer of big envs (Atari's frames) still
+        fits a worker's mailbox.
 
         Raises:
-            TransportError: An env's state is too large for the mailbox, or cannot be pickled.
+            TransportError: The states of a request are too large for the mailbox, or cannot be pickled.
         """
-        k, n = self._k, self.num_workers
         states: dict[int, EnvSlotState] = {}
-        for j in range(k):
-            envs = [w * k + j for w in range(n)]
+        for envs in self._env_chunks(envs_per_request):
             answers = self._gather(protocol.GET_STATE, lambda local: local, envs, "env states")
             states.update(zip(envs, answers, strict=True))
         return [states[index] for index in range(self.num_envs)]
 
-    def load_env_states(self, states: Sequence[EnvSlotState]) -> None:
-        """Restore :meth:`env_states` into every env, one env of every worker at a time.
+    def load_env_states(self, states: Sequence[EnvSlotState], envs_per_request: int | None = None) -> None:
+        """Restore :meth:`env_states` into every env, ``envs_per_request`` envs of every worker a request.
 
         Raises:
             ConfigError: Not one state per env, or a state that cannot be pickled.
         """
         if len(states) != self.num_envs:
             raise ConfigError(f"{len(states)} env states for a vector env of {self.num_envs} envs")
-        k, n = self._k, self.num_workers
-        for j in range(k):
-            payloads = {w: _dumps(([states[w * k + j]], [j]), "an env state") for w in range(n)}
+        for envs in self._env_chunks(envs_per_request):
+            targets = self._targets(envs)
+            payloads = {
+                w: _dumps(([states[envs[p]] for p in positions], local), "an env state")
+                for w, (local, positions) in targets.items()
+            }
             self._exchange(protocol.SET_STATE, payloads, retry=True)
+
+    def _env_chunks(self, envs_per_request: int | None) -> list[list[int]]:
+        """The envs of each round of requests: ``envs_per_request`` of every worker's (``None``: all)."""
+        k, n = self._k, self.num_workers
+        size = k if envs_per_request is None else max(1, min(envs_per_request, k))
+        return [
+            [w * k + j for w in range(n) for j in range(start, min(start + size, k))] for start in range(0, k, size)
+        ]
 
     def counters(self) -> Any | None:
         """The segment: the workers count their steps in their control blocks (None once closed)."""
