@@ -117,6 +117,35 @@ def test_the_writer_of_a_vector_env_casts_and_refuses_as_the_checks() -> None:
         write(np.array([[0, 0], [2, 0], [0, 0]], np.float64))
 
 
+@pytest.mark.parametrize("space", ["box-f32", "multidiscrete", "discrete"])
+def test_actions_of_the_leafs_own_dtype_are_checked_then_copied_whole(space: str) -> None:
+    """The common case of all: each value still checked against its own element's bounds, then one copy."""
+    gym_space = SPACES[space]
+    layout = SpaceLayout(gym_space, "action")
+    checker = ActionChecker(layout, 4)
+    out = layout.empty(4)
+    write = checker.writer(out)
+    actions = np.stack([gym_space.sample() for _ in range(4)]).astype(out[0].dtype)
+    write(actions)
+    np.testing.assert_array_equal(out[0], actions)
+    write(out[0])  # the writer's own array as the actions: an overlapping copy, values unchanged
+    np.testing.assert_array_equal(out[0], actions)
+    for bad in (np.asarray(layout.leaves[0].field.high) + 1, np.asarray(layout.leaves[0].field.low) - 1):
+        outside = actions.copy()
+        outside[2] = bad if outside.ndim == 1 else np.broadcast_to(bad, outside[2].shape)
+        with pytest.raises(ActionError, match="action of env 2"):
+            write(outside)
+
+
+def test_actions_of_no_element_are_written() -> None:
+    layout = SpaceLayout(gym.spaces.Box(-1, 1, (0,), np.float32), "action")
+    out = layout.empty(3)
+    writer = _core.ActionWriter(
+        out[0], [3, 0], [], [], ELEMENT_CODES[out[0].dtype], list(ELEMENT_CODES.items()), np.ndarray
+    )
+    assert writer.write(np.zeros((3, 0), np.float32))
+
+
 def test_a_writer_released_on_another_thread_is_freed_without_complaint() -> None:
     """The garbage collector may free a writer on any thread (a probe's daemon thread did, in CI)."""
     import sys

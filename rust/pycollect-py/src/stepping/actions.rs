@@ -117,6 +117,77 @@ impl Elem {
     }
 }
 
+impl ActionWriter {
+    /// Whether each of the `count` elements of `elem` at `data` is within its bounds, compared as
+    /// float64 (NaN is not), in a loop typed for `elem`.
+    ///
+    /// # Safety
+    /// `data` must hold `count` elements of `elem`.
+    unsafe fn all_within(&self, elem: Elem, data: *const u8, count: usize) -> bool {
+        let (low, high) = (self.low.as_slice(), self.high.as_slice());
+        // SAFETY: per the contract, `data` holds `count` elements of the type each arm reads.
+        unsafe {
+            match elem {
+                Elem::Bool | Elem::U8 => within::<u8>(data, count, low, high),
+                Elem::I8 => within::<i8>(data, count, low, high),
+                Elem::I16 => within::<i16>(data, count, low, high),
+                Elem::I32 => within::<i32>(data, count, low, high),
+                Elem::I64 => within::<i64>(data, count, low, high),
+                Elem::U16 => within::<u16>(data, count, low, high),
+                Elem::U32 => within::<u32>(data, count, low, high),
+                Elem::U64 => within::<u64>(data, count, low, high),
+                Elem::F32 => within::<f32>(data, count, low, high),
+                Elem::F64 => within::<f64>(data, count, low, high),
+            }
+        }
+    }
+}
+
+/// An element type read as float64, as numpy compares an array with float64 bounds.
+trait AsF64: Copy {
+    fn as_f64(self) -> f64;
+}
+
+macro_rules! as_f64 {
+    ($($t:ty),*) => {$(
+        impl AsF64 for $t {
+            fn as_f64(self) -> f64 {
+                self as f64
+            }
+        }
+    )*};
+}
+as_f64!(u8, i8, i16, i32, i64, u16, u32, u64, f32, f64);
+
+/// Whether each of the `count` elements of `T` at `data` lies within its bounds: element `i`
+/// within `low[i % n]..=high[i % n]`, `n` the bounds' length (one env's action; `count` is a
+/// multiple of it).
+///
+/// # Safety
+/// `data` must hold `count` elements of `T` (aligned or not).
+unsafe fn within<T: AsF64>(data: *const u8, count: usize, low: &[f64], high: &[f64]) -> bool {
+    let data = data as *const T;
+    // SAFETY: per the contract, for every `i < count`.
+    let value = |i: usize| unsafe { data.add(i).read_unaligned() }.as_f64();
+    if let ([low], [high]) = (low, high) {
+        return (0..count).all(|i| {
+            let v = value(i);
+            v >= *low && v <= *high
+        });
+    }
+    let per_env = low.len();
+    if per_env == 0 {
+        return true; // actions of no element (a Box of shape (0,)): nothing to check
+    }
+    (0..count / per_env).all(|env| {
+        let first = env * per_env;
+        (0..per_env).all(|b| {
+            let v = value(first + b);
+            v >= low[b] && v <= high[b]
+        })
+    })
+}
+
 /// One action value: integers exactly (an int64 or uint64 fits an i128), floats as they are.
 #[derive(Debug, Clone, Copy)]
 enum Value {
@@ -222,6 +293,19 @@ impl ActionWriter {
         }
         let per_env = self.low.len();
         let count = self.shape[0] as usize * per_env;
+        if source == self.target {
+            // The common case of all (actions of the leaf's own dtype): check, then one copy.
+            // SAFETY: the array holds `count` elements of `source` (its dtype and shape were
+            // checked above; it is C-contiguous and the caller holds it).
+            if !unsafe { self.all_within(source, head.data, count) } {
+                return false;
+            }
+            // SAFETY: `out` holds `count` elements of `target`, the same type (checked in
+            // `new`), and is writable; `copy` (memmove) is right even if the caller passed a
+            // view of `out` itself.
+            unsafe { std::ptr::copy(head.data, self.out.ptr(), count * source.size()) };
+            return true;
+        }
         let narrows = source.is_float() && source.size() > self.target.size();
         for i in 0..count {
             // SAFETY: the array holds `count` elements of `source` (its dtype and shape were
