@@ -109,6 +109,7 @@ class CentralEngine(Engine):
         self._closed = False
         self._final: Supervision | None = None
         self.states_per_request = 1  # envs whose states one request asks a worker for (see start)
+        self._env_states: list[Any] | None = None  # every env's state since the last round, once asked
 
     @property
     def num_envs(self) -> int:
@@ -244,6 +245,7 @@ class CentralEngine(Engine):
     def _round(self, policy_version: int) -> dict[Key, np.ndarray]:
         """Step every worker's envs ``T`` times into fresh ``[N*K, T]`` arrays, the groups at the same time."""
         config = self.config
+        self._env_states = None  # the envs step on from here
         self._copier.settle()  # the previous batch's staging memory may be reused from here
         arrays = allocate(self.plan.fields, self.num_envs, self.steps, self._memory)
         if self._reset_needed or (config.reset_at_each_iter and self._rounds > 0):
@@ -367,7 +369,7 @@ class CentralEngine(Engine):
         state: dict[str, Any] = {"central": {"traj_ids": self._ids.state()}}
         if self.config.takes_snapshots and not self._reset_needed and not self._closed and self._restarts_seen():
             snapshot = {
-                "envs": self.backend.env_states(self.states_per_request),
+                "envs": self._saved_env_states(),
                 "groups": [runner.group_state() for runner in self.runners],
                 "streams": self.streams.state() if self.streams is not None else None,
                 "draws": self._draws.state(),
@@ -392,6 +394,7 @@ class CentralEngine(Engine):
                 f"steps {len(self.runners)}: make it with the same Central(groups=...)"
             )
         self.backend.load_env_states(snapshot["envs"], self.states_per_request)
+        self._env_states = list(snapshot["envs"])
         for runner, group in zip(self.runners, snapshot["groups"], strict=True):
             runner.load_group_state(group)
         if self.streams is not None and snapshot["streams"] is not None:
@@ -400,6 +403,12 @@ class CentralEngine(Engine):
         self._rounds = int(snapshot["rounds"])
         self._pending = [TensorDict(fields, batch_size=size) for fields, size in snapshot["pending"]]
         self._reset_needed = False  # the envs continue where they were
+
+    def _saved_env_states(self) -> list[Any]:
+        """Every env's state from its worker, asked once between two rounds (async hands out several batches)."""
+        if self._env_states is None:
+            self._env_states = self.backend.env_states(self.states_per_request)
+        return self._env_states
 
     def _restarts_seen(self) -> bool:
         """Whether every group has seen every worker's current generation (no restart is pending)."""
