@@ -46,6 +46,16 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 
 
+def frames_per_second(collector: Collector, seconds: float) -> float:
+    """Frames per second over whole batches for about ``seconds``, after 3 warm-up batches."""
+    for _ in range(3):
+        collector.next_batch()
+    frames, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        frames += collector.next_batch().numel()
+    return frames / (time.perf_counter() - began)
+
+
 def throughput(workload: str, snapshots: bool, seconds: float) -> float:
     """Frames per second of a 2-worker collector with random actions, over whole batches."""
     spec = WORKLOADS[workload]
@@ -58,12 +68,7 @@ def throughput(workload: str, snapshots: bool, seconds: float) -> float:
         snapshots=snapshots,
         seed=0,
     ) as collector:
-        for _ in range(3):
-            collector.next_batch()
-        frames, began = 0, time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            frames += collector.next_batch().numel()
-        return frames / (time.perf_counter() - began)
+        return frames_per_second(collector, seconds)
 
 
 KEPT_STATE: dict[str, tuple[str, str, int, int]] = {
@@ -93,12 +98,7 @@ def kept_state_fps(name: str, checkpoint_dir: bool, seconds: float) -> float:
             seed=0,
             **settings,
         ) as collector:
-            for _ in range(3):
-                collector.next_batch()
-            frames, began = 0, time.perf_counter()
-            while time.perf_counter() - began < seconds:
-                frames += collector.next_batch().numel()
-            return frames / (time.perf_counter() - began)
+            return frames_per_second(collector, seconds)
 
 
 def checkpoint_seconds(engine: str = "workers", calls: int = 3) -> tuple[float, int]:

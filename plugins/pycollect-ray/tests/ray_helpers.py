@@ -21,6 +21,15 @@ class ActsItsWeight(torch.nn.Module):
         return self.value.detach().long().expand(observation.shape[0]).clone()
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def acts_with(collector: Any, version: int) -> bool:
     """Whether ``collector``'s next batch was made by :class:`ActsItsWeight` weights ``version`` alone.
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from ray_helpers import ActsItsWeight, InfoCountingEnv, acts_with, agents_policy, batched_cartpoles
+from ray_helpers import ActsItsWeight, InfoCountingEnv, acts_with, agents_policy, alive, batched_cartpoles
 from tensordict import TensorDictBase
 
 from pycollect import (
@@ -36,14 +36,6 @@ ENV = "CartPole-v1"
 
 def _layout(batch: TensorDictBase) -> dict[Any, tuple[tuple[int, ...], torch.dtype]]:
     return {key: (tuple(value.shape[2:]), value.dtype) for key, value in batch.items(True, True)}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_the_engine_and_the_scheme_are_listed() -> None:
@@ -165,9 +157,9 @@ def test_shutdown_leaves_no_actor_worker_or_segment(ray_cluster: None) -> None:
     actors = collector._engine.actors  # type: ignore[attr-defined]
     actor_pids = ray.get([actor.pid.remote() for actor in actors])
     worker_pids = [pid for pids in ray.get([actor.worker_pids.remote() for actor in actors]) for pid in pids]
-    assert len(worker_pids) == 2 and all(map(_alive, actor_pids + worker_pids))
+    assert len(worker_pids) == 2 and all(map(alive, actor_pids + worker_pids))
     collector.shutdown()
-    wait_until(lambda: not any(map(_alive, actor_pids + worker_pids)), timeout_s=60, what="actors and workers to exit")
+    wait_until(lambda: not any(map(alive, actor_pids + worker_pids)), timeout_s=60, what="actors and workers to exit")
     assert not any(shm_segments(pid) for pid in actor_pids)
     collector.shutdown()  # idempotent
 

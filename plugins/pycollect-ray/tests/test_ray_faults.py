@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from ray_helpers import ActsItsWeight, LeansWithThePole, acts_with
+from ray_helpers import ActsItsWeight, LeansWithThePole, acts_with, alive
 
 from pycollect import Collector, ConfigError, EnvStateError, PyCollectWarning
 from pycollect.testing import wait_until
@@ -43,14 +43,6 @@ def _run(collector: Collector, batches: int) -> list[dict[str, str]]:
     return [digest(collector.next_batch()) for _ in range(batches)]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @contextmanager
 def _ray(
     env: Any, policy: Any, runtime_env: dict[str, Any], *, max_restarts: int = 3, **settings: Any
@@ -64,7 +56,7 @@ def _ray(
         actors = collector.stats().actors
         pids = [actor.pid for actor in actors] + [pid for actor in actors for pid in actor.worker_pids]
         collector.shutdown()
-        wait_until(lambda: not any(map(_alive, pids)), timeout_s=60, what="the actors and their workers to exit")
+        wait_until(lambda: not any(map(alive, pids)), timeout_s=60, what="the actors and their workers to exit")
 
 
 def test_the_env_state_entries_kept_apart_are_the_core_collectors() -> None:
