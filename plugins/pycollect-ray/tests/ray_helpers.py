@@ -26,7 +26,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except OSError:  # gone: no /proc entry, or it went between the open and the read (ESRCH)
         return False
 
 
