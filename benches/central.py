@@ -9,11 +9,13 @@ frame skip 4, stack 4: ``uint8 [4, 84, 84]`` observations), and the policy the N
 (random init, argmax actions), the same weights for everyone. Contenders:
 
 * ``pycollect central``: ``Collector(num_workers=2, engine="central")``: the workers step the
-  envs; the trainer runs the CNN once per step over each group's envs, two groups each of half
-  of every worker's envs (K/2 of each), double-buffered (every worker steps one group's envs
-  while the CNN runs on the other's).
-* ``pycollect central (1 group)``: ``engine=Central(groups=1)``: one CNN call over all 2K envs
-  per step, the envs idle meanwhile (no double buffering).
+  envs; the trainer runs the CNN once per step over each group's envs. The engine chooses how
+  many groups (``Central(groups=None)``): two where the policy can run while the workers step
+  (a GPU, or a CPU the workers leave free), one otherwise, so one on the 2-CPU machine.
+* ``pycollect central (the other grouping)``: the grouping the default did not choose,
+  ``Central(groups=2)`` (two groups each of half of every worker's envs, double-buffered:
+  every worker steps one group's envs while the CNN runs on the other's) or
+  ``Central(groups=1)`` (one CNN call over all 2K envs per step, the envs idle meanwhile).
 * ``pycollect workers``: ``Collector(num_workers=2, engine="workers")``: a copy of the CNN in
   each worker, over its K envs (``torch.set_num_threads(1)`` there).
 * ``EnvPool sync``: EnvPool's Pong, 2K envs on 2 threads, the CNN in this process over all 2K
@@ -25,12 +27,14 @@ frame skip 4, stack 4: ``uint8 [4, 84, 84]`` observations), and the policy the N
 
 ``cartpole``: CartPole-v1 and a 64-wide MLP (4 -> 64 -> 64 -> 2, tanh, argmax), torch on one
 thread: the workload where the trainer's work around each policy call shows most. Contenders:
-``pycollect central`` and ``pycollect central (1 group)`` as above, ``pycollect workers (MLP in
+the two ``pycollect central`` rows as above, ``pycollect workers (MLP in
 each)``, and ``hand loop over make_vec (MLP here)``: the six lines a user writes over
 ``pycollect.make_vec(..., num_workers=2)`` (``net(obs).argmax(-1)``, ``envs.step``) with the same
 MLP, its observations and actions only, nothing stored.
 
-Frames are env steps, each with a policy call behind it. Besides frames/s and CPU, each run
+Frames are transitions, each with a policy call behind it: a collector's batch holds one per
+env step, and the hand loop's ``next_step`` reset steps (no transition) are not counted (its
+env steps per second are kept as ``steps_fps``). Besides frames/s and CPU, each run
 reports the trainer's CPU per frame outside the policy call (the policy's forward is timed in
 this process; for ``workers`` the policy runs in the workers, so all of the trainer's CPU is
 outside it). Targets, as medians of the per-round ratios: on Pong (issue 19) central >= 1.0x
@@ -66,11 +70,16 @@ import throughput as tp  # the measurement helpers shared with the other benches
 from nature_cnn import NatureCNN
 
 import pycollect
+from pycollect._engines.central.engine import default_groups
+from pycollect.default_plugins import Central
 
 WORKERS = 2
 STEPS = 32  # steps of every env per batch, for the collectors
 CENTRAL = "pycollect central"
-CENTRAL_ONE = "pycollect central (1 group)"
+# The grouping engine="central" chooses on this machine (Central(groups=None)), and the other one.
+DEFAULT_GROUPS = default_groups(True, torch.device("cpu"), WORKERS)
+OTHER_GROUPS = 3 - DEFAULT_GROUPS
+CENTRAL_OTHER = f"pycollect central ({OTHER_GROUPS} group{'s' if OTHER_GROUPS > 1 else ''})"
 WORKER_CNN = "pycollect workers (CNN in each)"
 ENVPOOL_SYNC = "EnvPool sync (CNN here)"
 ENVPOOL_ASYNC = "EnvPool async batch K (CNN here)"
@@ -160,11 +169,9 @@ def cartpole_central(k: int, frames: int) -> tp.Result:
     return _cartpole_collector("central", k, frames)
 
 
-def cartpole_central_one_group(k: int, frames: int) -> tp.Result:
-    """``engine=Central(groups=1)`` on CartPole: one MLP call per step over all 2K envs."""
-    from pycollect.default_plugins import Central
-
-    return _cartpole_collector(Central(groups=1), k, frames)
+def cartpole_central_other_grouping(k: int, frames: int) -> tp.Result:
+    """``engine=Central(groups=...)`` on CartPole, the grouping the default did not choose."""
+    return _cartpole_collector(Central(groups=OTHER_GROUPS), k, frames)
 
 
 def cartpole_workers(k: int, frames: int) -> tp.Result:
@@ -173,26 +180,41 @@ def cartpole_workers(k: int, frames: int) -> tp.Result:
 
 
 def hand_loop(k: int, frames: int) -> tp.Result:
-    """Six lines over ``pycollect.make_vec(2K, num_workers=2)``, the MLP called here each step."""
+    """Six lines over ``pycollect.make_vec(2K, num_workers=2)``, the MLP called here each step.
+
+    Its frames are transitions, as a collector's are: in ``make_vec``'s default autoreset
+    mode (``next_step``) the step after an episode's end only resets that env (its action
+    ignored, no transition), and such steps are not counted (about 1 in 10 on CartPole with
+    this MLP). Counting them costs the loop two ``np.count_nonzero`` a step (about 1 us of its
+    95); :attr:`steps_fps` keeps its env steps per second as well.
+    """
     n = WORKERS * k
     t0 = time.perf_counter()
     envs = pycollect.make_vec("CartPole-v1", n, num_workers=WORKERS)
     policy = Timed(MLP())
+    resets = 0
 
     def prepare() -> Callable[[int], Any]:
         obs, _ = envs.reset(seed=0)
 
         def run(count: int) -> None:
-            nonlocal obs
+            nonlocal obs, resets
             _start_counting()  # the last call is the timed one
+            resets = 0
             with torch.no_grad():
                 for _ in range(count):
                     actions = policy(torch.from_numpy(obs)).numpy()
-                    obs = envs.step(actions)[0]
+                    obs, _, terminated, truncated, _ = envs.step(actions)
+                    resets += int(np.count_nonzero(terminated)) + int(np.count_nonzero(truncated))
 
         return run
 
-    return _counted(tp._timed_steps(t0, envs, n, frames, prepare))
+    result = _counted(tp._timed_steps(t0, envs, n, frames, prepare))
+    steps = result.frames
+    result.frames = steps - resets  # an episode that ended at the last timed step was reset after it: off by <= n
+    result.fps = result.frames / result.seconds
+    result.steps_fps = steps / result.seconds  # type: ignore[attr-defined]
+    return result
 
 
 def _collector(env: str, policy: torch.nn.Module, steps: int, engine: Any, k: int, frames: int) -> tp.Result:
@@ -223,11 +245,9 @@ def pycollect_central(k: int, frames: int) -> tp.Result:
     return _pong_collector("central", k, frames)
 
 
-def pycollect_central_one_group(k: int, frames: int) -> tp.Result:
-    """``engine=Central(groups=1)``: one CNN call per step over all 2K envs, the envs idle meanwhile."""
-    from pycollect.default_plugins import Central
-
-    return _pong_collector(Central(groups=1), k, frames)
+def pycollect_central_other_grouping(k: int, frames: int) -> tp.Result:
+    """``engine=Central(groups=...)``, the grouping the default did not choose."""
+    return _pong_collector(Central(groups=OTHER_GROUPS), k, frames)
 
 
 def pycollect_workers(k: int, frames: int) -> tp.Result:
@@ -303,7 +323,7 @@ def torchrl_parallel(k: int, frames: int) -> tp.Result:
 
 CONTENDERS: dict[str, Callable[[int, int], tp.Result]] = {
     CENTRAL: pycollect_central,
-    CENTRAL_ONE: pycollect_central_one_group,
+    CENTRAL_OTHER: pycollect_central_other_grouping,
     WORKER_CNN: pycollect_workers,
     ENVPOOL_SYNC: envpool_sync,
     ENVPOOL_ASYNC: envpool_async,
@@ -312,7 +332,7 @@ CONTENDERS: dict[str, Callable[[int, int], tp.Result]] = {
 REQUIRES = {ENVPOOL_SYNC: "envpool", ENVPOOL_ASYNC: "envpool", TORCHRL: "torchrl"}
 CARTPOLE: dict[str, Callable[[int, int], tp.Result]] = {
     CENTRAL: cartpole_central,
-    CENTRAL_ONE: cartpole_central_one_group,
+    CENTRAL_OTHER: cartpole_central_other_grouping,
     WORKER_MLP: cartpole_workers,
     HAND_LOOP: hand_loop,
 }
@@ -417,6 +437,7 @@ def main() -> None:
     }
     workload = "Pong, Nature CNN" if pong else "CartPole-v1, 64-wide MLP"
     print(f"\n{workload}, {WORKERS} workers x {args.envs} envs, medians of {rounds} rounds")
+    print(f"  ({CENTRAL!r} is engine='central' as it is: {DEFAULT_GROUPS} group(s) on this machine)")
     print(
         f"  {'contender':40} {'frames/s':>9} {'x central':>9} {'CPU us/frame':>12} {'CPUs':>5} {'trainer':>7}"
         f" {'others':>6} {'trainer us/frame: outside policy':>32} {'and waits':>9}"
@@ -447,6 +468,7 @@ def main() -> None:
         workload=args.workload,
         rounds=rounds,
         envs_per_worker=args.envs,
+        default_groups=DEFAULT_GROUPS,
         trainer_threads=args.trainer_threads,
         summary=summary,
         target={"central x best other": target, "met": target is not None and target >= 1.0},
@@ -463,7 +485,7 @@ def main() -> None:
 
 def _trainer_targets(summary: dict[str, dict[str, Any]], pong: bool) -> None:
     """Print issue 40's targets: the trainer's CPU outside the policy call, and (CartPole) the hand loop's speed."""
-    for name in (CENTRAL, CENTRAL_ONE):
+    for name in (CENTRAL, CENTRAL_OTHER):
         row = summary.get(name)
         if row is None:
             continue

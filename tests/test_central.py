@@ -32,6 +32,7 @@ from pycollect._steps.spaces import SpaceLayout
 from pycollect.default_plugins import Central
 from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv, HangingEnv, SpacesEnv
+from pycollect.testing.policies import argmax_mlp
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -146,7 +147,7 @@ def _assert_same(central: TensorDictBase, workers: TensorDictBase, where: str) -
         assert torch.equal(a, b), f"{where}: {key} differs"
 
 
-def _sync_batches(engine: str, env: Any, policy: Any, count: int, **kwargs: Any) -> list[TensorDictBase]:
+def _sync_batches(engine: Any, env: Any, policy: Any, count: int, **kwargs: Any) -> list[TensorDictBase]:
     with Collector(env, policy, engine=engine, **kwargs) as collector:
         return [collector.next_batch() for _ in range(count)]
 
@@ -169,11 +170,13 @@ SYNC_CASES: dict[str, tuple[Any, Callable[[], Any], dict[str, Any]]] = {
 }
 
 
+@pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("case", list(SYNC_CASES))
-def test_sync_batches_equal_the_workers_engines_key_by_key(case: str) -> None:
+def test_sync_batches_equal_the_workers_engines_key_by_key(case: str, groups: int) -> None:
+    # One group writes straight into the batch, two interleave theirs into it: both compared.
     env, make_policy, extra = SYNC_CASES[case]
     kwargs = {"frames_per_batch": 96, "envs_per_worker": 3, "num_workers": 2, "seed": 7, **extra}
-    central = _sync_batches("central", env, make_policy(), 4, **kwargs)
+    central = _sync_batches(Central(groups=groups), env, make_policy(), 4, **kwargs)
     workers = _sync_batches("workers", env, make_policy(), 4, **kwargs)
     for n, (a, b) in enumerate(zip(central, workers, strict=True)):
         _assert_same(a, b, f"{case}, batch {n}")
@@ -308,7 +311,7 @@ def test_with_4_workers_of_2_envs_every_policy_call_covers_envs_of_all_4_workers
         return torch.zeros(len(observation), dtype=torch.int64)
 
     kwargs = {"frames_per_batch": 4 * 2 * 5, "envs_per_worker": 2, "num_workers": 4}
-    with Collector(_PidEnv, policy, engine="central", **kwargs) as collector:
+    with Collector(_PidEnv, policy, engine=Central(groups=2), **kwargs) as collector:
         pids_per_call.clear()  # the calls that checked the policy
         collector.next_batch()
         workers = {w.pid for w in collector.stats().workers}
@@ -317,8 +320,39 @@ def test_with_4_workers_of_2_envs_every_policy_call_covers_envs_of_all_4_workers
 
 
 def test_groups_must_be_a_positive_int() -> None:
-    with pytest.raises(ConfigError, match=r"Central\(groups=0\): groups must be an int of 1 or more"):
+    with pytest.raises(ConfigError, match=r"Central\(groups=0\): groups must be an int of 1 or more, or None"):
         Central(groups=0)
+
+
+@pytest.mark.parametrize(
+    ("has_policy", "device", "cpus", "workers", "groups"),
+    [
+        (True, None, 2, 2, 1),  # the workers take every CPU: the call would run on theirs
+        (True, "cpu", 4, 2, 2),  # a CPU left for the call
+        (True, "cpu", 2, 1, 2),
+        (True, "cuda:0", 2, 2, 2),  # the call runs on the GPU meanwhile
+        (False, "cuda:0", 8, 2, 1),  # random actions: no call to overlap
+    ],
+)
+def test_the_default_groups_double_buffer_where_the_policy_can_run_while_the_workers_step(
+    monkeypatch: pytest.MonkeyPatch, has_policy: bool, device: str | None, cpus: int, workers: int, groups: int
+) -> None:
+    from pycollect._engines.central import engine
+
+    monkeypatch.setattr(engine, "_usable_cpus", lambda: cpus)
+    assert engine.default_groups(has_policy, None if device is None else torch.device(device), workers) == groups
+
+
+def test_the_default_central_engine_makes_the_groups_its_rule_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycollect._engines.central import engine
+
+    for cpus, groups in ((1, 1), (3, 2)):
+        monkeypatch.setattr(engine, "_usable_cpus", lambda cpus=cpus: cpus)
+        kwargs = {"frames_per_batch": 2 * 4 * 3, "envs_per_worker": 4, "num_workers": 2}
+        policy, _ = argmax_mlp(4, 8, 2)
+        with Collector("CartPole-v1", policy, engine="central", **kwargs) as collector:
+            assert len(collector._engine.runners) == groups  # type: ignore[attr-defined]
+            collector.next_batch()
 
 
 class _BuiltHere(CountingEnv):
@@ -389,7 +423,8 @@ def test_the_default_policy_threads_are_the_cpus_the_workers_leave(
 
 
 def test_worker_stats_number_the_workers_of_every_group_as_the_collector_does() -> None:
-    with Collector("CartPole-v1", engine="central", frames_per_batch=40, envs_per_worker=2, num_workers=4) as collector:
+    engine = Central(groups=2)
+    with Collector("CartPole-v1", engine=engine, frames_per_batch=40, envs_per_worker=2, num_workers=4) as collector:
         collector.next_batch()
         stats = collector.stats().workers
         assert [w.worker for w in stats] == [0, 1, 2, 3]
@@ -596,7 +631,7 @@ def test_a_policy_error_in_either_group_reaches_the_caller_as_itself(group: int)
         return torch.zeros(len(observation), dtype=torch.int64)
 
     kwargs = {"frames_per_batch": 2 * 2 * 10, "envs_per_worker": 2, "num_workers": 2}
-    with Collector(_IndexedEnv, policy, engine="central", **kwargs) as collector:
+    with Collector(_IndexedEnv, policy, engine=Central(groups=2), **kwargs) as collector:
         with pytest.raises(_GroupPolicyError, match=f"group {group}'s observations") as info:
             collector.next_batch()
         assert any(entry.name == "policy" for entry in info.traceback)  # its own traceback, down to the raise
@@ -608,7 +643,7 @@ def test_an_env_error_in_either_group_with_restart_never_is_the_first_calls_work
     with (
         Collector(
             _IndexedEnv,
-            engine="central",
+            engine=Central(groups=2),
             restart="never",
             env_kwargs={"fail_in": group, "fail_at": 3},
             **kwargs,
@@ -702,7 +737,9 @@ def test_a_policy_that_cannot_act_for_a_groups_envs_at_once_is_a_policy_error() 
         return torch.zeros(2, dtype=torch.long)
 
     with pytest.raises(PolicyError, match=r"\(4,\)"):
-        Collector("CartPole-v1", two_actions, engine="central", frames_per_batch=16, envs_per_worker=2, num_workers=4)
+        Collector(
+            "CartPole-v1", two_actions, engine=Central(groups=2), frames_per_batch=16, envs_per_worker=2, num_workers=4
+        )
 
 
 def test_policy_device_is_accepted_with_central_workers() -> None:

@@ -124,7 +124,7 @@ def test_a_resumed_central_run_with_a_recurrent_policy_and_a_trajectory_limit_co
 
 
 def test_a_central_snapshot_of_another_grouping_is_refused() -> None:
-    settings: dict[str, Any] = {"num_workers": 2, "engine": "central", "snapshots": True, "envs_per_worker": 4}
+    settings: dict[str, Any] = {"num_workers": 2, "engine": Central(groups=2), "snapshots": True, "envs_per_worker": 4}
     with _collector(**settings) as first:
         _run(first, 2)
         state = first.state_dict(env_states=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
 from pycollect import Collector, PolicyError, WorkerCrashedError
+from pycollect.default_plugins import Central
 from pycollect.testing.envs import DictObsEnv
 
 
@@ -162,7 +164,7 @@ def _extras_policy(later: dict[str, Any]) -> Any:
 
 _ENGINES = [
     pytest.param({}, id="inprocess"),
-    pytest.param({"engine": "central", "num_workers": 2}, id="central"),
+    pytest.param({"engine": Central(groups=2), "num_workers": 2}, id="central"),  # a call of 2 envs: 1 per worker
     pytest.param({"num_workers": 2, "restart": "never"}, id="workers"),
 ]
 
@@ -188,7 +190,7 @@ def test_an_extra_output_that_changes_shape_dtype_or_goes_missing_mid_run_is_a_p
 ) -> None:
     """The extras are checked on every call as the action is: never broadcast or cast silently."""
     policy = _extras_policy(later)
-    error = WorkerCrashedError if engine.get("num_workers") and engine.get("engine") != "central" else PolicyError
+    error = WorkerCrashedError if engine.get("num_workers") and "engine" not in engine else PolicyError
     with (
         Collector("CartPole-v1", policy, frames_per_batch=16, envs_per_worker=2, **engine) as collector,
         pytest.raises(error, match=match),
@@ -215,3 +217,68 @@ def test_device_mismatch_with_policy_parameters_is_named() -> None:
 
     with pytest.raises(Exception, match="device='cpu' but the policy's parameters are on meta"):
         Collector("CartPole-v1", OnMeta(), frames_per_batch=8, device="cpu")
+
+
+class _TurningModule(torch.nn.Module):
+    """A plain module (called with tensors) acting 0 until its ``turn``-th call, then returning ``later(n)``."""
+
+    def __init__(self, later: Callable[[int], torch.Tensor], turn: int = 4) -> None:
+        super().__init__()
+        self.later, self.turn, self.calls = later, turn, 0
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        n = observation.shape[0]
+        return self.later(n) if self.calls >= self.turn else torch.zeros(n, dtype=torch.int64)
+
+
+@pytest.mark.parametrize("engine", [{}, {"engine": "central", "num_workers": 2}], ids=["inprocess", "central"])
+@pytest.mark.parametrize(
+    ("later", "match"),
+    [
+        (lambda n: torch.full((n,), 0.9), r"returned actions of shape \(\d+,\) and dtype torch.float32.*discrete"),
+        (lambda n: torch.zeros(n + 1, dtype=torch.int64), r"returned actions of shape \(\d+,\).*needs shape"),
+        (lambda n: (torch.zeros(n, dtype=torch.int64),), r"returned a tuple"),
+    ],
+    ids=["floats", "shape", "tuple"],
+)
+def test_a_plain_module_is_checked_on_every_call_too(
+    engine: dict[str, Any], later: Callable[[int], Any], match: str
+) -> None:
+    """A module called with tensors takes the short way of a call; what does not fit still gets the full checks."""
+    with (
+        Collector("CartPole-v1", _TurningModule(later), frames_per_batch=16, envs_per_worker=2, **engine) as collector,
+        pytest.raises(PolicyError, match=match),
+    ):
+        collector.next_batch()
+
+
+class _ContextModule(torch.nn.Module):
+    """Records, at every call, whether gradients were on and which interaction type was set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[bool, Any]] = set()
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        from tensordict.nn.probabilistic import interaction_type
+
+        self.seen.add((torch.is_grad_enabled(), interaction_type()))
+        return torch.zeros(observation.shape[0], dtype=torch.int64)
+
+
+@pytest.mark.parametrize("engine", [{}, {"engine": "central", "num_workers": 2}], ids=["inprocess", "central"])
+@pytest.mark.parametrize("exploration", ["random", "deterministic"])
+def test_a_plain_module_is_called_without_gradients_under_the_collectors_exploration_type(
+    engine: dict[str, Any], exploration: str
+) -> None:
+    from tensordict.nn import InteractionType
+
+    module = _ContextModule()
+    kwargs = {"frames_per_batch": 16, "envs_per_worker": 2, "exploration_type": exploration}
+    with Collector("CartPole-v1", module, **kwargs, **engine) as collector:
+        module.seen.clear()  # the dry run's call
+        collector.next_batch()
+        collector.next_batch()
+    assert module.seen == {(False, InteractionType(exploration))}
+    assert torch.is_grad_enabled()  # the caller's mode is left as it was

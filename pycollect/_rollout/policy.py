@@ -20,11 +20,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+from tensordict.nn.probabilistic import interaction_type
 
 from pycollect._keys import IS_INIT, Key
 from pycollect._messages import first_line
 from pycollect._rollout.actions import RandomActions
-from pycollect._rollout.transfer import transfer_for
+from pycollect._rollout.transfer import HostTransfer, transfer_for
 from pycollect.envs.specs import EnvSpecs, Field, FieldSpec
 from pycollect.exceptions import PolicyError
 
@@ -97,6 +98,15 @@ class PolicyRunner:
             o.key: (torch.Size((num_envs, *o.shape)), torch.from_numpy(np.empty(0, o.dtype)).dtype)
             for o in self.outputs
         }
+        # The common case, called without the general path's mappings (see _act_plain): a
+        # module called with tensors on the CPU, one action leaf, nothing else returned.
+        self._plain = (
+            not self._takes_tensordict
+            and type(self._transfer) is HostTransfer
+            and device.type == "cpu"
+            and len(self._action_keys) == 1
+            and not self.outputs
+        )
 
     def random_actions(self, steps: int) -> Any:
         """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``; one per action leaf)."""
@@ -135,15 +145,42 @@ class PolicyRunner:
         """
         if self._inference is not None:
             self._call_policy, self._inference = self._inference.prepare(self.policy, self.device), None
+        if self._plain:
+            return self._act_plain(observation, step)
         with torch.no_grad(), self._transfer.running():
-            actions, extras = self._split(self._call(observation, carried))
-            host = self._transfer.to_host({**dict(zip(self._action_keys, actions, strict=True)), **extras})
+            return self._outputs_of(self._call(observation, carried), step)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _act_plain(self, observation: Mapping[Key, np.ndarray], step: int | None) -> tuple[Any, dict[Key, Any]]:
+        """:meth:`act` for the common case (:attr:`_plain`), in a few microseconds less than the general path.
+
+        A CPU tensor of the action field's shape and kind of dtype is taken as it is; anything
+        else goes through the general path's checks, which name what does not fit. Gradients
+        and the interaction type are set only where the caller has not set them already (the
+        central engine sets both for a whole round).
+        """
+        inputs = [torch.from_numpy(observation[key]) for key in self._obs_keys]
+        if torch.is_grad_enabled() or interaction_type() is not self._exploration:
+            with torch.no_grad(), set_interaction_type(self._exploration):
+                raw = self._call_policy(*inputs)
+        else:
+            raw = self._call_policy(*inputs)
+        if type(raw) is torch.Tensor and raw.device.type == "cpu" and not raw.requires_grad:
+            array = raw.numpy()
+            spec, shape, kinds = self._action_leaves[0]
+            if array.shape == shape and array.dtype.kind in kinds:
+                return array.astype(spec.dtype, copy=False), {}
+        return self._outputs_of(raw, step)
+
+    def _outputs_of(self, raw: Any, step: int | None) -> tuple[Any, dict[Key, torch.Tensor]]:
+        """The actions and extra outputs of one call's raw output, checked (see :meth:`act`)."""
+        actions, extras = self._split(raw)
+        host = self._transfer.to_host({**dict(zip(self._action_keys, actions, strict=True)), **extras})
         arrays = tuple(self._action_array(host.pop(key), n) for n, key in enumerate(self._action_keys))
         extras_out = {key: self._on_cpu(key, value) for key, value in host.items()}
         self._check_extras(extras_out, step)
         return (arrays[0] if len(arrays) == 1 else arrays), extras_out
-
-    # -- internals -------------------------------------------------------------------------
 
     def _call(self, observation: Mapping[Key, np.ndarray], carried: Mapping[Key, np.ndarray] | None = None) -> Any:
         """The raw output of one policy call (run it in ``self._transfer.running()``)."""

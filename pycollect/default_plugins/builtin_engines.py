@@ -65,17 +65,21 @@ class Central(EngineFactory):
         groups: How many groups each worker's envs are split into (consecutive, as evenly as
             they go, at most ``envs_per_worker``); each group spans every worker. The policy
             runs on one group's observations while the workers step another group's envs, all
-            driven from the caller's thread. ``2`` (the default) double-buffers, which pays
-            where the policy's work grows with its batch (a CNN); ``1`` makes one policy call
-            for every worker's envs, with the envs idle meanwhile, which pays where a call costs
-            about the same whatever its batch (a small MLP): ``engine=Central(groups=1)``.
+            driven from the caller's thread. ``2`` double-buffers, which needs somewhere for
+            the policy to run while the workers step; ``1`` makes one policy call for every
+            worker's envs, with the envs idle meanwhile. ``None`` (the default) chooses: ``2``
+            where the policy runs on a GPU or this process may use more CPUs than there are
+            workers, else ``1`` (and ``1`` without a policy, which has no call to overlap);
+            see :func:`pycollect._engines.central.engine.default_groups`. On CPUs that the
+            workers fill, two groups still pay where the policy's cost grows with its batch (a
+            CNN: ``engine=Central(groups=2)``) and cost where it does not (a small MLP).
         policy_threads: torch's intra-op threads for the policy calls, while a batch is
             collected, when the policy runs on the CPU (the trainer's setting is restored
             after). ``None`` (the default): the CPUs this process may use, less one per worker
             (they step the envs meanwhile), at least 1. On a GPU the setting is left alone.
 
     Raises:
-        ConfigError: ``groups`` is not a positive int, ``policy_threads`` neither that nor ``None``.
+        ConfigError: ``groups`` or ``policy_threads`` is neither a positive int nor ``None``.
     """
 
     name = "central"
@@ -83,9 +87,12 @@ class Central(EngineFactory):
     policy_in_trainer = True
     snapshots_envs = True  # between batches, for checkpoints: not for replay (check refuses it)
 
-    def __init__(self, groups: int = 2, policy_threads: int | None = None) -> None:
-        if not _positive_int(groups):
-            raise ConfigError(f"Central(groups={groups!r}): groups must be an int of 1 or more")
+    def __init__(self, groups: int | None = None, policy_threads: int | None = None) -> None:
+        if groups is not None and not _positive_int(groups):
+            raise ConfigError(
+                f"Central(groups={groups!r}): groups must be an int of 1 or more, or None (2 where the policy can "
+                "run while the workers step, else 1)"
+            )
         if policy_threads is not None and not _positive_int(policy_threads):
             raise ConfigError(
                 f"Central(policy_threads={policy_threads!r}): policy_threads must be an int of 1 or more, or None "
@@ -96,8 +103,9 @@ class Central(EngineFactory):
 
     def describe(self) -> str:
         """``central`` with its groups and policy threads."""
+        groups = "auto" if self.groups is None else self.groups
         threads = "auto" if self.policy_threads is None else self.policy_threads
-        return f"central (groups={self.groups}, policy_threads={threads})"
+        return f"central (groups={groups}, policy_threads={threads})"
 
     def check(self, config: CollectorConfig) -> None:
         """Require workers; refuse the settings that place or feed a policy in the workers."""

@@ -39,7 +39,7 @@ from pycollect.exceptions import CollectorClosedError, ConfigError, EnvStateErro
 if TYPE_CHECKING:
     from pycollect._rollout.runner import _Rollout
 
-__all__ = ["CentralEngine", "env_groups"]
+__all__ = ["CentralEngine", "default_groups", "env_groups"]
 
 
 def _info_names(config: CollectorConfig, plan: RolloutPlan) -> tuple[str, ...]:
@@ -53,7 +53,7 @@ class CentralEngine(Engine):
 
     Build it with :meth:`start`, which checks everything before any worker starts.
 
-    Each worker's envs are split into ``groups`` groups (two by default), each spanning every
+    Each worker's envs are split into ``groups`` groups (see :func:`default_groups`), each spanning every
     worker, with a :class:`CentralRunner` of its own; one thread (the caller's) steps them in
     turn, one step of one group in flight at a time: while the policy runs on one group's
     observations, every worker steps its envs of the group posted before (see
@@ -123,7 +123,7 @@ class CentralEngine(Engine):
         env_source: EnvSource,
         policy: Any,
         weights_module: torch.nn.Module | None,
-        groups: int = 2,
+        groups: int | None = None,
         policy_threads: int | None = None,
     ) -> CentralEngine:
         """Check the env, the policy (on a batch of each group's envs) and the memory; then start the workers.
@@ -135,7 +135,8 @@ class CentralEngine(Engine):
             weights_module: The module whose weights ``update_policy_weights_()`` publishes.
             groups: How many groups each worker's envs are split into (at most
                 ``envs_per_worker``; as evenly as they go, in order): each group spans every
-                worker, and the groups take turns with the policy.
+                worker, and the groups take turns with the policy (``None``:
+                :func:`default_groups`).
             policy_threads: torch's intra-op threads for a CPU policy's calls during a round
                 (``None``: the CPUs the workers leave free).
 
@@ -155,6 +156,8 @@ class CentralEngine(Engine):
         stream_of: list[int] = []
         probe = env_source.make()
         # A batched env steps all its sub-envs at once: one group of every env
+        if groups is None:
+            groups = default_groups(policy is not None, device, workers)
         split = env_groups(k, 1 if is_view(probe) else groups)
         try:
             state_bytes = _check_env_states(env_source, probe) if config.takes_snapshots else 0
@@ -268,8 +271,9 @@ class CentralEngine(Engine):
         threads, trainers_threads = self.policy_threads, torch.get_num_threads()
         keep_trainers = self.streams.keep_trainers() if self.streams is not None else contextlib.nullcontext()
         # tensordict's interaction type is one value for the whole process, which each policy
-        # call sets and restores: set here for the round.
-        with set_interaction_type(InteractionType(config.exploration_type)), keep_trainers:
+        # call sets and restores, and so is torch's gradient mode: both set here for the round,
+        # so that a call finds them set (a few microseconds a call on a cheap policy).
+        with set_interaction_type(InteractionType(config.exploration_type)), torch.no_grad(), keep_trainers:
             try:
                 if threads is not None:
                     torch.set_num_threads(threads)
@@ -462,6 +466,23 @@ def _check_env_states(env_source: EnvSource, probe: Any) -> int:
     )
 
 
+def default_groups(has_policy: bool, device: torch.device | None, num_workers: int) -> int:
+    """How many groups ``Central(groups=None)`` makes: 2 where the policy can run while the workers step, else 1.
+
+    Two groups overlap one group's policy call with the other's env steps. That needs
+    somewhere for the call to run meanwhile: a GPU (any device but the CPU), or a CPU of this
+    process's that no worker needs. Where the workers take every CPU the call runs on theirs,
+    and on a policy whose call costs about the same whatever its batch (torch's per-call
+    overhead dominates a small MLP) two groups make twice the calls for nothing: CartPole, 2 x 8,
+    a 64-wide MLP on 2 CPUs, one group 1.25x two. Without a policy there is no call to overlap.
+    """
+    if not has_policy:
+        return 1
+    if device is not None and device.type != "cpu":
+        return 2
+    return 2 if _usable_cpus() > num_workers else 1
+
+
 def env_groups(envs_per_worker: int, groups: int) -> list[range]:
     """A worker's ``envs_per_worker`` envs split into ``min(groups, envs_per_worker)`` consecutive ranges, evenly."""
     count = max(1, min(groups, envs_per_worker))
@@ -469,10 +490,14 @@ def env_groups(envs_per_worker: int, groups: int) -> list[range]:
     return [range(bounds[g], bounds[g + 1]) for g in range(count)]
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _free_cpus(num_workers: int) -> int:
     """A CPU policy's threads per call: the CPUs this process may use less the workers'."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cpus - num_workers)
+    return max(1, _usable_cpus() - num_workers)
 
 
 def _collect(runner: CentralRunner, run: _Rollout, t: int) -> None:

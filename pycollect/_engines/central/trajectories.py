@@ -46,20 +46,46 @@ class TrajectoryIds:
 
         ``cuts``: ``(step, worker, generation)`` where a worker restart cut envs of a group.
         """
-        k, steps = self._k, traj_ids.shape[1]
-        restarted = {(w, t): generation for t, w, generation in cuts}
+        k = self._k
+        restarted: dict[int, dict[int, int]] = {}
+        for t, w, generation in cuts:
+            restarted.setdefault(w, {})[t] = generation
         for w in range(self._w):
             block = traj_ids[w * k : (w + 1) * k]
-            block[...] = self._current[w][:, None]
-            ended = done[w * k : (w + 1) * k].reshape(k, steps, -1).any(-1)
-            for t, j in zip(*np.nonzero(ended.T), strict=True):  # step after step, envs in order
-                generation = restarted.get((w, int(t)))
-                if generation is not None and generation > self._generations[w]:
-                    self._generations[w] = generation
-                    self._next[w] = traj_id_start(w, self._w, generation)
-                self._current[w, j] = self._next[w]
-                self._next[w] += self._w
-                block[j, t + 1 :] = self._current[w, j]
+            ended = np.asarray(done[w * k : (w + 1) * k].reshape(k, block.shape[1], -1).any(-1))
+            if w in restarted:
+                self._write_with_restarts(w, block, ended, restarted[w])
+            else:
+                self._write(w, block, ended)
+
+    def _write(self, w: int, block: np.ndarray, ended: np.ndarray) -> None:
+        """Worker ``w``'s ids, no restart among them: one new id per episode end, step after step, envs in order.
+
+        Ids only grow, so an env's id at a step is the largest of its current one and those
+        handed out at its earlier ends: a running maximum along the row, with no per-end Python
+        (about a hundred ends a round on CartPole).
+        """
+        steps = block.shape[1]
+        t, j = np.nonzero(ended.T)  # step after step, envs in order: the order ids are handed out
+        marks = np.zeros((self._k, steps + 1), np.int64)  # ids are never negative
+        marks[:, 0] = self._current[w]
+        marks[j, t + 1] = self._next[w] + self._w * np.arange(t.size)
+        np.maximum.accumulate(marks, axis=1, out=marks)
+        block[...] = marks[:, :steps]
+        self._current[w] = marks[:, steps]
+        self._next[w] += self._w * t.size
+
+    def _write_with_restarts(self, w: int, block: np.ndarray, ended: np.ndarray, restarted: Mapping[int, int]) -> None:
+        """Worker ``w``'s ids, a restart (a new generation) among them: end by end, the count started again at each."""
+        block[...] = self._current[w][:, None]
+        for t, j in zip(*np.nonzero(ended.T), strict=True):
+            generation = restarted.get(int(t))
+            if generation is not None and generation > self._generations[w]:
+                self._generations[w] = generation
+                self._next[w] = traj_id_start(w, self._w, generation)
+            self._current[w, j] = self._next[w]
+            self._next[w] += self._w
+            block[j, t + 1 :] = self._current[w, j]
 
     def state(self) -> dict[str, Any]:
         """The counters, to continue the numbering after :meth:`load_state`."""
