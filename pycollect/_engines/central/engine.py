@@ -20,8 +20,6 @@ from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.recycle import RecycledMemory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.central.runner import CentralActions, CentralRunner
-from pycollect._engines.central.streams import TorchStreams, WorkerDraws
-from pycollect._engines.central.trajectories import TrajectoryIds
 from pycollect._engines.inprocess import on_policy_device
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
 from pycollect._engines.workers import forkserver
@@ -30,6 +28,8 @@ from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import parameters_device
 from pycollect._rollout.seeding import env_seeds, torch_seed
+from pycollect._rollout.streams import TorchStreams, WorkerDraws
+from pycollect._rollout.trajectories import TrajectoryIds
 from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout
 from pycollect.envs.batched import is_view

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pycollect._engines.central.streams import TorchStreams, WorkerDraws
 from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._keys import IS_INIT, Key
 from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.runner import EnvRunner
+from pycollect._rollout.streams import TorchStreams, WorkerDraws
 from pycollect.config import CollectorConfig
 from pycollect.exceptions import ConfigError
 

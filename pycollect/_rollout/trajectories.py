@@ -1,4 +1,8 @@
-"""Trajectory ids per worker, as each worker of the ``workers`` engine would hand them out."""
+"""Trajectory ids per worker, as each worker of the ``workers`` engine would hand them out.
+
+The central engine's (it steps every worker's envs from the trainer), beside
+:mod:`pycollect._rollout.seeding`, where ``traj_id_start`` numbers each worker's ids.
+"""
 
 from __future__ import annotations
 

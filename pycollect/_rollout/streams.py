@@ -1,9 +1,11 @@
 """The central engine's random streams: torch's per group, and each worker's random actions.
 
-A seeded run repeats: a stochastic policy's calls for a group draw from a torch stream of the
-group's own (:class:`TorchStreams`), and random actions (``init_random_frames``,
-``policy=None``) from each worker's own stream, as that worker's loop would draw them
-(:class:`WorkerDraws`). How a seed becomes each stream is :mod:`pycollect._rollout.seeding`'s.
+They sit beside :mod:`pycollect._rollout.seeding`, which derives every stream from the user's
+seed: the central engine steps the workers' envs from the trainer, and these give it the
+streams each worker's own loop would have drawn from. A seeded run repeats: a stochastic
+policy's calls for a group draw from a torch stream of the group's own
+(:class:`TorchStreams`), and random actions (``init_random_frames``, ``policy=None``) from
+each worker's own stream, as that worker's loop would draw them (:class:`WorkerDraws`).
 """
 
 from __future__ import annotations
