@@ -10,9 +10,10 @@ frame skip 4, stack 4: ``uint8 [4, 84, 84]`` observations), and the policy the N
 
 * ``pycollect central``: ``Collector(num_workers=2, engine="central")``: the workers step the
   envs; the trainer runs the CNN once per step over each group's envs. The engine chooses how
-  many groups (``Central(groups=None)``): two where the policy can run while the workers step
-  (a GPU, or a CPU the workers leave free), one otherwise, so one on the 2-CPU machine.
-* ``pycollect central (the other grouping)``: the grouping the default did not choose,
+  many groups (``Central(groups=None)``, ``default_groups``): two where the policy can run
+  while the workers step (a GPU, or a CPU the workers leave free) or where a call's work
+  halves with its batch (the CNN's), one otherwise (the CartPole MLP's on 2 CPUs).
+* ``pycollect central, other grouping``: the grouping the default did not choose,
   ``Central(groups=2)`` (two groups each of half of every worker's envs, double-buffered:
   every worker steps one group's envs while the CNN runs on the other's) or
   ``Central(groups=1)`` (one CNN call over all 2K envs per step, the envs idle meanwhile).
@@ -70,16 +71,16 @@ import throughput as tp  # the measurement helpers shared with the other benches
 from nature_cnn import NatureCNN
 
 import pycollect
-from pycollect._engines.central.engine import default_groups
+from pycollect._engines.central.engine import default_groups, env_groups
 from pycollect.default_plugins import Central
 
 WORKERS = 2
 STEPS = 32  # steps of every env per batch, for the collectors
 CENTRAL = "pycollect central"
-# The grouping engine="central" chooses on this machine (Central(groups=None)), and the other one.
-DEFAULT_GROUPS = default_groups(True, torch.device("cpu"), WORKERS)
-OTHER_GROUPS = 3 - DEFAULT_GROUPS
-CENTRAL_OTHER = f"pycollect central ({OTHER_GROUPS} group{'s' if OTHER_GROUPS > 1 else ''})"
+CENTRAL_OTHER = "pycollect central, other grouping"
+# How many groups engine="central" makes for the workload on this machine (Central(groups=None)),
+# and the other grouping's: set by main().
+GROUPS = {"default": 2, "other": 1}
 WORKER_CNN = "pycollect workers (CNN in each)"
 ENVPOOL_SYNC = "EnvPool sync (CNN here)"
 ENVPOOL_ASYNC = "EnvPool async batch K (CNN here)"
@@ -171,7 +172,7 @@ def cartpole_central(k: int, frames: int) -> tp.Result:
 
 def cartpole_central_other_grouping(k: int, frames: int) -> tp.Result:
     """``engine=Central(groups=...)`` on CartPole, the grouping the default did not choose."""
-    return _cartpole_collector(Central(groups=OTHER_GROUPS), k, frames)
+    return _cartpole_collector(Central(groups=GROUPS["other"]), k, frames)
 
 
 def cartpole_workers(k: int, frames: int) -> tp.Result:
@@ -247,7 +248,7 @@ def pycollect_central(k: int, frames: int) -> tp.Result:
 
 def pycollect_central_other_grouping(k: int, frames: int) -> tp.Result:
     """``engine=Central(groups=...)``, the grouping the default did not choose."""
-    return _pong_collector(Central(groups=OTHER_GROUPS), k, frames)
+    return _pong_collector(Central(groups=GROUPS["other"]), k, frames)
 
 
 def pycollect_workers(k: int, frames: int) -> tp.Result:
@@ -380,6 +381,8 @@ def main() -> None:
             del contenders[name]
 
     torch.set_num_threads(args.trainer_threads)
+    GROUPS["default"] = default_groups_for(pong, args.envs)
+    GROUPS["other"] = 3 - GROUPS["default"]
     count_waits()
     runs: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
@@ -437,7 +440,7 @@ def main() -> None:
     }
     workload = "Pong, Nature CNN" if pong else "CartPole-v1, 64-wide MLP"
     print(f"\n{workload}, {WORKERS} workers x {args.envs} envs, medians of {rounds} rounds")
-    print(f"  ({CENTRAL!r} is engine='central' as it is: {DEFAULT_GROUPS} group(s) on this machine)")
+    print(f"  ({CENTRAL!r}: engine='central' as it is, {GROUPS['default']} group(s) here; other: {GROUPS['other']})")
     print(
         f"  {'contender':40} {'frames/s':>9} {'x central':>9} {'CPU us/frame':>12} {'CPUs':>5} {'trainer':>7}"
         f" {'others':>6} {'trainer us/frame: outside policy':>32} {'and waits':>9}"
@@ -468,7 +471,7 @@ def main() -> None:
         workload=args.workload,
         rounds=rounds,
         envs_per_worker=args.envs,
-        default_groups=DEFAULT_GROUPS,
+        groups=GROUPS,
         trainer_threads=args.trainer_threads,
         summary=summary,
         target={"central x best other": target, "met": target is not None and target >= 1.0},
@@ -481,6 +484,22 @@ def main() -> None:
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), summary, args.envs, workload)
     print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+
+
+def default_groups_for(pong: bool, k: int) -> int:
+    """How many groups ``engine="central"`` makes here for the workload's policy (its rule, its FLOP count)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    policy: torch.nn.Module = NatureCNN() if pong else MLP()
+    n = WORKERS * len(env_groups(k, 2)[0])  # the envs of a group of two
+    example = torch.zeros((n, 4, 84, 84), dtype=torch.uint8) if pong else torch.zeros((n, 4))
+
+    def call_flops() -> int:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            policy(example)
+        return int(counter.get_total_flops())
+
+    return default_groups(True, torch.device("cpu"), WORKERS, call_flops)
 
 
 def _trainer_targets(summary: dict[str, dict[str, Any]], pong: bool) -> None:

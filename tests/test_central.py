@@ -325,34 +325,64 @@ def test_groups_must_be_a_positive_int() -> None:
 
 
 @pytest.mark.parametrize(
-    ("has_policy", "device", "cpus", "workers", "groups"),
+    ("has_policy", "device", "cpus", "flops", "groups"),
     [
-        (True, None, 2, 2, 1),  # the workers take every CPU: the call would run on theirs
-        (True, "cpu", 4, 2, 2),  # a CPU left for the call
-        (True, "cpu", 2, 1, 2),
-        (True, "cuda:0", 2, 2, 2),  # the call runs on the GPU meanwhile
-        (False, "cuda:0", 8, 2, 1),  # random actions: no call to overlap
+        (True, None, 2, 72_000, 1),  # the workers take both CPUs and the call is small (a 64-wide MLP's)
+        (True, "cpu", 2, 150_000_000, 2),  # ... but the call's work halves with its batch (the Nature CNN's)
+        (True, "cpu", 3, 0, 2),  # a CPU left for the call
+        (True, "cuda:0", 2, 0, 2),  # the call runs on the GPU meanwhile
+        (False, "cuda:0", 8, 0, 1),  # random actions: no call to overlap
     ],
 )
-def test_the_default_groups_double_buffer_where_the_policy_can_run_while_the_workers_step(
-    monkeypatch: pytest.MonkeyPatch, has_policy: bool, device: str | None, cpus: int, workers: int, groups: int
+def test_the_default_groups_double_buffer_where_overlapping_the_policy_with_the_steps_pays(
+    monkeypatch: pytest.MonkeyPatch, has_policy: bool, device: str | None, cpus: int, flops: int, groups: int
 ) -> None:
     from pycollect._engines.central import engine
 
     monkeypatch.setattr(engine, "_usable_cpus", lambda: cpus)
-    assert engine.default_groups(has_policy, None if device is None else torch.device(device), workers) == groups
+    counted: list[int] = []
+
+    def call_flops() -> int:
+        counted.append(flops)
+        return flops
+
+    on = None if device is None else torch.device(device)
+    assert engine.default_groups(has_policy, on, 2, call_flops) == groups
+    assert len(counted) == (1 if has_policy and cpus == 2 and device in (None, "cpu") else 0)  # counted only then
 
 
-def test_the_default_central_engine_makes_the_groups_its_rule_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("width", "groups"), [(8, 1), (2048, 2)])
+def test_the_default_central_engine_counts_the_policys_work_where_the_workers_take_every_cpu(
+    monkeypatch: pytest.MonkeyPatch, width: int, groups: int
+) -> None:
+    # 4 envs of 2 workers a group of two: 4 x (4*w + w*w + 2*w) multiply-adds, 2 FLOPs each.
     from pycollect._engines.central import engine
 
-    for cpus, groups in ((1, 1), (3, 2)):
-        monkeypatch.setattr(engine, "_usable_cpus", lambda cpus=cpus: cpus)
-        kwargs = {"frames_per_batch": 2 * 4 * 3, "envs_per_worker": 4, "num_workers": 2}
-        policy, _ = argmax_mlp(4, 8, 2)
-        with Collector("CartPole-v1", policy, engine="central", **kwargs) as collector:
-            assert len(collector._engine.runners) == groups  # type: ignore[attr-defined]
-            collector.next_batch()
+    monkeypatch.setattr(engine, "_usable_cpus", lambda: 2)
+    torch.manual_seed(0)
+    policy, _ = argmax_mlp(4, width, width, 2)
+    before = torch.get_rng_state()
+    kwargs = {"frames_per_batch": 2 * 4 * 3, "envs_per_worker": 4, "num_workers": 2}
+    with Collector("CartPole-v1", policy, engine="central", **kwargs) as collector:
+        assert len(collector._engine.runners) == groups  # type: ignore[attr-defined]
+        collector.next_batch()
+    assert torch.equal(torch.get_rng_state(), before)  # counting drew nothing from the trainer's stream
+
+
+def test_the_policy_runner_counts_the_flops_of_a_call() -> None:
+    from pycollect._rollout.policy import PolicyRunner
+    from pycollect.envs.specs import specs_from_spaces
+
+    env = gym.make("CartPole-v1")
+    policy, _ = argmax_mlp(4, 64, 2)
+    runner = PolicyRunner(
+        policy,
+        specs_from_spaces(env.observation_space, env.action_space),
+        8,
+        torch.device("cpu"),
+        np.random.default_rng(0),
+    )
+    assert runner.call_flops() == 2 * 8 * (4 * 64 + 64 * 2)
 
 
 class _BuiltHere(CountingEnv):

@@ -108,6 +108,21 @@ class PolicyRunner:
             and not self.outputs
         )
 
+    def call_flops(self) -> int:
+        """The FLOPs of one call on example observations, as torch counts them (matrix products, convolutions).
+
+        A call of the dry run's kind (a recurrent state fed back as zeros); what it draws from
+        torch's random stream is the caller's to keep (``torch.random.fork_rng``).
+        """
+        from torch.utils.flop_counter import FlopCounterMode
+
+        n = self.num_envs
+        example = {spec.key: np.stack([spec.example()] * n) for spec in self.specs.observation}
+        carried = {c.key: np.full((n, *c.shape), c.key == IS_INIT, c.dtype) for c in self.carried}
+        with torch.no_grad(), FlopCounterMode(display=False) as counter, self._transfer.running():
+            self._call(example, carried)
+        return int(counter.get_total_flops())
+
     def random_actions(self, steps: int) -> Any:
         """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``; one per action leaf)."""
         return self._random.random_actions(steps)

@@ -7,7 +7,7 @@ import functools
 import os
 import pickle
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -26,7 +26,7 @@ from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.step_backend import MAILBOX_BYTES, WorkerStepBackend
 from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
-from pycollect._rollout.policy import parameters_device
+from pycollect._rollout.policy import PolicyRunner, parameters_device
 from pycollect._rollout.seeding import env_seeds, torch_seed
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
 from pycollect._rollout.trajectories import TrajectoryIds
@@ -157,7 +157,14 @@ class CentralEngine(Engine):
         probe = env_source.make()
         # A batched env steps all its sub-envs at once: one group of every env
         if groups is None:
-            groups = default_groups(policy is not None, device, workers)
+            half = workers * len(env_groups(k, 2)[0])  # the envs of a group of two
+            groups = (
+                1
+                if k < 2 or is_view(probe)
+                else default_groups(
+                    policy is not None, device, workers, lambda: _call_flops(config, env_source, probe, policy, half)
+                )
+            )
         split = env_groups(k, 1 if is_view(probe) else groups)
         try:
             state_bytes = _check_env_states(env_source, probe) if config.takes_snapshots else 0
@@ -466,21 +473,41 @@ def _check_env_states(env_source: EnvSource, probe: Any) -> int:
     )
 
 
-def default_groups(has_policy: bool, device: torch.device | None, num_workers: int) -> int:
-    """How many groups ``Central(groups=None)`` makes: 2 where the policy can run while the workers step, else 1.
+# A group's policy call of at least this many FLOPs does enough work to pay for a second call
+# per step: about 100 us on one core of the 2-CPU development machine, five times torch's own
+# cost for a call of a small module (about 20 us). The Nature CNN over 8 Atari frames: 150
+# MFLOP; a 64-wide MLP over 8 CartPole observations: 72 kFLOP.
+GROUP_CALL_FLOPS = 10_000_000
 
-    Two groups overlap one group's policy call with the other's env steps. That needs
-    somewhere for the call to run meanwhile: a GPU (any device but the CPU), or a CPU of this
-    process's that no worker needs. Where the workers take every CPU the call runs on theirs,
-    and on a policy whose call costs about the same whatever its batch (torch's per-call
-    overhead dominates a small MLP) two groups make twice the calls for nothing: CartPole, 2 x 8,
-    a 64-wide MLP on 2 CPUs, one group 1.25x two. Without a policy there is no call to overlap.
+
+def default_groups(
+    has_policy: bool, device: torch.device | None, num_workers: int, group_call_flops: Callable[[], int]
+) -> int:
+    """How many groups ``Central(groups=None)`` makes: 2 where overlapping the policy with the steps pays, else 1.
+
+    Two groups overlap one group's policy call with the other's env steps. That pays where
+    the call has somewhere to run meanwhile: a GPU (any device but the CPU), or a CPU of this
+    process's that no worker needs. Where the workers take every CPU, the call and the steps
+    share them, and two groups pay only where the call's work grows with its batch, so that
+    halving the batch halves the call: at least :data:`GROUP_CALL_FLOPS` for a group of two's
+    envs (``group_call_flops``, counted only then). A smaller policy's call costs about the
+    same whatever its batch, and two groups would make twice the calls for nothing: on 2 CPUs,
+    CartPole with a 64-wide MLP ran 1.25x faster with one group, Pong with the Nature CNN
+    1.3x faster with two. Without a policy there is no call to overlap.
     """
     if not has_policy:
         return 1
-    if device is not None and device.type != "cpu":
+    if (device is not None and device.type != "cpu") or _usable_cpus() > num_workers:
         return 2
-    return 2 if _usable_cpus() > num_workers else 1
+    return 2 if group_call_flops() >= GROUP_CALL_FLOPS else 1
+
+
+def _call_flops(config: CollectorConfig, env_source: EnvSource, probe: Any, policy: Any, num_envs: int) -> int:
+    """The FLOPs of one policy call over ``num_envs`` envs, on a dry run's example batch; torch's random stream kept."""
+    with torch.random.fork_rng(devices=[]):
+        actions = plan_rollout(config, env_source, probe, policy, num_envs=num_envs, policy_here=True).actions
+        assert isinstance(actions, PolicyRunner)  # there is a policy
+        return actions.call_flops()
 
 
 def env_groups(envs_per_worker: int, groups: int) -> list[range]:
