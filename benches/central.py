@@ -499,7 +499,7 @@ def default_groups_for(pong: bool, k: int) -> int:
             policy(example)
         return int(counter.get_total_flops())
 
-    return default_groups(True, torch.device("cpu"), WORKERS, call_flops)
+    return default_groups(True, torch.device("cpu"), WORKERS, call_flops)[0]
 
 
 def _trainer_targets(summary: dict[str, dict[str, Any]], pong: bool) -> None:

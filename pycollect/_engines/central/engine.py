@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import pickle
 import time
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from pycollect._rollout.runner import _Rollout
 
 __all__ = ["CentralEngine", "default_groups", "env_groups"]
+
+logger = logging.getLogger("pycollect.central")
 
 
 def _info_names(config: CollectorConfig, plan: RolloutPlan) -> tuple[str, ...]:
@@ -158,13 +161,14 @@ class CentralEngine(Engine):
         # A batched env steps all its sub-envs at once: one group of every env
         if groups is None:
             half = workers * len(env_groups(k, 2)[0])  # the envs of a group of two
-            groups = (
-                1
+            groups, why = (
+                (1, "one env per worker, or one batched env")
                 if k < 2 or is_view(probe)
                 else default_groups(
                     policy is not None, device, workers, lambda: _call_flops(config, env_source, probe, policy, half)
                 )
             )
+            logger.info("engine='central' steps %d group(s) of envs: %s", groups, why)
         split = env_groups(k, 1 if is_view(probe) else groups)
         try:
             state_bytes = _check_env_states(env_source, probe) if config.takes_snapshots else 0
@@ -482,8 +486,8 @@ GROUP_CALL_FLOPS = 10_000_000
 
 def default_groups(
     has_policy: bool, device: torch.device | None, num_workers: int, group_call_flops: Callable[[], int]
-) -> int:
-    """How many groups ``Central(groups=None)`` makes: 2 where overlapping the policy with the steps pays, else 1.
+) -> tuple[int, str]:
+    """How many groups ``Central(groups=None)`` makes, and why: 2 where overlapping the policy with the steps pays.
 
     Two groups overlap one group's policy call with the other's env steps. That pays where
     the call has somewhere to run meanwhile: a GPU (any device but the CPU), or a CPU of this
@@ -496,10 +500,17 @@ def default_groups(
     1.3x faster with two. Without a policy there is no call to overlap.
     """
     if not has_policy:
-        return 1
-    if (device is not None and device.type != "cpu") or _usable_cpus() > num_workers:
-        return 2
-    return 2 if group_call_flops() >= GROUP_CALL_FLOPS else 1
+        return 1, "random actions, no policy call to overlap with the steps"
+    if device is not None and device.type != "cpu":
+        return 2, f"the policy runs on {device} while the workers step"
+    cpus = _usable_cpus()
+    if cpus > num_workers:
+        return 2, f"{cpus} CPUs for {num_workers} workers: one is left for the policy while they step"
+    flops = group_call_flops()
+    fill = f"{num_workers} workers fill the {cpus} CPUs, and a group of two's policy call does {flops:,} FLOPs"
+    if flops >= GROUP_CALL_FLOPS:
+        return 2, f"{fill}: at least {GROUP_CALL_FLOPS:,}, so halving its batch halves its work"
+    return 1, f"{fill}: under {GROUP_CALL_FLOPS:,}, so two calls would cost about twice one"
 
 
 def _call_flops(config: CollectorConfig, env_source: EnvSource, probe: Any, policy: Any, num_envs: int) -> int:
