@@ -7,7 +7,7 @@ A rollout reads top to bottom in :meth:`EnvRunner.rollout`. It binds a ``_Rollou
 output arrays once, then at each step: the weights hook, the policy's actions (``act``), the
 envs' steps, the episode ends, the observation the policy reads next, the resets. The envs are
 stepped one of two ways, which store the same values. ``step_python`` checks and stores any
-``env.step`` result (through :mod:`pycollect._rollout.checks`). The native way is a strict
+``env.step`` result (through :mod:`pycollect._steps.checks`). The native way is a strict
 subset of it: where no ``info_keys`` are kept, ``_core.GroupStepper`` (pycollect's one native
 stepper, the vector env's too) steps every env into column ``t`` of the rollout's arrays, in
 ``DISABLED`` autoreset mode (the episode ends are this loop's), stores the common case (an
@@ -48,8 +48,8 @@ from pycollect._keys import (
 )
 from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
-from pycollect._rollout.checks import OutputChecks
-from pycollect._rollout.stepper import StepperSpec, native_stepper
+from pycollect._steps.checks import OutputChecks
+from pycollect._steps.stepper import StepperSpec, native_stepper
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.batched import batch_of
 from pycollect.envs.specs import EnvSpecs, FieldSpec
@@ -85,7 +85,7 @@ class EnvRunner:
 
     Raises:
         EnvOutputError: (from :meth:`reset` and :meth:`rollout`) an environment returned
-            something its spaces do not allow (see :mod:`pycollect._rollout.checks`).
+            something its spaces do not allow (see :mod:`pycollect._steps.checks`).
     """
 
     native: bool = True

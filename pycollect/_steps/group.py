@@ -38,10 +38,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from pycollect._native import _core
-from pycollect._rollout.checks import OutputChecks
-from pycollect._rollout.stepper import StepperSpec, native_stepper
+from pycollect._steps.checks import OutputChecks
 from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
+from pycollect._steps.stepper import StepperSpec, native_stepper
 from pycollect.config import parse_autoreset_mode as autoreset_mode  # its old home's name, still importable here
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.batched import batch_of
