@@ -248,7 +248,8 @@ class EnvGroup:
         batched env's sub-envs are checked here), after its trajectory limit. There are no
         vector env spaces to compare the envs with (an env backend's fields need not be its
         space's leaves), nor info material: the kept info entries go into the rollout's info
-        fields as the runner keeps them.
+        fields as the runner keeps them. Such a group is stepped with :meth:`step_column` and
+        reset with :meth:`reset_each` only (:meth:`step` and :meth:`reset` are a vector env's).
 
         Args:
             envs: The environments (the runner closes them).
@@ -263,7 +264,6 @@ class EnvGroup:
         group.mode = AutoresetMode.DISABLED
         # A batched env's sub-envs reset right after the step that ended them: SAME_STEP to it.
         group._setup(checks, leaves, None, keeps_info, (AutoresetMode.SAME_STEP, max_frames_per_traj, "a collector"))
-        group._rollout = True
         return group
 
     def _setup(
@@ -285,9 +285,8 @@ class EnvGroup:
         self._leaves = list(leaves)
         self.max_episode_steps = max_episode_steps
         self.info = InfoArrays((), (), (), info_keys=self.info_keys)
-        # A rollout's group (for_rollout) writes step t into column t of [K, T] arrays, and its
-        # kept info entries as the runner keeps them: (field index, [K, T] array, name, default).
-        self._rollout = False
+        # A rollout's kept info entries (bind_rollout), stored as the runner keeps them:
+        # (field index, [K, T] array, name in the info, default).
         self._info_columns: list[tuple[int, np.ndarray, str, Any]] = []
         # The sub-envs of one batched env are stepped as the group's envs, the batch first (see
         # pycollect.envs.batched): one batched step per group step, then each sub-env's row stored.
@@ -388,6 +387,7 @@ class EnvGroup:
         info entry is kept (it keeps none of a rollout's) and every array allows it.
         """
         self._info_columns = list(info)
+        self._ended[:] = False  # a rollout starts from reset envs (a step that raised may have left flags)
         native = native and not self._info_columns and bool(self.envs)
         self._bind(next_observations, rewards, terminated, truncated, None, rewards.shape[0], native)
 
