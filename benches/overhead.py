@@ -58,6 +58,8 @@ from pycollect._batch.episodes import EpisodeRecord
 from pycollect._engines import inprocess
 from pycollect._engines.workers import pool
 from pycollect._rollout import runner
+from pycollect._steps.checks import OutputChecks
+from pycollect._steps.group import EnvGroup
 
 K = 8  # envs per worker / in-process collector, as in benches/throughput.py
 
@@ -133,7 +135,7 @@ _PER_BATCH = (
     (EpisodeRecord, "update", "episode record"),
     (inprocess, "to_tensordict", "TensorDict"),
     (inprocess, "allocate", "arrays"),
-    (runner._Rollout, "__init__", "binding the stepper"),
+    (EnvGroup, "bind_rollout", "binding the stepper"),
     (runner._Rollout, "finish", "rewards and flags"),
     (inprocess, "fill_observations", "observations"),
 )
@@ -177,6 +179,10 @@ class _NullEnv:
         self.t = (self.t + 1) % 22
         return self.observation, 1.0, self.t == 0, False, {}
 
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        self.t = 0
+        return self.observation, {}
+
 
 def stepper_round(steps: int = 1024) -> None:
     """One round of part 3, printed: the native stepper against Python loops, on envs that cost nothing."""
@@ -184,13 +190,16 @@ def stepper_round(steps: int = 1024) -> None:
     env_steps = [env.step for env in envs]
     frames = np.zeros((K, steps, 4), np.float32)
     rewards, terminated, truncated = np.zeros((steps, K)), np.zeros((steps, K), bool), np.zeros((steps, K), bool)
-    stepper = runner._NativeStep(env_steps, [((), frames, (4,), frames.dtype)], rewards, terminated, truncated)
+    group = EnvGroup.for_rollout(
+        envs, [((), 0, frames.dtype, (4,))], OutputChecks((), "null", None), max_frames_per_traj=None, keeps_info=False
+    )
+    group.bind_rollout([frames], rewards, terminated, truncated)  # what a rollout binds: the native stepper
     actions = np.random.default_rng(0).integers(0, 2, (steps, K))
     listed = [list(row) for row in actions]
 
     def native() -> None:
         for t in range(steps):
-            stepper(t, actions[t])
+            group.step_column(t, actions[t])
 
     def plain() -> None:
         for t in range(steps):

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from pycollect import Collector, ConfigError, EnvOutputError
-from pycollect._rollout.runner import _NativeStep
+from pycollect._steps.checks import OutputChecks
+from pycollect._steps.group import EnvGroup
 from pycollect.testing.envs import CountingEnv, SpacesEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -159,10 +160,50 @@ def _leaf(frames: np.ndarray, path: tuple[Any, ...] = ()) -> tuple[Any, np.ndarr
     return path, frames, frames.shape[2:], frames.dtype
 
 
+class _Stepped:
+    """An env that is only its ``step`` (a rollout's group resets nothing)."""
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+
+    def reset(self, **kwargs: Any) -> Any:
+        raise AssertionError("a rollout's group resets no env: the runner does")
+
+
+class _NativeStep:
+    """A rollout's group (``EnvGroup.for_rollout``) bound to these arrays, and its native step alone.
+
+    Called with ``(t, actions)``: the native stepper's step ``t`` of every env, as
+    ``EnvGroup.step_column`` makes it before the Python path: the stored envs whose episode ended,
+    and the others with their results (both in env order).
+    """
+
+    def __init__(
+        self,
+        steps: list[Any],
+        leaves: list[tuple[Any, np.ndarray, tuple[int, ...], np.dtype[Any]]],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> None:
+        described = [(path, n, dtype, shape) for n, (path, _, shape, dtype) in enumerate(leaves)]
+        checks = OutputChecks((), "env", None)
+        self.group = EnvGroup.for_rollout(
+            [_Stepped(step) for step in steps], described, checks, max_frames_per_traj=None, keeps_info=False
+        )
+        self.group.bind_rollout([frames for _, frames, _, _ in leaves], rewards, terminated, truncated)
+        assert self.group._native is not None, "arrays the native stepper cannot write: the Python path"
+
+    def __call__(self, t: int, actions: Any) -> tuple[list[int], list[tuple[int, Any]]]:
+        native = self.group._native
+        left = native.step(actions, 0, None, t)
+        return native.take_ended(), [] if left is None else [(i, raw) for i, _, raw in left]
+
+
 def test_the_stepper_refuses_arrays_it_cannot_write() -> None:
     env = gym.make("CartPole-v1")
     steps, frames = [env.step], np.zeros((1, 4, 4), np.float32)
-    with pytest.raises(ConfigError, match="rows of leaf 0 must be a writable C-contiguous"):
+    with pytest.raises(AssertionError, match="the Python path"):  # the group checks what the stepper cannot take
         _NativeStep(steps, [((), frames[:, ::2], (4,), frames.dtype)], *_flags(2, 1))
     with pytest.raises(ConfigError, match="rows of leaf 1 holds 64 bytes, not 1 envs x 3 steps x 16 bytes"):
         _NativeStep(steps, [_leaf(np.zeros((1, 3, 4), np.float32)), _leaf(frames)], *_flags(3, 1))
@@ -172,7 +213,7 @@ def test_the_stepper_refuses_arrays_it_cannot_write() -> None:
     with pytest.raises(ConfigError, match="rewards must have buffer format"):
         _NativeStep(steps, [_leaf(frames)], rewards.astype(np.float32), terminated, truncated)
     terminated.flags.writeable = False
-    with pytest.raises(ConfigError, match="terminated must be a writable C-contiguous"):
+    with pytest.raises(AssertionError, match="the Python path"):
         _NativeStep(steps, [_leaf(frames)], rewards, terminated, truncated)
     env.close()
 
@@ -200,7 +241,7 @@ def test_the_stepper_stores_each_result_where_it_belongs() -> None:
 
 # -- the contract of the two step paths ------------------------------------------------------
 #
-# The native step (_NativeStep) is a strict subset of the Python one (_Rollout.step_python):
+# The native step (EnvGroup's native stepper) is a strict subset of its Python path (EnvGroup.finish):
 # it stores only the common case, returns the stored envs whose episode ended and every other
 # env with its result, and counts nothing; the trajectory limit is applied in Python after either
 # path.
@@ -289,19 +330,18 @@ def _collect(monkeypatch: pytest.MonkeyPatch, native: bool, env: Any, policy: An
     from pycollect._rollout import runner
 
     used: list[bool] = []
-    native_step = runner._Rollout._native_step
+    bind = EnvGroup.bind_rollout
 
-    def spy(self: Any) -> Any:
-        step = native_step(self)
-        used.append(step is not None)
-        return step
+    def spy(self: EnvGroup, *args: Any, **kwargs: Any) -> None:
+        bind(self, *args, **kwargs)
+        used.append(self._native is not None)
 
     with monkeypatch.context() as patch:
         patch.setattr(runner.EnvRunner, "native", native)
-        patch.setattr(runner._Rollout, "_native_step", spy)
+        patch.setattr(EnvGroup, "bind_rollout", spy)
         with Collector(env, policy, seed=3, **kwargs) as collector:
             batches = [collector.next_batch() for _ in range(3)]
-    assert used == ([True] * 3 if native else [])
+    assert used == [native] * 3
     return batches
 
 

@@ -5,7 +5,9 @@ steps the workers' envs from the trainer, :mod:`.streams` and :mod:`.trajectorie
 workers never import). All of them but :mod:`.policy` and :mod:`.streams` use numpy alone, so a
 worker with a random policy never imports torch (a test holds us to that).
 
-The batch keys, as TorchRL names them, sit below every layer in :mod:`pycollect._keys`.
+The batch keys, as TorchRL names them, sit below every layer in :mod:`pycollect._keys`. What
+steps ``K`` envs once (the output checks, the native stepper's spec) is the layer below,
+:mod:`pycollect._steps`.
 
 Modules:
     fields: which arrays a rollout has (:func:`~.fields.batch_fields`).

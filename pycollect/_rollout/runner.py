@@ -5,19 +5,26 @@ directly, and each worker process drives its own with arrays that live in shared
 
 A rollout reads top to bottom in :meth:`EnvRunner.rollout`. It binds a ``_Rollout`` to the
 output arrays once, then at each step: the weights hook, the policy's actions (``act``), the
-envs' steps, the episode ends, the observation the policy reads next, the resets. The envs are
-stepped one of two ways, which store the same values. ``step_python`` checks and stores any
-``env.step`` result (through :mod:`pycollect._rollout.checks`). The native way is a strict
-subset of it: where no ``info_keys`` are kept, ``_core.GroupStepper`` (pycollect's one native
-stepper, the vector env's too) steps every env into column ``t`` of the rollout's arrays, in
-``DISABLED`` autoreset mode (the episode ends are this loop's), stores the common case (an
-observation whose leaves, the observation itself or those of a Dict or Tuple observation, are
-exactly numpy arrays of their fields' dtypes and shapes, a ``float`` reward, ``bool`` flags, a
-``dict`` info) exactly as the Python path would, and returns the other envs with their
-results, which ``step_python`` then takes. Each path gives the envs whose episode ended among
-those it stored. Neither counts steps: the step counts and
-``max_frames_per_traj`` live in one place, ``EnvRunner._episode_ends``, applied after either
-path.
+envs' steps, the episode ends, the observation the policy reads next, the resets.
+
+The envs' steps are not this module's: the runner steps its ``K`` envs through one
+:class:`~pycollect._steps.group.EnvGroup`, the object that steps every group of envs in
+pycollect (a vector env's too), built for a rollout (:meth:`EnvGroup.for_rollout
+<pycollect._steps.group.EnvGroup.for_rollout>`). Each rollout binds its arrays to the group,
+which writes step ``t`` into column ``t`` of them: natively (``_core.GroupStepper``) for the
+common case (an observation whose leaves are exactly numpy arrays of their fields' dtypes and
+shapes, a ``float`` reward, ``bool`` flags, a ``dict`` info, no ``info_keys`` kept), and every
+other env on its Python path, through the same output checks (:mod:`pycollect._steps.checks`),
+with the same result. A batched env's batch steps first, with every sub-env's action. The
+group steps in ``DISABLED`` autoreset mode, resets nothing and counts nothing, and hands back
+the envs whose own flags ended their episode.
+
+What makes a trajectory is this loop's: the step counts and ``max_frames_per_traj`` live in
+``EnvRunner._episode_ends`` (one clock per runner, compared with the limit only from the first
+step at which a trajectory can reach it), then the ended envs are reset one by one in env order
+and handed new trajectory ids. (The native stepper's own episode limit, ``max_episode_steps``,
+is for ``SAME_STEP`` mode only, which resets an env inside the step and writes its reset
+observation where a rollout keeps the terminal one: see ``docs/architecture.md``.)
 
 Where the envs are is behind three methods (``_reset_envs``, ``_step``, ``_reset_env``), and a
 caller may drive the steps itself (:meth:`EnvRunner.begin`, the rollout's ``act``, its own
@@ -29,11 +36,10 @@ loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
 
 from pycollect._keys import (
     IS_INIT,
@@ -46,12 +52,10 @@ from pycollect._keys import (
     TRAJ_IDS,
     Key,
 )
-from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
-from pycollect._rollout.checks import OutputChecks
-from pycollect._rollout.stepper import StepperSpec, native_stepper
+from pycollect._steps.checks import OutputChecks
+from pycollect._steps.group import EnvGroup
 from pycollect.envs.backend import GymLikeEnv
-from pycollect.envs.batched import batch_of
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 from pycollect.exceptions import ConfigError
 
@@ -80,12 +84,12 @@ class EnvRunner:
             (``("next", name)``); a step whose info lacks one stores zeros.
 
     Attributes:
-        native: Whether a rollout may use the native stepper for the common case (``False``:
-            every env takes the Python path, which gives the same batch; for tests).
+        native: Whether a rollout's group may use the native stepper for the common case
+            (``False``: every env takes the group's Python path, which gives the same batch; for tests).
 
     Raises:
         EnvOutputError: (from :meth:`reset` and :meth:`rollout`) an environment returned
-            something its spaces do not allow (see :mod:`pycollect._rollout.checks`).
+            something its spaces do not allow (see :mod:`pycollect._steps.checks`).
     """
 
     native: bool = True
@@ -134,12 +138,15 @@ class EnvRunner:
         self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
         # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
         self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
-        # The sub-envs of one batched env step as these envs, the batch first (pycollect.envs.batched);
-        # an episode's end resets its sub-env at once, as SAME_STEP does.
-        self._batch = batch_of(self.envs)
-        if self._batch is not None:
-            self._batch.check(AutoresetMode.SAME_STEP, max_frames_per_traj, "a collector")
-            self._batch.infos_wanted = bool(info)
+        # The one object that steps K envs (also a vector env's): natively where it can, else with
+        # the checks; a batched env's batch first. Each rollout binds its arrays to it (begin).
+        self._group = EnvGroup.for_rollout(
+            self.envs,
+            [(path, n, dtype, shape) for (_, path), (n, dtype, shape) in zip(self._paths, self._expected, strict=True)],
+            self._checks,
+            max_frames_per_traj=max_frames_per_traj,
+            keeps_info=bool(info),
+        )
 
     @property
     def num_envs(self) -> int:
@@ -258,7 +265,17 @@ class EnvRunner:
         """
         if not self._has_reset:
             self.reset()
-        return _Rollout(self, out, random_actions, policy_version)
+        run = _Rollout(self, out, random_actions, policy_version)
+        if self.envs:  # a runner whose envs step elsewhere (the central engine's) has none here
+            self._group.bind_rollout(
+                [o.next_obs for o in run.obs_out],
+                run.rewards,
+                run.terminated,
+                run.truncated,
+                run.info_out,
+                native=self.native and not run.structured_action,
+            )
+        return run
 
     def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
         """After step ``t`` was stored: the trajectory limit, what the policy reads next, the resets.
@@ -280,22 +297,12 @@ class EnvRunner:
 
     def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
         """Reset every env (with ``seeds``, if given); each env's index and raw observation."""
-        if self._batch is not None:  # one batched reset; each sub-env's reset below takes its row
-            self._batch.reset_rows(seeds)
-        for i, env in enumerate(self.envs):
-            obs, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
-            yield i, obs
+        return self._group.reset_each(seeds)
 
     def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
         """Step every env with ``actions`` and store step ``t``; the envs whose episode ended, in env order."""
-        if self._batch is not None:
-            self._batch.step_all(run.batched_actions(actions))
-        if run.step_native is None:
-            return run.step_python(t, run.step_envs(actions))
-        ended, left = run.step_native(t, actions)
-        if left and (more := run.step_python(t, left)):  # the results it did not store, already stepped
-            ended = sorted(ended + more)
-        return ended
+        group = self._group
+        return group.step_column(t, run.env_actions(actions), run.batched_actions(actions) if group.batched else None)
 
     def _reset_env(self, i: int) -> Any:
         """Reset env ``i``, whose episode ended; its raw observation."""
@@ -305,8 +312,8 @@ class EnvRunner:
     def _episode_ends(self, run: _Rollout, t: int, ended: list[int]) -> list[int]:
         """The envs whose episode ended at step ``t``, in env order, after the trajectory limit.
 
-        ``ended`` are the envs whose own flags ended their episode (from the step paths, in env
-        order). This is the one place where steps are counted and ``max_frames_per_traj``
+        ``ended`` are the envs whose own flags ended their episode (from the group, in env
+        order). This is the one place where a rollout's steps are counted and ``max_frames_per_traj``
         truncates: a clock counts the steps, so env ``i``'s trajectory has taken ``clock -
         started[i]`` of them, and they are compared with the limit only from the first clock
         at which one can reach it (numpy calls cost more than a cheap env's step, so the common
@@ -358,77 +365,14 @@ class _ObsOut(NamedTuple):
     shape: tuple[int, ...]
 
 
-class _NativeStep:
-    """``_core.GroupStepper`` over a rollout's arrays: step ``t`` of every env, the common case stored.
-
-    ``DISABLED`` mode and no info entries: the stepper stores each env's observation at frame
-    ``(i, t)`` of the ``("next", ...)`` arrays and its reward and flags, as the env returned them,
-    at ``(t, i)`` of the ``[T, K]`` ones, and flags the stored envs whose episode ended (taken
-    after each step). It resets nothing and counts nothing: the runner does, after its trajectory limit.
-
-    Args:
-        steps: Each env's ``step``.
-        leaves: ``(path, frames, shape, dtype)`` per observation leaf: ``path`` the Dict keys and
-            Tuple indices leading to it in the raw observation, ``frames`` its writable,
-            C-contiguous ``[K, T, *shape]`` array of ``dtype``.
-        rewards: ``[T, K]`` float64.
-        terminated: ``[T, K]`` bool.
-        truncated: ``[T, K]`` bool.
-    """
-
-    def __init__(
-        self,
-        steps: Sequence[Callable[[Any], Any]],
-        leaves: Sequence[tuple[Key, np.ndarray, tuple[int, ...], np.dtype[Any]]],
-        rewards: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-    ) -> None:
-        count = len(steps)
-        self._stepper = native_stepper(
-            StepperSpec(
-                steps=list(steps),
-                resets=[_resets_nothing] * count,  # never called in DISABLED mode
-                leaves=[(list(path), list(shape), dtype, dtype.itemsize) for path, _, shape, dtype in leaves],
-                rows=[frames for _, frames, _, _ in leaves],
-                finals=None,
-                rewards=rewards,
-                terminated=terminated,
-                truncated=truncated,
-                ended=np.zeros(count, np.bool_),  # read by take_ended
-                lengths=np.zeros(count, np.int64),
-                mode=_core.AUTORESET_DISABLED,
-                info_keys=[],
-                steps_per_row=rewards.shape[0],
-            )
-        )
-
-    def __call__(self, t: int, actions: Any) -> tuple[list[int], list[tuple[int, Any]]]:
-        """Step every env at step ``t``: the stored envs whose episode ended, and the others with their results.
-
-        Both in env order; the others' ``step`` results are unchecked (the rollout's Python path takes them).
-
-        Raises:
-            ConfigError: ``t`` is outside the rollout, or ``actions`` has fewer items than envs.
-        """
-        left = self._stepper.step(actions, 0, None, t)
-        ended = self._stepper.take_ended()
-        return ended, [] if left is None else [(i, raw) for i, _, raw in left]
-
-
-def _resets_nothing() -> Any:
-    raise RuntimeError("a rollout's native stepper resets no env: the runner does")
-
-
 class _Rollout:
     """What one :meth:`EnvRunner.rollout` writes, bound once before its first step.
 
-    Holds the views of ``out`` every step writes, the ``[T, K]`` rewards and flags (gathered
-    step-major and moved into the ``[K, T, 1]`` fields by :meth:`finish`; float64 rewards, so
-    that one too large for the float32 field is caught) and the two ways to step: the native
-    stepper, when no info entries are kept, and
-    the Python path, which handles whatever the native one does not. Preparing costs tens of
-    microseconds, against milliseconds for the rollout's steps.
+    Holds the views of ``out`` every step writes and the ``[T, K]`` rewards and flags (gathered
+    step-major, as the runner's group writes them, and moved into the ``[K, T, 1]`` fields by
+    :meth:`finish`; float64 rewards, so that one too large for the float32 field is caught).
+    Preparing it and binding the group to it costs tens of microseconds, against milliseconds
+    for the rollout's steps.
 
     Args:
         runner: The runner whose environments, observation and carried state this rollout uses.
@@ -467,8 +411,6 @@ class _Rollout:
         self.rewards = np.empty((self.steps, num_envs), np.float64)
         self.terminated = np.empty((self.steps, num_envs), bool)
         self.truncated = np.empty((self.steps, num_envs), bool)
-        self.env_steps = [env.step for env in runner.envs]
-        self.step_native = self._native_step() if runner.native else None
         # The current observation is what the policy reads: without a policy call it is needed
         # only at the end, where the next rollout starts from it.
         self.track_current = not random_actions
@@ -497,18 +439,6 @@ class _Rollout:
         for _, array in self.extras_out:
             array[...] = 0  # slots are reused
         return actions
-
-    def _native_step(self) -> _NativeStep | None:
-        """The native stepper bound to this rollout: every observation leaf, no info entries kept.
-
-        ``info_keys`` take the Python path only.
-        """
-        if self.info_out or self.structured_action:
-            return None
-        if not all(o.next_obs.flags.c_contiguous and o.next_obs.flags.writeable for o in self.obs_out):
-            return None
-        leaves = [(o.path, o.next_obs, o.shape, o.dtype) for o in self.obs_out]
-        return _NativeStep(self.env_steps, leaves, self.rewards, self.terminated, self.truncated)
 
     def use_version(self, version: int, t: int) -> None:
         """New weights were applied before step ``t``: the frames from it on record ``version``."""
@@ -544,54 +474,15 @@ class _Rollout:
         from gymnasium.vector.utils import concatenate, create_empty_array
 
         space = self.action_space
-        leaves = actions if isinstance(actions, tuple) else (actions,)
-        per_env = [self.env_action(values) for values in zip(*(list(leaf) for leaf in leaves), strict=True)]
+        per_env = self.env_actions(actions)
         return concatenate(space, per_env, create_empty_array(space, len(per_env)))
 
-    def step_envs(self, actions: Any) -> Iterator[tuple[int, Any]]:
-        """Each env's index and ``step`` result, stepped one at a time as the caller asks."""
-        if self.structured_action:  # a mapping per env, of its row of each action leaf
-            leaves = actions if isinstance(actions, tuple) else (actions,)
-            per_env = [self.env_action(values) for values in zip(*(list(leaf) for leaf in leaves), strict=True)]
-        else:
-            per_env = list(actions)  # numpy scalars: gymnasium's Discrete check is fastest on them
-        return ((i, step(action)) for i, (step, action) in enumerate(zip(self.env_steps, per_env, strict=True)))
-
-    def step_python(self, t: int, results: Iterable[tuple[int, Any]]) -> list[int]:
-        """Check and store the ``(env index, env.step result)`` pairs of step ``t``.
-
-        Writes what the native step writes for the envs it handles (reward, flags as the env
-        returned them, next observation) and the kept info entries. A value that is not exactly
-        what the batch holds goes through the checks, which convert it or raise
-        :class:`~pycollect.EnvOutputError` naming the env and step.
-
-        Returns:
-            The envs whose episode ended (terminated or truncated), in the order given.
-        """
-        checks, step = self.checks, t + 1
-        # Written an element at a time: as cheap as into a row view, without making the views
-        # (this often stores one env or two: the native step leaves only the unusual ones).
-        rewards, terminated, truncated = self.rewards, self.terminated, self.truncated
-        observations, ended = [], []
-        for i, result in results:
-            raw, reward, term, trunc, info = result
-            for n, array, name, default in self.info_out:
-                value = info.get(name, default) if isinstance(info, Mapping) else default
-                array[i, t] = checks.info(n, value, i, step)
-            if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
-                reward, term, trunc = checks.step(reward, term, trunc, i, step)  # else: fits as it is
-            rewards[t, i], terminated[t, i], truncated[t, i] = reward, term, trunc
-            if term or trunc:
-                ended.append(i)
-            observations.append((i, raw))
-        ndarray = np.ndarray
-        for _, next_obs, _, path, field, dtype, shape in self.obs_out:
-            for i, raw in observations:  # one env at a time: no temporary batch array
-                value = checks.leaf(raw, path, field, i, step) if path else raw
-                if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
-                    value = checks.observation(field, value, i, step)
-                next_obs[i, t] = value
-        return ended
+    def env_actions(self, actions: Any) -> Any:
+        """``actions`` as the envs take them: the array itself, or a mapping per env (its row of each leaf)."""
+        if not self.structured_action:
+            return actions  # numpy scalars or rows as iterated: gymnasium's Discrete check is fastest on scalars
+        leaves = actions if isinstance(actions, tuple) else (actions,)
+        return [self.env_action(values) for values in zip(*(list(leaf) for leaf in leaves), strict=True)]
 
     def observe(self, t: int) -> None:
         """After step ``t``: what the policy reads next (episode ends are reset after this)."""

@@ -7,10 +7,14 @@ into arrays it is given; the trainer rebuilds gymnasium's observations and infos
 arrays and the groups' info material. Nothing here knows how the arrays and the material
 travel: numpy arrays in-process, shared memory and a mailbox across processes.
 
-numpy and gymnasium only (never torch): worker processes import it. A layer of its own, just
-above :mod:`pycollect._rollout`, whose output checks it reuses.
+A collector's rollout (:mod:`pycollect._rollout`, the layer just above) steps its envs with the
+same native stepper and output checks.
+
+numpy and gymnasium only (never torch): worker processes import it.
 
 Modules:
+    checks: :class:`~.checks.OutputChecks`, what an env returned against its spaces.
+    stepper: :class:`~.stepper.StepperSpec`, what the native stepper is built from.
     spaces: :class:`~.spaces.SpaceLayout` (a space as fixed-shape leaves; batched and single
         values rebuilt from leaf arrays), :class:`~.spaces.ActionChecker`, :func:`~.spaces.split_rows`.
     group: :class:`~.group.EnvGroup`, K envs stepped in one autoreset mode into given arrays;

@@ -1,8 +1,13 @@
 """A group of environments stepped with gymnasium's autoreset semantics, into arrays it is given.
 
-:class:`EnvGroup` is what steps the envs of a vector env: all of them in the trainer
-(``num_workers=0``), or the ``K`` envs of one worker process, whose arrays are then views of
-shared memory. Per env it does exactly what ``gymnasium.vector.SyncVectorEnv`` does in each
+:class:`EnvGroup` is the one object that steps ``K`` envs, wherever they step: the envs of a
+vector env (all of them in the trainer for ``num_workers=0``, or the ``K`` envs of one step
+worker, the central engine's too, whose arrays are then views of shared memory), one row per
+env; and the envs of a collector's rollout (:class:`pycollect._rollout.runner.EnvRunner`, in
+the trainer or in a rollout worker), built by :meth:`EnvGroup.for_rollout`, which writes step
+``t`` into column ``t`` of the rollout's ``[K, T]`` arrays (:meth:`EnvGroup.step_column`) in
+``DISABLED`` mode and leaves the episode ends, the trajectory limit and the resets to the
+runner. Per env it does exactly what ``gymnasium.vector.SyncVectorEnv`` does in each
 :class:`~gymnasium.vector.AutoresetMode`:
 
 * ``NEXT_STEP``: an env whose episode ended at the last step is reset instead of stepped (its
@@ -26,22 +31,29 @@ It is plain data (dicts, lists, numpy values as the envs returned them), to be p
 process boundary; the final observations are not in it (they are in the arrays).
 
 The common case of every env's step and reset is done natively (``_core.GroupStepper``, the
-same per-env logic in Rust); the envs it hands back are finished here.
+same per-env logic in Rust); the envs it hands back are finished here. A batched env's sub-envs
+are stepped as the group's envs, the batch first (:mod:`pycollect.envs.batched`).
+
+A rollout's group differs in what it is told, not in how it steps: its output checks are the
+runner's (messages count steps within the rollout), its kept info entries go into the
+rollout's ``[K, T]`` info fields as the runner keeps them (a missing entry: the field's
+default; no material), and it makes no vector env's space checks (an env backend's fields need
+not be its space's leaves).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from pycollect._native import _core
-from pycollect._rollout.checks import OutputChecks
-from pycollect._rollout.stepper import StepperSpec, native_stepper
+from pycollect._steps.checks import OutputChecks
 from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
+from pycollect._steps.stepper import StepperSpec, native_stepper
 from pycollect.config import parse_autoreset_mode as autoreset_mode  # its old home's name, still importable here
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.batched import batch_of
@@ -127,6 +139,9 @@ class EnvGroup:
     all fit the info fields is written there without Python. Every other env is handed back
     with what it returned and finished here, in Python, with the same result.
 
+    This constructor builds a vector env's group (one row per env); a collector's rollout
+    builds its group with :meth:`for_rollout`.
+
     Args:
         envs: The environments, built (the group closes them in :meth:`close`).
         mode: The autoreset mode (see :func:`pycollect.config.parse_autoreset_mode`).
@@ -200,43 +215,116 @@ class EnvGroup:
                 )
         if truncated.shape != (count,) or truncated.dtype != np.bool_:
             raise ConfigError(f"truncated: shape {truncated.shape} and dtype {truncated.dtype}, not ({count},) bool")
-        self.rewards, self.terminated, self.truncated = rewards, terminated, truncated
-        self._checks = _GroupChecks(observation, env_name, env_offset, worker)
-        self._out: _Out = [
-            (leaf.path, n, leaf.field.dtype, leaf.field.shape, array)
-            for n, (leaf, array) in enumerate(zip(observation.leaves, observations, strict=True))
-        ]
-        self._final_out: _Out | None = (
-            None
-            if final_observations is None
-            else [
-                (path, n, dtype, shape, array)
-                for (path, n, dtype, shape, _), array in zip(self._out, final_observations, strict=True)
-            ]
-        )
         if max_episode_steps is not None and (mode is not AutoresetMode.SAME_STEP or max_episode_steps < 1):
             raise ConfigError(
                 f"max_episode_steps={max_episode_steps!r}: a positive limit, in autoreset_mode SAME_STEP only"
             )
+        self._setup(
+            _GroupChecks(observation, env_name, env_offset, worker),
+            [(leaf.path, n, leaf.field.dtype, leaf.field.shape) for n, leaf in enumerate(observation.leaves)],
+            max_episode_steps,
+            info_keys != (),
+            (mode, max_episode_steps, "a vector env"),
+        )
+        if info is not None:
+            self.info = info
+        self._bind(observations, rewards, terminated, truncated, final_observations, steps=1)
+
+    @classmethod
+    def for_rollout(
+        cls,
+        envs: Sequence[GymLikeEnv],
+        leaves: Sequence[tuple[Any, int, np.dtype[Any], tuple[int, ...]]],
+        checks: OutputChecks,
+        *,
+        max_frames_per_traj: int | None,
+        keeps_info: bool,
+    ) -> EnvGroup:
+        """The group a collector's rollout (:class:`pycollect._rollout.runner.EnvRunner`) steps its ``K`` envs with.
+
+        It steps in ``DISABLED`` mode, one step column of the rollout's ``[K, T]`` arrays at a
+        time (:meth:`bind_rollout`, :meth:`step_column`), and resets nothing: the runner resets
+        an env whose episode ended right after the step (as ``SAME_STEP`` does, which is how a
+        batched env's sub-envs are checked here), after its trajectory limit. There are no
+        vector env spaces to compare the envs with (an env backend's fields need not be its
+        space's leaves), nor info material: the kept info entries go into the rollout's info
+        fields as the runner keeps them. Such a group is stepped with :meth:`step_column` and
+        reset with :meth:`reset_each` only (:meth:`step` and :meth:`reset` are a vector env's).
+
+        Args:
+            envs: The environments (the runner closes them).
+            leaves: ``(path, field index, dtype, shape)`` per observation field, in ``checks``' order.
+            checks: The runner's output checks (their messages count steps within the rollout).
+            max_frames_per_traj: The runner's trajectory limit, which a batched env must be able to cut.
+            keeps_info: Whether any info entry is kept (else a batched env builds no per-env infos).
+        """
+        group = cls.__new__(cls)
+        group.envs = list(envs)
+        group.info_keys = ()
+        group.mode = AutoresetMode.DISABLED
+        # A batched env's sub-envs reset right after the step that ended them: SAME_STEP to it.
+        group._setup(checks, leaves, None, keeps_info, (AutoresetMode.SAME_STEP, max_frames_per_traj, "a collector"))
+        return group
+
+    def _setup(
+        self,
+        checks: OutputChecks,
+        leaves: Sequence[tuple[Any, int, np.dtype[Any], tuple[int, ...]]],
+        max_episode_steps: int | None,
+        infos_wanted: bool,
+        batch_check: tuple[AutoresetMode, int | None, str],
+    ) -> None:
+        """What both kinds of group hold, before any array is bound.
+
+        ``batch_check``: how a batched env's sub-envs are reset and cut, and for whom
+        (:meth:`pycollect.envs.batched.BatchedEnv.check`'s arguments).
+        """
+        count = len(self.envs)
+        self._checks = checks
+        self._offset = checks.offset if isinstance(checks, _GroupChecks) else 0
+        self._leaves = list(leaves)
         self.max_episode_steps = max_episode_steps
-        self.info = info if info is not None else InfoArrays((), (), (), info_keys=info_keys)
+        self.info = InfoArrays((), (), (), info_keys=self.info_keys)
+        # A rollout's kept info entries (bind_rollout), stored as the runner keeps them:
+        # (field index, [K, T] array, name in the info, default).
+        self._info_columns: list[tuple[int, np.ndarray, str, Any]] = []
         # The sub-envs of one batched env are stepped as the group's envs, the batch first (see
         # pycollect.envs.batched): one batched step per group step, then each sub-env's row stored.
         self._batch = batch_of(self.envs)
         if self._batch is not None:
-            self._batch.check(mode, max_episode_steps, "a vector env")
-            self._batch.infos_wanted = info_keys != ()
+            self._batch.check(*batch_check)
+            self._batch.infos_wanted = infos_wanted
         # Shared with the native stepper: steps each env's episode has taken since its last
         # reset (counted only with a limit), and whether it ended at its last step
         # (NEXT_STEP resets it at the next step, DISABLED refuses to step it).
         self._lengths = np.zeros(count, np.int64)
         self._ended = np.zeros(count, np.bool_)
         self._steps_taken = 0
-        self._native = self._native_stepper()
+        self._native: Any = None
         self._closed = False
 
-    def _native_stepper(self) -> Any:
-        """The native stepper over the group's arrays (``None`` where they do not allow one)."""
+    def _bind(
+        self,
+        observations: Sequence[np.ndarray],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        final_observations: Sequence[np.ndarray] | None,
+        steps: int,
+        native: bool = True,
+    ) -> None:
+        """Bind the arrays the envs are stepped into (and the native stepper over them, where ``native``)."""
+        self.rewards, self.terminated, self.truncated = rewards, terminated, truncated
+        self._out: _Out = [(*leaf, array) for leaf, array in zip(self._leaves, observations, strict=True)]
+        self._final_out: _Out | None = (
+            None
+            if final_observations is None
+            else [(*leaf, array) for leaf, array in zip(self._leaves, final_observations, strict=True)]
+        )
+        self._native = self._native_stepper(steps) if native else None
+
+    def _native_stepper(self, steps: int) -> Any:
+        """The native stepper over the group's arrays of ``steps`` columns (``None`` where they do not allow one)."""
         arrays = (*(out[4] for out in self._out), *(out[4] for out in self._final_out or ()))
         arrays += (self.rewards, self.terminated, self.truncated, *self.info.values, *self.info.masks)
         arrays += (*(self.info.final_values or ()), *(self.info.final_masks or ()))
@@ -258,6 +346,7 @@ class EnvGroup:
                 max_episode_steps=self.max_episode_steps,
                 info_keys=None if self.info_keys is None else list(self.info_keys),
                 info_fields=self.info.native_args(),
+                steps_per_row=steps,
             )
         )
 
@@ -274,6 +363,70 @@ class EnvGroup:
         ignored, reward 0), and in ``DISABLED`` mode they must be reset before they are stepped.
         """
         self._ended[:] = True
+
+    # -- a collector's rollout (for_rollout): step t into column t of [K, T] arrays ---------
+
+    @property
+    def batched(self) -> bool:
+        """Whether the envs are the sub-envs of one batched env (stepped with the batch's actions first)."""
+        return self._batch is not None
+
+    def bind_rollout(
+        self,
+        next_observations: Sequence[np.ndarray],
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: Sequence[tuple[int, np.ndarray, str, Any]] = (),
+        native: bool = True,
+    ) -> None:
+        """Bind a rollout's arrays: the next observations ``[K, T, *shape]`` per field, ``[T, K]`` rewards and flags.
+
+        ``info``: the kept info entries, ``(field index, [K, T] array, name in the info, default)``
+        each, stored on the Python path. The native stepper is bound too where ``native`` and no
+        info entry is kept (it keeps none of a rollout's) and every array allows it.
+        """
+        self._info_columns = list(info)
+        self._ended[:] = False  # a rollout starts from reset envs (a step that raised may have left flags)
+        native = native and not self._info_columns and bool(self.envs)
+        self._bind(next_observations, rewards, terminated, truncated, None, rewards.shape[0], native)
+
+    def step_column(self, t: int, actions: Any, batched: Any = None) -> list[int]:
+        """Step every env once into column ``t`` of the bound rollout; the envs whose episode ended.
+
+        Args:
+            t: The step column.
+            actions: One action per env, in env order.
+            batched: A batched env's actions, as its ``step_batch`` takes them (see :attr:`batched`).
+
+        Returns:
+            The envs whose own flags ended their episode at this step, in env order (the runner
+            resets them, after its trajectory limit).
+        """
+        if self._batch is not None:
+            self._batch.step_all(batched)
+        native = self._native
+        if native is not None:
+            left = native.step(actions, 0, None, t)
+            if left:  # the envs it did not store, already stepped
+                self.finish(left, t)
+            ended: list[int] = native.take_ended()
+            return ended
+        self.finish(self._step_envs(actions, 0, len(self.envs)), t)
+        ended = np.flatnonzero(self._ended).tolist()
+        self._ended[ended] = False
+        return ended
+
+    def reset_each(self, seeds: Sequence[int] | None) -> Iterator[tuple[int, Any]]:
+        """Reset every env (a batched env's batch first), with ``seeds`` if given: each env's index and raw observation.
+
+        Nothing is stored: a rollout's runner stores the observations it reads next itself.
+        """
+        if self._batch is not None:  # one batched reset; each sub-env's reset below takes its row
+            self._batch.reset_rows(seeds)
+        for i, env in enumerate(self.envs):
+            obs, _ = env.reset(seed=None if seeds is None else int(seeds[i]))
+            yield i, obs
 
     def reset(
         self,
@@ -330,7 +483,7 @@ class EnvGroup:
         stop = len(self.envs) if stop is None else stop
         ended = self._ended[start:stop]
         if self.mode is AutoresetMode.DISABLED and ended.any():
-            raise ActionError(disabled_message((np.flatnonzero(ended) + start).tolist(), self._checks.offset))
+            raise ActionError(disabled_message((np.flatnonzero(ended) + start).tolist(), self._offset))
         self._steps_taken += 1
         if self._batch is not None:
             if start != 0 or stop != len(self.envs):
@@ -461,7 +614,7 @@ class EnvGroup:
             left.append((i, LEFT_STEPPED, env.step(action)))
         return left
 
-    def finish(self, left: Sequence[tuple[int, int, Any]]) -> Material | None:
+    def finish(self, left: Sequence[tuple[int, int, Any]], t: int | None = None) -> Material | None:
         """Check and store what the envs of ``left`` returned, as ``SyncVectorEnv`` would.
 
         Args:
@@ -470,28 +623,45 @@ class EnvGroup:
                 :data:`LEFT_RESET` (``NEXT_STEP``: reset instead of stepped, reward and flags
                 written) or :data:`LEFT_ENDED_RESET` (``SAME_STEP``: the step that ended the
                 episode stored, then reset).
+            t: A rollout's step column (:meth:`step_column`; its messages say step ``t + 1``
+                of the rollout), or ``None``: a vector env's row.
 
         Returns:
             The info material of their entries that fit no info field (``None``: none).
         """
-        step = self._steps_taken
+        step = self._steps_taken if t is None else t + 1
         material: Material | None = None
         for i, kind, raw in left:
             if kind == LEFT_STEPPED:
-                material = self._finish_step(i, raw, step, material)
+                material = self._finish_step(i, raw, step, material, t)
             else:  # reset at this step: the reset's observation and info are the env's
                 observation, info = raw
                 self._store(self._out, i, observation, -step)
                 material = self._add(material, i, info, None, -step)
         return material
 
-    def _finish_step(self, i: int, result: Any, step: int, material: Material | None) -> Material | None:
-        """Store env ``i``'s step ``result`` (checked and converted), resetting it in ``SAME_STEP`` mode if it ended."""
+    def _finish_step(
+        self, i: int, result: Any, step: int, material: Material | None, t: int | None = None
+    ) -> Material | None:
+        """Store env ``i``'s step ``result`` (checked and converted), resetting it in ``SAME_STEP`` mode if it ended.
+
+        ``t``: a rollout's step column (``None``: a vector env's row), where its kept info
+        entries go into the rollout's info fields (a missing one: the field's default) and no
+        material is made.
+        """
         raw, reward, term, trunc, info = result
+        for n, array, name, default in self._info_columns:
+            value = info.get(name, default) if isinstance(info, Mapping) else default
+            array[i, t] = self._checks.info(n, value, i, step)
         if type(reward) is not float or type(term) is not bool or type(trunc) is not bool:
             reward, term, trunc = self._checks.step(reward, term, trunc, i, step)
         if self.max_episode_steps is not None and self._lengths[i] >= self.max_episode_steps:
             trunc = True
+        if t is not None:  # a rollout's [T, K] flags; DISABLED mode: the runner resets it
+            self.rewards[t, i], self.terminated[t, i], self.truncated[t, i] = reward, term, trunc
+            self._ended[i] = term or trunc
+            self._store(self._out, i, raw, step, t)
+            return material
         self.rewards[i], self.terminated[i], self.truncated[i] = reward, term, trunc
         if self.mode is AutoresetMode.SAME_STEP and (term or trunc):
             self._lengths[i] = 0
@@ -537,13 +707,15 @@ class EnvGroup:
             return {}
         raise EnvOutputError(f"{self._checks._where(i, when)} returned info {info!r}; an info is a dict")
 
-    def _store(self, out: _Out, i: int, raw: Any, when: int) -> None:
+    def _store(self, out: _Out, i: int, raw: Any, when: int, t: int | None = None) -> None:
+        """Store env ``i``'s observation ``raw`` leaf by leaf: at its row, or at column ``t`` of a rollout's."""
         checks, ndarray = self._checks, np.ndarray
+        at = i if t is None else (i, t)
         for path, n, dtype, shape, array in out:
             value = checks.leaf(raw, path, n, i, when) if path else raw
             if type(value) is not ndarray or value.dtype is not dtype or value.shape != shape:
                 value = checks.observation(n, value, i, when)
-            array[i] = value
+            array[at] = value
 
     def call(
         self,

@@ -104,18 +104,18 @@ def _batches_on_one_path(monkeypatch: pytest.MonkeyPatch, native: bool) -> tuple
     """Two batches of short cheetah-run episodes with the native stepper allowed or not, and how
     many env steps the Python path took (with the native stepper: those it did not store)."""
     from pycollect._rollout import runner
+    from pycollect._steps.group import EnvGroup
 
     taken = [0]
-    step_python = runner._Rollout.step_python
+    finish = EnvGroup.finish
 
-    def counting(self: Any, t: int, results: Any) -> list[int]:
-        results = list(results)
-        taken[0] += len(results)
-        return step_python(self, t, results)
+    def counting(self: Any, left: Any, t: int | None = None) -> Any:
+        taken[0] += len(left)  # the envs the group's Python path checks and stores
+        return finish(self, left, t)
 
     with monkeypatch.context() as patch:
         patch.setattr(runner.EnvRunner, "native", native)
-        patch.setattr(runner._Rollout, "step_python", counting)
+        patch.setattr(EnvGroup, "finish", counting)
         batches = _first_batches(dmc_factories.cheetah_run_short, 2, frames_per_batch=2 * 16, envs_per_worker=2, seed=0)
     return batches, taken[0]
 

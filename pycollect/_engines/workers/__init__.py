@@ -8,7 +8,7 @@ Modules:
     step_backend: a vector env's trainer side, :class:`~.step_backend.WorkerStepBackend` (its
         worker processes, step requests, restarts); steps: those workers' loop.
     supervision: supervisor events turned into restart counts, cut rollouts and errors.
-    spec: :class:`~.spec.WorkerSpec` and :class:`~.spec.StepWorkerSpec`, what a worker is told at start.
+    spec: :class:`~.spec.WorkerSpec`, what a worker is told at start (its loop: rollouts or steps).
     contract: the descriptors and environment variables a worker is started with.
     main: the worker process's loop (``python -m pycollect.worker``).
 

@@ -1,14 +1,14 @@
 """The worker process's main loop (run by ``python -m pycollect.worker``).
 
 A worker attaches to the collector's shared-memory segment, builds its environments and
-policy from the :class:`~.spec.WorkerSpec`, and then loops: claim a free slot of its ring,
-take newer policy weights if the weight-sync scheme has any, step every environment ``T``
-times writing transitions straight into the slot, commit it. It beats a heartbeat every step
-(and while it waits for a free slot), so the supervisor can tell a hung worker from a busy
-one. On any exception it writes the exception type, message and traceback into its control
-block, where the trainer reads them, and exits with status 1.
+policy from the :class:`~.spec.WorkerSpec` (its loop a :class:`~.spec.RolloutLoop`), and then
+loops: claim a free slot of its ring, take newer policy weights if the weight-sync scheme has
+any, step every environment ``T`` times writing transitions straight into the slot, commit it.
+It beats a heartbeat every step (and while it waits for a free slot), so the supervisor can
+tell a hung worker from a busy one. On any exception it writes the exception type, message and
+traceback into its control block, where the trainer reads them, and exits with status 1.
 
-A vector env's worker (its spec a :class:`~.spec.StepWorkerSpec`) runs the other loop,
+A vector env's worker (its spec's loop a :class:`~.spec.StepLoop`) runs the other loop,
 :func:`~.steps.serve_steps`: it steps its envs one request at a time, as the trainer asks.
 
 With a random policy nothing here imports torch.
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pycollect._engines.workers import contract
 
 if TYPE_CHECKING:
-    from pycollect._engines.workers.spec import WorkerSpec
+    from pycollect._engines.workers.spec import RolloutLoop, WorkerSpec
 
 __all__ = ["format_error", "run"]
 
@@ -87,7 +87,7 @@ def _watch_lifeline(fd: int) -> None:
 
 def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
     """Read the spec and run the loop it asks for: rollouts (a collector's) or steps (a vector env's)."""
-    from pycollect._engines.workers.spec import StepWorkerSpec, read_spec
+    from pycollect._engines.workers.spec import StepLoop, read_spec
     from pycollect.exceptions import LayoutMismatchError
 
     spec_fd = int(os.environ[contract.ENV_SPEC_FD])
@@ -95,7 +95,7 @@ def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
     os.close(spec_fd)  # read once; nothing this worker runs may inherit it
     if segment.layout_hash != spec.layout_hash:
         raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
-    if isinstance(spec, StepWorkerSpec):
+    if isinstance(spec.loop, StepLoop):
         from pycollect._engines.workers.steps import serve_steps
 
         serve_steps(segment, control, worker, generation, spec)
@@ -103,7 +103,7 @@ def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
         _collect(segment, control, worker, generation, spec)
 
 
-def _collect(segment: Any, control: Any, worker: int, generation: int, spec: WorkerSpec) -> None:
+def _collect(segment: Any, control: Any, worker: int, generation: int, spec: WorkerSpec[RolloutLoop]) -> None:
     log = logging.getLogger("pycollect.worker")
     import numpy as np
 
@@ -114,18 +114,19 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
     from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
     from pycollect.envs.pool import source_for
 
-    placement = spec.placements[worker]
+    loop = spec.loop
+    placement = loop.placements[worker]
     if not placement.cuda:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything can create a CUDA context
-    config = spec.config
+    config = loop.config
     k, w = config.envs_per_worker, config.num_workers
     envs = []
-    receiver = spec.weights
+    receiver = loop.weights
     try:
         source = source_for(spec.env_source, worker)  # a pool's worker has an env of its own
         envs.extend(source.make_envs(k))
         specs = source.specs(envs[0])
-        policy, weights = spec.load_policy()  # ``weights`` is the module the scheme updates
+        policy, weights = loop.load_policy()  # ``weights`` is the module the scheme updates
         device = None
         if policy is not None:  # torch is only imported for a real policy
             import torch
@@ -159,21 +160,21 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
                 traj_id_stride=w,
                 env_name=source.describe(),
                 worker=worker,
-                info=spec.info,
+                info=loop.info,
             )
 
         replay = config.recovery == "replay"
         runner = runner_of(1 if replay else generation)
         slots = [
-            {key: np.asarray(segment.slot_view(field_name(key), slot, worker, writable=True)) for key in spec.fields}
+            {key: np.asarray(segment.slot_view(field_name(key), slot, worker, writable=True)) for key in loop.fields}
             for slot in range(segment.slots_per_worker)
         ]
         producer = segment.producer(worker, generation)
         if receiver is not None:
             from pycollect.weights.scheme import ReceiverContext
 
-            assert spec.weights_layout is not None
-            receiver.attach(ReceiverContext(spec.weights_layout, worker, generation, segment))
+            assert loop.weights_layout is not None
+            receiver.attach(ReceiverContext(loop.weights_layout, worker, generation, segment))
         policy_version = 0  # the trainer's version of the weights in use
         frames_per_round = k * config.steps_per_batch * w
         applied: Callable[[int], None] = _applied_weights(control, weights)
@@ -182,8 +183,8 @@ def _collect(segment: Any, control: Any, worker: int, generation: int, spec: Wor
         # The last snapshot (pickled), when it was taken, and the rollouts stepped since (see .snapshots).
         snapshot: bytes | None = None
         snapshot_at, replays = 0.0, 0
-        if config.takes_snapshots or spec.initial_states is not None:
-            saved = _state_to_restore(spec, segment, producer, worker, generation)
+        if config.takes_snapshots or loop.initial_states is not None:
+            saved = _state_to_restore(loop, segment, producer, worker, generation)
             if saved is not None:
                 try:
                     snapshot, replays = saved
@@ -282,7 +283,7 @@ def _pickled_state(runner: Any, backend: Any, rollouts: int) -> bytes:
 
 
 def _state_to_restore(
-    spec: WorkerSpec, segment: Any, producer: Any, worker: int, generation: int
+    loop: RolloutLoop, segment: Any, producer: Any, worker: int, generation: int
 ) -> tuple[bytes, int] | None:
     """The state a worker starts from (``None``: afresh).
 
@@ -294,10 +295,10 @@ def _state_to_restore(
 
     from pycollect._engines.workers.snapshots import read_snapshot
 
-    initial = spec.initial_states[worker] if spec.initial_states is not None else None
+    initial = loop.initial_states[worker] if loop.initial_states is not None else None
     if generation == 1:
         return initial
-    if spec.config.recovery != "replay":
+    if loop.config.recovery != "replay":
         return None  # cut: a restarted worker starts afresh
     if producer.committed:
         last = (producer.committed - 1) % producer.slots

@@ -38,7 +38,7 @@ from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, 
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.processes import WorkerProcesses
 from pycollect._engines.workers.snapshots import RESUMED, read_snapshot, snapshot_capacity
-from pycollect._engines.workers.spec import WorkerSpec, field_name
+from pycollect._engines.workers.spec import RolloutLoop, WorkerSpec, field_name
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._keys import NEXT_DONE, NEXT_OBS_PREFIX, Key
 from pycollect._native import _core
@@ -96,7 +96,7 @@ class WorkerPool(Engine):
     def __init__(
         self,
         config: CollectorConfig,
-        spec: WorkerSpec,
+        spec: WorkerSpec[RolloutLoop],
         plan: RolloutPlan,
         placements: Sequence[Placement],
         weights: _Weights | None,
@@ -128,7 +128,7 @@ class WorkerPool(Engine):
         self._digests: dict[int, int] = {0: weights.initial_digest} if weights is not None else {}
         # With snapshots: each worker's state after the last of its rollouts delivered (pickled),
         # what a checkpoint saves (see .snapshots); a worker's initial state until then.
-        self._after: list[tuple[bytes, int] | None] = list(spec.initial_states or (None,) * config.num_workers)
+        self._after: list[tuple[bytes, int] | None] = list(spec.loop.initial_states or (None,) * config.num_workers)
 
         self._processes = WorkerProcesses(segment_layout, config.supervision)
         self.segment = self._processes.segment
@@ -141,7 +141,8 @@ class WorkerPool(Engine):
                 _picklable(receiver, f"the worker half of weight-sync scheme {weights.scheme.name!r}")
             self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
             self._processes.start(
-                replace(spec, weights=receiver), hide_cuda=not any(placement.cuda for placement in placements)
+                replace(spec, loop=replace(spec.loop, weights=receiver)),
+                hide_cuda=not any(placement.cuda for placement in placements),
             )
         except BaseException:
             self.close()
@@ -220,17 +221,16 @@ class WorkerPool(Engine):
             _core.segment_bytes(**segment_layout) + owned,
             config,
         )
-        spec = WorkerSpec(
+        loop = RolloutLoop(
             config=config,
-            env_source=env_source,
             policy=policy_blob,
             fields=tuple(field.key for field in plan.fields),
             info=plan.info,
             placements=tuple(placements),
             weights_layout=weights.layout if weights is not None else None,
             weights=None,  # the scheme's receiver, made once the segment exists
-            layout_hash=0,  # filled in once the segment exists
         )
+        spec = WorkerSpec(env_source, loop)  # layout_hash: filled in once the segment exists
         return cls(config, spec, plan, placements, weights, segment_layout)
 
     # -- batches ---------------------------------------------------------------------------
@@ -438,7 +438,12 @@ class WorkerPool(Engine):
         config, spec, plan, placements, weights, segment_layout = self._started_with
         self.close()
         self.__init__(  # type: ignore[misc]  # the same pool, its workers started from the states
-            config, replace(spec, initial_states=tuple(states)), plan, placements, weights, segment_layout
+            config,
+            replace(spec, loop=replace(spec.loop, initial_states=tuple(states))),
+            plan,
+            placements,
+            weights,
+            segment_layout,
         )
 
     def counters(self) -> Any | None:

@@ -30,7 +30,7 @@ from typing import Any
 
 from pycollect import _lifetime
 from pycollect._engines.workers import contract, forkserver
-from pycollect._engines.workers.spec import StepWorkerSpec, WorkerSpec, write_spec
+from pycollect._engines.workers.spec import WorkerSpec, write_spec
 from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._native import _core
 from pycollect.config import SupervisionConfig
@@ -79,9 +79,7 @@ class WorkerProcesses:
         """The descriptor of the spec's sealed memory file (-1 before :meth:`start` and after :meth:`close`)."""
         return self._spec_fd
 
-    def start(
-        self, spec: WorkerSpec | StepWorkerSpec, *, hide_cuda: bool, owner: _lifetime.Closable | None = None
-    ) -> None:
+    def start(self, spec: WorkerSpec[Any], *, hide_cuda: bool, owner: _lifetime.Closable | None = None) -> None:
         """Write ``spec`` for the workers and start them, forked by the fork server if one is usable.
 
         Args:

@@ -1,8 +1,11 @@
 """What a worker process needs to know, and how it gets there.
 
-The trainer pickles one :class:`WorkerSpec` (a collector's rollout worker) or
-:class:`StepWorkerSpec` (a vector env's step-serving worker), with cloudpickle, so lambdas
-and local classes work, into an anonymous memory file whose descriptor every worker inherits. It is trusted
+Every worker is told one :class:`WorkerSpec`: the envs it builds, the segment layout it must
+find, and the loop it runs with what that loop needs: :class:`RolloutLoop` (a collector's
+rollout worker, :func:`pycollect._engines.workers.main._collect`) or :class:`StepLoop` (a vector
+env's step-serving worker, the central engine's too, :func:`pycollect._engines.workers.steps.serve_steps`).
+The trainer pickles it with cloudpickle, so lambdas and local classes work, into an anonymous
+memory file whose descriptor every worker inherits. It is trusted
 data from the parent, read once at start; what moves during the run (rollouts, weights) goes
 through shared memory, never as pickles. Everything in it was resolved in the trainer (the env backend,
 the weight-sync scheme's receiver, each worker's placement): a worker never looks plugins up.
@@ -14,7 +17,7 @@ import fcntl
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import cloudpickle
 import numpy as np
@@ -33,7 +36,16 @@ if TYPE_CHECKING:
     from pycollect.weights.layout import WeightsLayout
     from pycollect.weights.scheme import WeightReceiver
 
-__all__ = ["StepWorkerSpec", "WorkerSpec", "field_name", "info_arrays", "read_spec", "step_fields", "write_spec"]
+__all__ = [
+    "RolloutLoop",
+    "StepLoop",
+    "WorkerSpec",
+    "field_name",
+    "info_arrays",
+    "read_spec",
+    "step_fields",
+    "write_spec",
+]
 
 
 def field_name(key: Key) -> str:
@@ -42,13 +54,12 @@ def field_name(key: Key) -> str:
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
-    """Everything a worker builds its environments, policy and rollout loop from.
+class RolloutLoop:
+    """What a collector's rollout worker builds its policy and rollout loop from.
 
     Attributes:
         config: The collector's resolved config, whole: the worker reads its settings there
             (``envs_per_worker``, ``steps_per_batch``, ``seed``, ``max_frames_per_traj``...).
-        env_source: Which backend builds the environments, from what.
         policy: The pickled pair ``(policy, weights module)`` (``None``: random actions);
             pickled together, so a function policy and the module it closes over stay one object.
         fields: The batch keys written into each slot.
@@ -56,21 +67,18 @@ class WorkerSpec:
         placements: Where each worker runs (one per worker).
         weights_layout: How the policy's state dict is laid out (``None``: no weights move).
         weights: The weight-sync scheme's worker half (``None``: no weights move).
-        layout_hash: The segment layout the worker must find.
         initial_states: Per worker, the state to start from (a checkpoint's: the pickled state
             and the rollouts to step again after it, see :mod:`.snapshots`); ``None``: every
             worker starts afresh.
     """
 
     config: CollectorConfig
-    env_source: EnvSource
     policy: bytes | None
     fields: tuple[Key, ...]
     info: tuple[FieldSpec, ...]
     placements: tuple[Placement, ...]
     weights_layout: WeightsLayout | None
     weights: WeightReceiver | None
-    layout_hash: int
     initial_states: tuple[tuple[bytes, int] | None, ...] | None = None
 
     def load_policy(self) -> tuple[Any, Any]:
@@ -86,29 +94,49 @@ _FINAL = "final"  # the prefix of the final observations' fields (SAME_STEP mode
 
 
 @dataclass(frozen=True)
-class StepWorkerSpec:
-    """Everything a step-serving worker (a vector env's) builds its envs and answers from.
+class StepLoop:
+    """What a step-serving worker (a vector env's, or the central engine's) answers the trainer's requests from.
 
     Attributes:
-        env_source: Which backend builds the environments, from what.
         config: The vector env's settings, whole: the worker reads its share there
             (``envs_per_worker``, ``autoreset_mode``, ``info_keys``, ``max_episode_steps``).
         observation: One env's observation space, as leaves.
         action: One env's action space, as leaves.
-        layout_hash: The segment layout the worker must find.
         info_fields: The info entries that travel as fields (see
             :mod:`pycollect._steps.info_fields`), found by probing an env in the trainer.
     """
 
-    env_source: EnvSource
     config: VectorConfig
     observation: SpaceLayout
     action: SpaceLayout
-    layout_hash: int
     info_fields: tuple[InfoField, ...] = ()
 
 
-def step_fields(spec: StepWorkerSpec) -> dict[str, list[tuple[str, str, tuple[int, ...]]]]:
+Loop = TypeVar("Loop", bound="RolloutLoop | StepLoop")
+
+
+@dataclass(frozen=True)
+class WorkerSpec(Generic[Loop]):
+    """Everything a worker process starts from, whichever loop it runs (``WorkerSpec[RolloutLoop]``: a collector's).
+
+    Attributes:
+        env_source: Which backend builds the environments, from what.
+        loop: The loop the worker runs, and what it needs: a collector's rollouts
+            (:class:`RolloutLoop`) or a vector env's steps (:class:`StepLoop`).
+        layout_hash: The segment layout the worker must find (filled in once the segment exists).
+    """
+
+    env_source: EnvSource
+    loop: Loop
+    layout_hash: int = 0
+
+    @property
+    def config(self) -> CollectorConfig | VectorConfig:
+        """The resolved config the worker's loop reads its settings from."""
+        return self.loop.config
+
+
+def step_fields(loop: StepLoop) -> dict[str, list[tuple[str, str, tuple[int, ...]]]]:
     """The segment fields of a vector env's steps, by role: ``(name, dtype name, shape)`` each.
 
     Roles: ``"observation"`` and ``"final"`` (one field per observation leaf; ``"final"`` only
@@ -117,42 +145,42 @@ def step_fields(spec: StepWorkerSpec) -> dict[str, list[tuple[str, str, tuple[in
     in ``SAME_STEP`` mode, those of the final infos (``"final_info"``, ``"final_info_mask"``).
     A worker's rows of each are ``[K, 1, *shape]``: a segment of one step.
     """
-    observation = [(field_name(f.key), f.dtype.name, f.shape) for f in spec.observation.fields]
-    finals = spec.config.final_observations
+    observation = [(field_name(f.key), f.dtype.name, f.shape) for f in loop.observation.fields]
+    finals = loop.config.final_observations
 
     def info(prefix: str) -> dict[str, list[tuple[str, str, tuple[int, ...]]]]:
         return {
-            prefix: [(f"{prefix}/{n}", f.dtype.name, f.shape) for n, f in enumerate(spec.info_fields)],
-            f"{prefix}_mask": [(f"{prefix}/{n}/mask", "bool", ()) for n in range(len(spec.info_fields))],
+            prefix: [(f"{prefix}/{n}", f.dtype.name, f.shape) for n, f in enumerate(loop.info_fields)],
+            f"{prefix}_mask": [(f"{prefix}/{n}/mask", "bool", ()) for n in range(len(loop.info_fields))],
         }
 
     return {
         "observation": observation,
         "final": [(f"{_FINAL}/{name}", dtype, shape) for name, dtype, shape in observation] if finals else [],
-        "action": [(field_name(f.key), f.dtype.name, f.shape) for f in spec.action.fields],
+        "action": [(field_name(f.key), f.dtype.name, f.shape) for f in loop.action.fields],
         "flags": [(REWARD_FIELD, "float64", ()), (TERMINATED_FIELD, "bool", ()), (TRUNCATED_FIELD, "bool", ())],
         **info("info"),
         **(info("final_info") if finals else {"final_info": [], "final_info_mask": []}),
     }
 
 
-def info_arrays(spec: StepWorkerSpec, arrays: Callable[[str], list[np.ndarray]]) -> InfoArrays:
+def info_arrays(loop: StepLoop, arrays: Callable[[str], list[np.ndarray]]) -> InfoArrays:
     """The info fields over the arrays of a step segment; ``arrays(role)`` gives a role's (see :func:`step_fields`)."""
-    finals = spec.config.final_observations
+    finals = loop.config.final_observations
     return InfoArrays(
-        spec.info_fields,
+        loop.info_fields,
         arrays("info"),
         arrays("info_mask"),
         arrays("final_info") if finals else None,
         arrays("final_info_mask") if finals else None,
-        info_keys=spec.config.info_keys,
+        info_keys=loop.config.info_keys,
     )
 
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
 
-def write_spec(spec: WorkerSpec | StepWorkerSpec) -> int:
+def write_spec(spec: WorkerSpec[Any]) -> int:
     """Pickle ``spec`` into a new anonymous memory file, seal it, and return its descriptor.
 
     Workers unpickle what the file holds, and every worker inherits it: sealed against writes,
@@ -168,10 +196,10 @@ def write_spec(spec: WorkerSpec | StepWorkerSpec) -> int:
     return fd
 
 
-def read_spec(fd: int) -> WorkerSpec | StepWorkerSpec:
+def read_spec(fd: int) -> WorkerSpec[Any]:
     """Read the spec from an inherited descriptor (from its start, so restarts can re-read)."""
     data = os.pread(fd, os.fstat(fd).st_size, 0)
     spec = cloudpickle.loads(data)
-    if not isinstance(spec, WorkerSpec | StepWorkerSpec):
+    if not isinstance(spec, WorkerSpec):
         raise TransportError(f"fd {fd} does not hold a WorkerSpec but a {type(spec).__name__}")
     return spec

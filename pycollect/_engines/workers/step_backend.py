@@ -38,7 +38,7 @@ from gymnasium.vector import AutoresetMode
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers import step_protocol as protocol
 from pycollect._engines.workers.processes import WorkerProcesses
-from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
+from pycollect._engines.workers.spec import StepLoop, WorkerSpec, info_arrays, step_fields
 from pycollect._native import _core
 from pycollect._steps.backend import InfoParts, StepBackend, check_indices
 from pycollect._steps.group import EnvSlotState, InfoEntry, Material
@@ -71,13 +71,14 @@ class WorkerStepBackend(StepBackend):
 
     name = "workers"
 
-    def __init__(self, spec: StepWorkerSpec, metadata: Mapping[str, Any], render_mode: str | None) -> None:
-        config = spec.config
+    def __init__(self, spec: WorkerSpec[StepLoop], metadata: Mapping[str, Any], render_mode: str | None) -> None:
+        loop = spec.loop
+        config = loop.config
         k = config.envs_per_worker
         self.num_envs = config.num_envs
         self.num_workers = config.num_workers
-        self.observation = spec.observation
-        self.action = spec.action
+        self.observation = loop.observation
+        self.action = loop.action
         self.metadata = dict(metadata)
         self.render_mode = render_mode
         self._mode = config.autoreset_mode
@@ -96,7 +97,7 @@ class WorkerStepBackend(StepBackend):
         self.last_restarted: list[int] = []  # the workers step_wait found restarted (their envs cut)
         self._channels: list[Any] = []
         self._requests: Any = None  # _core.StepRequests over the channels, while open
-        fields = step_fields(spec)
+        fields = step_fields(loop)
         segment_layout = {
             "fields": [field for role in fields.values() for field in role],
             "n_workers": self.num_workers,
@@ -107,7 +108,7 @@ class WorkerStepBackend(StepBackend):
             "weights_buffers": WEIGHT_BUFFERS,
             "mailbox_bytes": MAILBOX_BYTES,
         }
-        self._spec = spec
+        self._loop = loop
         self._processes = WorkerProcesses(segment_layout, config.supervision)
         self.segment: Any = self._processes.segment
         try:
@@ -131,10 +132,10 @@ class WorkerStepBackend(StepBackend):
     def _bind(self, arrays: Callable[[str], list[np.ndarray]]) -> None:
         """Point the result attributes at ``arrays(role)`` (the roles of :func:`step_fields`)."""
         self.observations = arrays("observation")
-        self.final_observations = arrays("final") if self._spec.config.final_observations else None
+        self.final_observations = arrays("final") if self._loop.config.final_observations else None
         self.actions = arrays("action")
         self.rewards, self.terminated, self.truncated = arrays("flags")
-        self.info = info_arrays(self._spec, arrays)
+        self.info = info_arrays(self._loop, arrays)
 
     @classmethod
     def check(cls, config: VectorConfig) -> None:
@@ -190,7 +191,7 @@ class WorkerStepBackend(StepBackend):
                 f"env {source.describe()!r} cannot be pickled for worker processes: {type(exc).__name__}: {exc}"
             ) from exc
         # layout_hash: filled in once the segment exists
-        spec = StepWorkerSpec(source, config, observation, action, layout_hash=0, info_fields=info_fields)
+        spec = WorkerSpec(source, StepLoop(config, observation, action, info_fields=info_fields))
         return cls(spec, metadata, render_mode)
 
     # -- the StepBackend interface --------------------------------------------------------

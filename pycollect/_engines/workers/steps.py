@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pycollect._engines.workers import step_protocol as protocol
-from pycollect._engines.workers.spec import StepWorkerSpec, info_arrays, step_fields
+from pycollect._engines.workers.spec import StepLoop, WorkerSpec, info_arrays, step_fields
 from pycollect._steps.group import EnvGroup
 from pycollect.envs.backend import EnvBackend
 from pycollect.envs.pool import source_for
@@ -40,13 +40,14 @@ __all__ = ["serve_steps"]
 _WAIT_SLICE_S = 0.25  # how long one wait for a request lasts before the next heartbeat
 
 
-def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: StepWorkerSpec) -> None:
+def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: WorkerSpec[StepLoop]) -> None:
     """Build this worker's envs and answer the trainer's requests until shutdown or CLOSE."""
     channel = segment.step_channel(worker)
     channel.skip_pending()  # a request left for a dead predecessor is never served
-    config = spec.config
+    loop = spec.loop
+    config = loop.config
     k = config.envs_per_worker
-    fields = step_fields(spec)
+    fields = step_fields(loop)
 
     def rows(role: str, writable: bool) -> list[np.ndarray]:
         # slot_view is [K, 1, *shape]: a vector env's segment holds one step
@@ -61,8 +62,8 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
         group = EnvGroup(
             envs,
             config.autoreset_mode,
-            spec.observation,
-            spec.action,
+            loop.observation,
+            loop.action,
             rows("observation", writable=True),
             reward,
             terminated,
@@ -73,7 +74,7 @@ def serve_steps(segment: Any, control: Any, worker: int, generation: int, spec: 
             worker=worker,
             info_keys=config.info_keys,
             max_episode_steps=config.max_episode_steps,
-            info=info_arrays(spec, lambda role: rows(role, writable=True)),
+            info=info_arrays(loop, lambda role: rows(role, writable=True)),
         )
     except BaseException:
         for env in envs:

@@ -1,11 +1,12 @@
 """What the native stepper is built from: one object, described the same way by both of its users.
 
-pycollect has one native stepper, ``_core.GroupStepper``, and two places that build one: a
-vector env's group (:class:`pycollect._steps.group.EnvGroup`: one row per env, any autoreset
-mode) and a collector's rollout (:mod:`pycollect._rollout.runner`: ``[K, T]`` arrays, one step
-column at a time, ``DISABLED`` mode). Each describes its stepper with a :class:`StepperSpec`,
-which the native constructor reads attribute by attribute and checks (every array against its
-role, the mode, the episode limit).
+pycollect has one native stepper, ``_core.GroupStepper``, built in one place,
+:class:`pycollect._steps.group.EnvGroup`, over either of its kinds of arrays: a vector env's
+(one row per env, any autoreset mode) or a collector rollout's (``[K, T]`` arrays, one step
+column at a time, ``DISABLED`` mode; :meth:`~pycollect._steps.group.EnvGroup.for_rollout`). It
+describes the stepper with a :class:`StepperSpec`, which the native constructor reads attribute
+by attribute and checks (every array against its role, the mode, the episode limit). (The Rust
+side's comments still name this module's old home, ``pycollect._rollout.stepper``.)
 """
 
 from __future__ import annotations
