@@ -833,7 +833,7 @@ class GroupStepper:
     def __init__(self, spec: _StepperSpec) -> None:
         """Bind the envs' ``step`` and ``reset`` methods to the arrays they are stepped into: ``spec``'s attributes.
 
-        ``spec`` (:class:`pycollect._rollout.stepper.StepperSpec`): ``leaves``, ``(path, shape,
+        ``spec`` (:class:`pycollect._steps.stepper.StepperSpec`): ``leaves``, ``(path, shape,
         dtype, itemsize)`` per observation leaf, ``path`` the Dict keys and Tuple indices
         leading to it (empty: the observation itself); ``rows`` (and ``finals``, exactly in
         ``SAME_STEP`` mode) one writable C-contiguous ``[K, T, *shape]`` array per leaf;
@@ -892,7 +892,7 @@ class GroupStepper:
         """
 
 class _StepperSpec(Protocol):
-    """What :class:`GroupStepper` reads, attribute by attribute (:class:`pycollect._rollout.stepper.StepperSpec`)."""
+    """What :class:`GroupStepper` reads, attribute by attribute (:class:`pycollect._steps.stepper.StepperSpec`)."""
 
     @property
     def steps(self) -> Sequence[Callable[[Any], Any]]: ...

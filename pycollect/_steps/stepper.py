@@ -5,8 +5,7 @@ pycollect has one native stepper, ``_core.GroupStepper``, built in one place,
 (one row per env, any autoreset mode) or a collector rollout's (``[K, T]`` arrays, one step
 column at a time, ``DISABLED`` mode; :meth:`~pycollect._steps.group.EnvGroup.for_rollout`). It
 describes the stepper with a :class:`StepperSpec`, which the native constructor reads attribute
-by attribute and checks (every array against its role, the mode, the episode limit). (The Rust
-side's comments still name this module's old home, ``pycollect._rollout.stepper``.)
+by attribute and checks (every array against its role, the mode, the episode limit).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ enum Mode {
 type LeafArgs = (Vec<Py<PyAny>>, Vec<isize>, Py<PyAny>, isize);
 
 /// What a [`GroupStepper`] is built from, read attribute by attribute from one Python object
-/// (`pycollect._rollout.stepper.StepperSpec`), so that both of its users describe it the same
+/// (`pycollect._steps.stepper.StepperSpec`), so that both of its users describe it the same
 /// way. The constructor's docs say what each attribute holds.
 #[derive(FromPyObject)]
 struct StepperSpec<'py> {
