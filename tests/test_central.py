@@ -369,6 +369,41 @@ def test_the_default_central_engine_counts_the_policys_work_where_the_workers_ta
     assert torch.equal(torch.get_rng_state(), before)  # counting drew nothing from the trainer's stream
 
 
+def test_a_policy_whose_flops_cannot_be_counted_gets_two_groups_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycollect._engines.central import engine
+
+    monkeypatch.setattr(engine, "_usable_cpus", lambda: 2)
+    groups, why = engine.default_groups(True, None, 2, lambda: None)
+    assert groups == 2 and "could not count" in why
+
+
+class _ParamsInATensorDict(nn.Module):
+    """A policy whose weights are a ``TensorDictParams`` (as TorchRL's multi-agent MLPs keep theirs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tensordict import TensorDict
+        from tensordict.nn import TensorDictParams
+
+        self.params = TensorDictParams(TensorDict({"w": torch.ones(4, 2)}, []))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return (observation @ self.params["w"]).argmax(-1)
+
+
+def test_the_flops_of_a_policy_with_its_weights_in_a_tensordict_are_counted() -> None:
+    """torch's counter tracks modules by walking their attributes, and a TensorDict refuses to be
+    a truth value there (it failed the MAPPO example's collector): the count is taken without
+    that tracking."""
+    from pycollect._rollout.policy import PolicyRunner
+    from pycollect.envs.specs import specs_from_spaces
+
+    env = gym.make("CartPole-v1")
+    specs = specs_from_spaces(env.observation_space, env.action_space)
+    runner = PolicyRunner(_ParamsInATensorDict(), specs, 8, torch.device("cpu"), np.random.default_rng(0))
+    assert runner.call_flops() == 2 * 8 * 4 * 2
+
+
 def test_the_policy_runner_counts_the_flops_of_a_call() -> None:
     from pycollect._rollout.policy import PolicyRunner
     from pycollect.envs.specs import specs_from_spaces

@@ -108,20 +108,27 @@ class PolicyRunner:
             and not self.outputs
         )
 
-    def call_flops(self) -> int:
+    def call_flops(self) -> int | None:
         """The FLOPs of one call on example observations, as torch counts them (matrix products, convolutions).
 
         A call of the dry run's kind (a recurrent state fed back as zeros); what it draws from
-        torch's random stream is the caller's to keep (``torch.random.fork_rng``).
+        torch's random stream is the caller's to keep (``torch.random.fork_rng``). ``None``
+        where torch's counter cannot follow the call (any error in counting: the count is a
+        hint, never a reason to refuse a policy that the dry run accepted).
         """
         from torch.utils.flop_counter import FlopCounterMode
 
         n = self.num_envs
         example = {spec.key: np.stack([spec.example()] * n) for spec in self.specs.observation}
         carried = {c.key: np.full((n, *c.shape), c.key == IS_INIT, c.dtype) for c in self.carried}
-        with torch.no_grad(), FlopCounterMode(display=False) as counter, self._transfer.running():
-            self._call(example, carried)
-        return int(counter.get_total_flops())
+        try:
+            counter = FlopCounterMode(display=False)
+            counter.mod_tracker = _GlobalCounts()  # type: ignore[assignment]
+            with torch.no_grad(), counter, self._transfer.running():
+                self._call(example, carried)
+            return int(counter.get_total_flops())
+        except Exception:
+            return None
 
     def random_actions(self, steps: int) -> Any:
         """Uniform random actions ``[steps, num_envs, *action_shape]`` (``init_random_frames``; one per action leaf)."""
@@ -357,6 +364,23 @@ class PolicyRunner:
                 ) from None
             outputs.append(Field(key, tuple(tensor.shape[1:]), dtype))
         return tuple(outputs)
+
+
+class _GlobalCounts:
+    """What :meth:`PolicyRunner.call_flops` gives torch's FLOP counter instead of its module tracker.
+
+    The tracker attributes each count to the modules it runs in, and finds them by walking each
+    module's attributes, which a TensorDict module refuses (its parameters are a TensorDict,
+    which has no truth value); only the total is wanted, which the counter keeps as "Global".
+    """
+
+    parents = ("Global",)
+
+    def __enter__(self) -> _GlobalCounts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _check_action(action: Any, spec: FieldSpec, num_envs: int, policy: Policy) -> None:

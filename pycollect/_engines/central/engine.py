@@ -485,7 +485,7 @@ GROUP_CALL_FLOPS = 10_000_000
 
 
 def default_groups(
-    has_policy: bool, device: torch.device | None, num_workers: int, group_call_flops: Callable[[], int]
+    has_policy: bool, device: torch.device | None, num_workers: int, group_call_flops: Callable[[], int | None]
 ) -> tuple[int, str]:
     """How many groups ``Central(groups=None)`` makes, and why: 2 where overlapping the policy with the steps pays.
 
@@ -494,7 +494,8 @@ def default_groups(
     process's that no worker needs. Where the workers take every CPU, the call and the steps
     share them, and two groups pay only where the call's work grows with its batch, so that
     halving the batch halves the call: at least :data:`GROUP_CALL_FLOPS` for a group of two's
-    envs (``group_call_flops``, counted only then). A smaller policy's call costs about the
+    envs (``group_call_flops``, counted only then; ``None``: torch could not count them, and
+    two groups it is, as before the count). A smaller policy's call costs about the
     same whatever its batch, and two groups would make twice the calls for nothing: on 2 CPUs,
     CartPole with a 64-wide MLP ran 1.25x faster with one group, Pong with the Nature CNN
     1.3x faster with two. Without a policy there is no call to overlap.
@@ -507,13 +508,15 @@ def default_groups(
     if cpus > num_workers:
         return 2, f"{cpus} CPUs for {num_workers} workers: one is left for the policy while they step"
     flops = group_call_flops()
+    if flops is None:
+        return 2, f"{num_workers} workers fill the {cpus} CPUs, and torch could not count the policy call's FLOPs"
     fill = f"{num_workers} workers fill the {cpus} CPUs, and a group of two's policy call does {flops:,} FLOPs"
     if flops >= GROUP_CALL_FLOPS:
         return 2, f"{fill}: at least {GROUP_CALL_FLOPS:,}, so halving its batch halves its work"
     return 1, f"{fill}: under {GROUP_CALL_FLOPS:,}, so two calls would cost about twice one"
 
 
-def _call_flops(config: CollectorConfig, env_source: EnvSource, probe: Any, policy: Any, num_envs: int) -> int:
+def _call_flops(config: CollectorConfig, env_source: EnvSource, probe: Any, policy: Any, num_envs: int) -> int | None:
     """The FLOPs of one policy call over ``num_envs`` envs, on a dry run's example batch; torch's random stream kept."""
     with torch.random.fork_rng(devices=[]):
         actions = plan_rollout(config, env_source, probe, policy, num_envs=num_envs, policy_here=True).actions
