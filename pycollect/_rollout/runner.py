@@ -16,15 +16,14 @@ common case (an observation whose leaves are exactly numpy arrays of their field
 shapes, a ``float`` reward, ``bool`` flags, a ``dict`` info, no ``info_keys`` kept), and every
 other env on its Python path, through the same output checks (:mod:`pycollect._steps.checks`),
 with the same result. A batched env's batch steps first, with every sub-env's action. The
-group steps in ``DISABLED`` autoreset mode, resets nothing and counts nothing, and hands back
-the envs whose own flags ended their episode.
+group steps in ``DISABLED`` autoreset mode and resets nothing. It also applies the trajectory
+limit, ``max_frames_per_traj``, as a vector env's group applies its ``max_episode_steps``: it
+counts each episode's steps (natively where it steps natively), truncates one that reaches the
+limit, and hands back every env whose episode ended, by its own flags or the limit.
 
-What makes a trajectory is this loop's: the step counts and ``max_frames_per_traj`` live in
-``EnvRunner._episode_ends`` (one clock per runner, compared with the limit only from the first
-step at which a trajectory can reach it), then the ended envs are reset one by one in env order
-and handed new trajectory ids. (The native stepper's own episode limit, ``max_episode_steps``,
-is for ``SAME_STEP`` mode only, which resets an env inside the step and writes its reset
-observation where a rollout keeps the terminal one: see ``docs/architecture.md``.)
+What makes a trajectory is this loop's: the ended envs are reset one by one in env order (the
+group told, so that it counts the new episode from zero) and handed new trajectory ids, and an
+env's own per-agent flags are marked where the limit cut it (``EnvRunner._episode_ends``).
 
 Where the envs are is behind three methods (``_reset_envs``, ``_step``, ``_reset_env``), and a
 caller may drive the steps itself (:meth:`EnvRunner.begin`, the rollout's ``act``, its own
@@ -119,9 +118,6 @@ class EnvRunner:
         self._paths = specs.observation_paths()
         self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
         self._traj_ids = np.zeros(num_envs, np.int64)
-        # Steps taken, and the clock at which each env's trajectory started (see _episode_ends).
-        self._clock, self._due = 0, 0
-        self._started = [0] * num_envs  # a list: set at every episode start, read only near the limit
         self._has_reset = False
         self._checks = OutputChecks(specs.observation, env_name, worker, info)
         # Each kept info entry: its key, its name in the info dict (an env's own next_fields name it by path).
@@ -139,7 +135,8 @@ class EnvRunner:
         # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
         self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
         # The one object that steps K envs (also a vector env's): natively where it can, else with
-        # the checks; a batched env's batch first. Each rollout binds its arrays to it (begin).
+        # the checks; a batched env's batch first; it also counts each episode's steps and
+        # truncates at max_frames_per_traj. Each rollout binds its arrays to it (begin).
         self._group = EnvGroup.for_rollout(
             self.envs,
             [(path, n, dtype, shape) for (_, path), (n, dtype, shape) in zip(self._paths, self._expected, strict=True)],
@@ -179,7 +176,7 @@ class EnvRunner:
             "carried": {key: array.copy() for key, array in self._carried.items()},
             "traj_ids": self._traj_ids.copy(),
             "next_traj_id": self._next_traj_id,
-            "clock": (self._clock, self._due, list(self._started)),
+            "episode_lengths": self._group.episode_lengths.tolist(),
             "random_actions": random_state() if random_state is not None else None,
         }
 
@@ -198,8 +195,7 @@ class EnvRunner:
             array[...] = snapshot["carried"][key]
         self._traj_ids[...] = snapshot["traj_ids"]
         self._next_traj_id = int(snapshot["next_traj_id"])
-        clock, due, started = snapshot["clock"]
-        self._clock, self._due, self._started = int(clock), int(due), list(started)
+        self._group.episode_lengths[...] = snapshot["episode_lengths"]
         if snapshot["random_actions"] is not None and hasattr(self.policy, "load_random_state"):
             self.policy.load_random_state(snapshot["random_actions"])
 
@@ -278,9 +274,10 @@ class EnvRunner:
         return run
 
     def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
-        """After step ``t`` was stored: the trajectory limit, what the policy reads next, the resets.
+        """After step ``t`` was stored: the limit in the env's own flags, what the policy reads next, the resets.
 
-        ``ended``: the envs whose own flags ended their episode at ``t``, in env order.
+        ``ended``: the envs whose episode ended at ``t`` (their own flags or the trajectory
+        limit), in env order.
         """
         finished = self._episode_ends(run, t, ended)
         run.observe(t)
@@ -310,29 +307,23 @@ class EnvRunner:
         return raw
 
     def _episode_ends(self, run: _Rollout, t: int, ended: list[int]) -> list[int]:
-        """The envs whose episode ended at step ``t``, in env order, after the trajectory limit.
+        """The envs whose episode ended at step ``t``, in env order; the trajectory limit marked in their own flags.
 
-        ``ended`` are the envs whose own flags ended their episode (from the group, in env
-        order). This is the one place where a rollout's steps are counted and ``max_frames_per_traj``
-        truncates: a clock counts the steps, so env ``i``'s trajectory has taken ``clock -
-        started[i]`` of them, and they are compared with the limit only from the first clock
-        at which one can reach it (numpy calls cost more than a cheap env's step, so the common
-        step, where nothing ends, makes none).
+        ``ended`` comes from the group, which counts each episode's steps and truncated those
+        that reached ``max_frames_per_traj`` (the one place a trajectory limit is applied, as for
+        a vector env's ``max_episode_steps``). What the group cannot know is where an env keeps
+        flags of its own in its observation (a multi-agent env's per-agent ``truncated`` and
+        ``done``): those are marked here for the envs the limit cut, found only among the few
+        that ended.
         """
-        self._clock += 1
         limit = self.max_frames_per_traj
-        if limit is None or self._clock < self._due:
+        if limit is None or not ended or not run.own_flags:
             return ended
-        started = np.array(self._started)
-        reached = self._clock - started >= limit
-        run.truncated[t] |= reached
-        for flags in run.own_flags:  # the env's own (per-agent) truncated and done flags
+        lengths = self._group.episode_lengths
+        reached = [i for i in ended if lengths[i] >= limit]
+        for flags in run.own_flags:
             flags[reached, t] = True
-        # Those truncated here start again at this clock (before any other can reach it).
-        self._due = int(np.where(reached, self._clock, started).min()) + limit
-        if not reached.any():
-            return ended
-        return sorted(set(ended).union(reached.nonzero()[0].tolist()))
+        return ended
 
     def _restart(self, run: _Rollout, i: int, t: int) -> None:
         """Reset env ``i``, whose episode ended at step ``t``: a new trajectory starts at ``t + 1``."""
@@ -350,7 +341,8 @@ class EnvRunner:
     def _start_trajectory(self, i: int) -> None:
         self._traj_ids[i] = self._next_traj_id
         self._next_traj_id += self._traj_stride
-        self._started[i] = self._clock
+        if self.max_frames_per_traj is not None:  # the group counts the new episode's steps from here
+            self._group.start_episode(i)
 
 
 class _ObsOut(NamedTuple):

@@ -245,7 +245,10 @@ class EnvGroup:
         It steps in ``DISABLED`` mode, one step column of the rollout's ``[K, T]`` arrays at a
         time (:meth:`bind_rollout`, :meth:`step_column`), and resets nothing: the runner resets
         an env whose episode ended right after the step (as ``SAME_STEP`` does, which is how a
-        batched env's sub-envs are checked here), after its trajectory limit. There are no
+        batched env's sub-envs are checked here) and tells the group (:meth:`start_episode`).
+        The trajectory limit is the group's, as a vector env's ``max_episode_steps`` is: it
+        counts each episode's steps (natively where it steps natively) and truncates one that
+        reaches ``max_frames_per_traj``, flagged as ended like any other end. There are no
         vector env spaces to compare the envs with (an env backend's fields need not be its
         space's leaves), nor info material: the kept info entries go into the rollout's info
         fields as the runner keeps them. Such a group is stepped with :meth:`step_column` and
@@ -255,7 +258,7 @@ class EnvGroup:
             envs: The environments (the runner closes them).
             leaves: ``(path, field index, dtype, shape)`` per observation field, in ``checks``' order.
             checks: The runner's output checks (their messages count steps within the rollout).
-            max_frames_per_traj: The runner's trajectory limit, which a batched env must be able to cut.
+            max_frames_per_traj: The trajectory limit (``None``: none), which a batched env must be able to cut.
             keeps_info: Whether any info entry is kept (else a batched env builds no per-env infos).
         """
         group = cls.__new__(cls)
@@ -263,7 +266,13 @@ class EnvGroup:
         group.info_keys = ()
         group.mode = AutoresetMode.DISABLED
         # A batched env's sub-envs reset right after the step that ended them: SAME_STEP to it.
-        group._setup(checks, leaves, None, keeps_info, (AutoresetMode.SAME_STEP, max_frames_per_traj, "a collector"))
+        group._setup(
+            checks,
+            leaves,
+            max_frames_per_traj,
+            keeps_info,
+            (AutoresetMode.SAME_STEP, max_frames_per_traj, "a collector"),
+        )
         return group
 
     def _setup(
@@ -391,6 +400,18 @@ class EnvGroup:
         native = native and not self._info_columns and bool(self.envs)
         self._bind(next_observations, rewards, terminated, truncated, None, rewards.shape[0], native)
 
+    @property
+    def episode_lengths(self) -> np.ndarray:
+        """``[K]`` int64: the steps of each env's episode since its last reset (counted only with a limit).
+
+        Shared with the native stepper: change it in place (a runner's snapshot restores it).
+        """
+        return self._lengths
+
+    def start_episode(self, i: int) -> None:
+        """Env ``i`` was reset by the rollout's runner: its episode's steps count from zero again."""
+        self._lengths[i] = 0
+
     def step_column(self, t: int, actions: Any, batched: Any = None) -> list[int]:
         """Step every env once into column ``t`` of the bound rollout; the envs whose episode ended.
 
@@ -400,8 +421,8 @@ class EnvGroup:
             batched: A batched env's actions, as its ``step_batch`` takes them (see :attr:`batched`).
 
         Returns:
-            The envs whose own flags ended their episode at this step, in env order (the runner
-            resets them, after its trajectory limit).
+            The envs whose episode ended at this step, by their own flags or the trajectory
+            limit, in env order (the runner resets them).
         """
         if self._batch is not None:
             self._batch.step_all(batched)

@@ -39,7 +39,8 @@ class StepperSpec:
         ended: ``[K]`` bool, shared with Python: the env's episode ended at its last step.
         lengths: ``[K]`` int64, shared with Python: steps since the env's last reset.
         mode: One of ``_core.AUTORESET_*``.
-        max_episode_steps: ``SAME_STEP`` only: truncate an episode at this many steps.
+        max_episode_steps: Truncate an episode at this many steps: ``SAME_STEP`` resets it in
+            the same step, ``DISABLED`` flags it as ended (a rollout's runner resets it).
         info_keys: The info entries kept (``None``: all).
         info_fields: The info fields' arrays
             (:meth:`pycollect._steps.info_fields.InfoArrays.native_args`).

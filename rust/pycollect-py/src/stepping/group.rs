@@ -3,8 +3,8 @@
 //!
 //! It is pycollect's one native stepper: a vector env's group steps into `[K]` rows
 //! (`pycollect._steps.group.EnvGroup`), and a collector's rollout into the `[K, T]` arrays of
-//! a rollout, one column `t` per step (`pycollect._rollout.runner`, in `DISABLED` mode: the
-//! rollout resets ended envs itself, after its trajectory limit).
+//! a rollout, one column `t` per step (`pycollect._rollout.runner`, in `DISABLED` mode with the
+//! rollout's trajectory limit as `max_episode_steps`: the rollout resets ended envs itself).
 //!
 //! Per env it does what `gymnasium.vector.SyncVectorEnv` does in each autoreset mode (and what
 //! `pycollect._steps.group.EnvGroup`, its Python side, does for the envs it hands back):
@@ -14,7 +14,8 @@
 //! * `SAME_STEP`: an env whose episode ends (or reaches `max_episode_steps`, which truncates
 //!   it) is reset in the same step; the observation it ended with goes into the final rows and
 //!   its info into the final info fields.
-//! * `DISABLED`: never reset here (stepping an env that ended is refused by the Python side).
+//! * `DISABLED`: never reset here (stepping an env that ended is refused by the Python side);
+//!   an env that reaches `max_episode_steps` is truncated and flagged as ended, like any end.
 //!
 //! Where a result is the common case (a 5-tuple, or a 2-tuple for a reset, whose observation
 //! the [`Observations`] store takes, a `float` reward, `bool` flags and an info the
@@ -422,8 +423,10 @@ impl GroupStepper {
             AUTORESET_DISABLED => Mode::Disabled,
             other => return Err(config_error(format!("unknown autoreset mode {other}"))),
         };
-        if max_episode_steps.is_some() && mode != Mode::SameStep {
-            return Err(config_error("max_episode_steps is for SAME_STEP mode only"));
+        if max_episode_steps.is_some() && mode == Mode::NextStep {
+            return Err(config_error(
+                "max_episode_steps is for SAME_STEP and DISABLED modes only",
+            ));
         }
         if max_episode_steps.is_some_and(|limit| limit < 1) {
             return Err(config_error("max_episode_steps must be positive"));
