@@ -817,11 +817,13 @@ class GroupStepper:
 
     The native side of :class:`pycollect._steps.group.EnvGroup` (a vector env's rows, one step
     column) and of a collector's rollout (:mod:`pycollect._rollout.runner`: ``[K, T]`` arrays,
-    step ``t`` into column ``t``, ``DISABLED`` mode). Per env it does what
-    ``SyncVectorEnv`` does in the autoreset mode (``NEXT_STEP`` resets an env that ended at its
-    last step instead of stepping it; ``SAME_STEP`` resets an env whose episode ends, or reaches
-    ``max_episode_steps``, in the same step, its last observation in the final rows and its info
-    in the final info fields), writing each result that is the common case (observation leaves
+    step ``t`` into column ``t``, ``DISABLED`` mode with the trajectory limit as
+    ``max_episode_steps``). Per env it does what ``SyncVectorEnv`` does in the autoreset mode
+    (``NEXT_STEP`` resets an env that ended at its last step instead of stepping it;
+    ``SAME_STEP`` resets an env whose episode ends, or reaches ``max_episode_steps``, in the same
+    step, its last observation in the final rows and its info in the final info fields;
+    ``DISABLED`` resets nothing, and flags an env that reaches ``max_episode_steps`` as ended,
+    truncated), writing each result that is the common case (observation leaves
     the native store takes, a ``float`` reward, ``bool`` flags, an info whose kept entries all
     fit the info fields) into the rows, and handing every other env back with its raw result.
     ``ended`` and ``lengths`` are shared with the Python side.

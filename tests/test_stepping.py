@@ -17,8 +17,10 @@ import pytest
 import torch
 
 from pycollect import Collector, ConfigError, EnvOutputError
+from pycollect._native import _core
 from pycollect._steps.checks import OutputChecks
 from pycollect._steps.group import EnvGroup
+from pycollect._steps.stepper import StepperSpec, native_stepper
 from pycollect.testing.envs import CountingEnv, SpacesEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -508,3 +510,49 @@ def test_the_native_stepper_steps_a_vector_env_of_nested_observations() -> None:
         assert obs["pair"][1].shape == (2, 2, 2)
     finally:
         env.close()
+
+
+def test_a_rollouts_group_truncates_at_the_limit_natively_and_resets_nothing() -> None:
+    envs = [CountingEnv(length=100), CountingEnv(length=100)]
+    for env in envs:
+        env.reset(seed=0)
+    frames = np.zeros((2, 4, 2), np.float32)
+    checks = OutputChecks((), "env", None)
+    group = EnvGroup.for_rollout(
+        [_Stepped(env.step) for env in envs],
+        [((), 0, frames.dtype, (2,))],
+        checks,
+        max_frames_per_traj=2,
+        keeps_info=False,
+    )
+    rewards, terminated, truncated = _flags(4, 2)
+    group.bind_rollout([frames], rewards, terminated, truncated)
+    assert group._native is not None  # the native stepper applies the limit, in DISABLED mode
+    assert group.step_column(0, [0, 0]) == []
+    assert group.step_column(1, [0, 0]) == [0, 1]  # both reached 2 steps: cut, flagged, not reset
+    assert truncated[:2].tolist() == [[False, False], [True, True]] and not terminated.any()
+    group.start_episode(0)  # the runner reset env 0 only (a _Stepped env would raise if the group did)
+    assert group.step_column(2, [0, 0]) == [1]  # env 1's episode went on counting: 3 steps
+    assert group.episode_lengths.tolist() == [1, 3]
+
+
+def test_the_native_stepper_refuses_a_limit_in_next_step_mode() -> None:
+    env = gym.make("CartPole-v1")
+    frames = np.zeros((1, 1, 4), np.float32)
+    rewards, terminated, truncated = _flags(1, 1)
+    spec = StepperSpec(
+        steps=[env.step],
+        resets=[env.reset],
+        leaves=[([], [4], frames.dtype, 4)],
+        rows=[frames],
+        finals=None,
+        rewards=rewards,
+        terminated=terminated,
+        truncated=truncated,
+        ended=np.zeros(1, bool),
+        lengths=np.zeros(1, np.int64),
+        mode=_core.AUTORESET_NEXT_STEP,
+        max_episode_steps=3,
+    )
+    with pytest.raises(ConfigError, match="max_episode_steps is for SAME_STEP and DISABLED modes only"):
+        native_stepper(spec)
