@@ -37,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # atari_env, nature_cnn; workers inherit it
 
+import throughput as tp  # the measurement helpers shared with the other benches
+
 from pycollect import Collector
 
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -44,16 +46,6 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "cheetah": {"env": "dm_control:cheetah-run", "envs_per_worker": 4},
     "pong": {"env": "callable:atari_env:make_saveable_env", "envs_per_worker": 4},
 }
-
-
-def frames_per_second(collector: Collector, seconds: float) -> float:
-    """Frames per second over whole batches for about ``seconds``, after 3 warm-up batches."""
-    for _ in range(3):
-        collector.next_batch()
-    frames, began = 0, time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        frames += collector.next_batch().numel()
-    return frames / (time.perf_counter() - began)
 
 
 def throughput(workload: str, snapshots: bool, seconds: float) -> float:
@@ -68,7 +60,7 @@ def throughput(workload: str, snapshots: bool, seconds: float) -> float:
         snapshots=snapshots,
         seed=0,
     ) as collector:
-        return frames_per_second(collector, seconds)
+        return tp.frames_per_second(collector, seconds)
 
 
 KEPT_STATE: dict[str, tuple[str, str, int, int]] = {
@@ -98,7 +90,7 @@ def kept_state_fps(name: str, checkpoint_dir: bool, seconds: float) -> float:
             seed=0,
             **settings,
         ) as collector:
-            return frames_per_second(collector, seconds)
+            return tp.frames_per_second(collector, seconds)
 
 
 def checkpoint_seconds(engine: str = "workers", calls: int = 3) -> tuple[float, int]:

@@ -19,6 +19,8 @@ import argparse
 import statistics
 import time
 
+import throughput as tp  # the measurement helpers shared with the other benches
+
 from pycollect import Collector
 from pycollect.testing.policies import argmax_mlp
 
@@ -36,12 +38,7 @@ def run(metrics: bool, policy: bool, seconds: float) -> float:
         metrics=metrics,
         seed=0,
     ) as collector:
-        for _ in range(5):
-            collector.next_batch()
-        frames, began = 0, time.perf_counter()
-        while time.perf_counter() - began < seconds:
-            frames += collector.next_batch().numel()
-        return frames / (time.perf_counter() - began)
+        return tp.frames_per_second(collector, seconds, warm_up=5)
 
 
 def run_vec(metrics: bool, seconds: float) -> float:

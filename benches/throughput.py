@@ -781,6 +781,16 @@ CONTENDERS: dict[str, Contender] = {
 # -- reporting -------------------------------------------------------------------------------
 
 
+def frames_per_second(collector: Any, seconds: float, warm_up: int = 3) -> float:
+    """Frames per second over whole batches for about ``seconds``, after ``warm_up`` batches."""
+    for _ in range(warm_up):
+        collector.next_batch()
+    frames, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        frames += collector.next_batch().numel()
+    return frames / (time.perf_counter() - began)
+
+
 def save_record(path: Path, **fields: Any) -> None:
     """Write a bench's results as JSON: the command, the time, the machine and the git state, then ``fields``."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,11 +28,11 @@ from pycollect._engines.workers.step_backend import MAILBOX_BYTES, WorkerStepBac
 from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.policy import PolicyRunner, parameters_device
-from pycollect._rollout.seeding import env_seeds, torch_seed
+from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
 from pycollect._rollout.trajectories import TrajectoryIds
 from pycollect.config import CollectorConfig, VectorConfig
-from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout
+from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout, policy_device
 from pycollect.envs.batched import is_view
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError, ConfigError, EnvStateError
@@ -517,11 +517,16 @@ def default_groups(
 
 
 def _call_flops(config: CollectorConfig, env_source: EnvSource, probe: Any, policy: Any, num_envs: int) -> int | None:
-    """The FLOPs of one policy call over ``num_envs`` envs, on a dry run's example batch; torch's random stream kept."""
+    """The FLOPs of one policy call over ``num_envs`` envs, on a dry run's example batch; torch's random stream kept.
+
+    Only the policy's runner is built (not a whole :func:`plan_rollout`, whose ``info_keys``
+    probe would step the probe env once more).
+    """
     with torch.random.fork_rng(devices=[]):
-        actions = plan_rollout(config, env_source, probe, policy, num_envs=num_envs, policy_here=True).actions
-        assert isinstance(actions, PolicyRunner)  # there is a policy
-        return actions.call_flops()
+        device = policy_device(config, policy, policy_here=True)
+        specs, rng = env_source.specs(probe), action_rng(config.seed)
+        runner = PolicyRunner(policy, specs, num_envs, device, rng, config.exploration_type)
+        return runner.call_flops()
 
 
 def env_groups(envs_per_worker: int, groups: int) -> list[range]:
