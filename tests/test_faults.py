@@ -132,10 +132,21 @@ def test_a_central_snapshot_of_another_grouping_is_refused() -> None:
         _collector(**(settings | {"engine": Central(groups=1)}), resume=state)
 
 
-def _rollouts_by_worker(collector: Collector, batches: int) -> dict[int, list[dict[str, str]]]:
-    """Async batches (one worker's rollout each) by the worker that made them: worker ``w``'s ids are ``w`` mod 2."""
+def _rollouts_by_worker(
+    collector: Collector, batches: int | None = None, *, until: dict[int, int] | None = None
+) -> dict[int, list[dict[str, str]]]:
+    """Async batches (one worker's rollout each) by the worker that made them: worker ``w``'s ids are ``w`` mod 2.
+
+    Takes ``batches`` batches, or with ``until``, batches until each worker has made at least its
+    count: which worker delivers next is timing (a worker slow to start may deliver none of the
+    first dozens), so a fixed number of batches need not reach a given share of each worker.
+    """
     rollouts: dict[int, list[dict[str, str]]] = {0: [], 1: []}
-    for _ in range(batches):
+    while (
+        (len(rollouts[0]) + len(rollouts[1]) < batches)
+        if until is None
+        else any(len(rollouts[w]) < n for w, n in until.items())
+    ):
         batch = collector.next_batch()
         rollouts[int(batch["collector", "traj_ids"][0, 0]) % 2].append(batch_digest(batch))
     return rollouts
@@ -144,18 +155,18 @@ def _rollouts_by_worker(collector: Collector, batches: int) -> dict[int, list[di
 def test_an_async_resume_goes_on_with_each_workers_own_rollouts_exactly() -> None:
     """Async: which worker delivers next is timing, but every worker's rollouts go on as they would have."""
     settings: dict[str, Any] = {"num_workers": 2, "sync": False, "snapshots": True}
-    with _collector(**settings) as whole:
-        expected = _rollouts_by_worker(whole, 60)
     with _collector(**settings) as first:
         before = _rollouts_by_worker(first, 10)
         state = first.state_dict(env_states=True)
     with _collector(**settings, resume=state) as resumed:
         after = _rollouts_by_worker(resumed, 10)
+    needed = {worker: len(before[worker]) + len(after[worker]) for worker in (0, 1)}
+    with _collector(**settings) as whole:
+        expected = _rollouts_by_worker(whole, until=needed)
     for worker in (0, 1):
-        done, more = len(before[worker]), len(after[worker])
+        done = len(before[worker])
         assert before[worker] == expected[worker][:done]
-        assert len(expected[worker]) >= done + more, "the uninterrupted run's share of this worker is too short"
-        assert after[worker] == expected[worker][done : done + more]
+        assert after[worker] == expected[worker][done : needed[worker]]
 
 
 def test_without_env_states_a_resume_starts_fresh_episodes() -> None:
