@@ -934,10 +934,11 @@ class StepRecorder:
     """A group's rows of a vector env's step results, stored as one step column of a rollout.
 
     For env ``i`` of the group (row ``rows[i]`` of the results) at column ``t``: the returned
-    observation into ``next_obs[i, t]`` (the final one where its episode ended), reward and
+    observation into ``next_obs[r, t]`` (the final one where its episode ended), reward and
     flags into ``[t, i]`` of the rollout's ``[T, K]`` arrays, the observation the policy reads
-    next into ``current[i]`` (the reset one where the episode ended), and for an ended episode
-    that one also into ``obs[i, t + 1]`` (when ``t + 1 < T``). Copies only, one native pass.
+    next into ``current[i]`` (the reset one where the episode ended), and that one also into
+    ``obs[r, t + 1]`` (when ``t + 1 < T``), where ``r`` is ``out_rows[i]`` (``i`` without
+    them). Copies only, one native pass.
     """
 
     def __init__(
@@ -948,15 +949,20 @@ class StepRecorder:
         leaves: Sequence[tuple[object, object, object, object, object, int]],
         results: tuple[object, object, object],
         out: tuple[object, object, object],
+        out_rows: Sequence[int] | None = None,
+        out_envs: int | None = None,
     ) -> None:
         """Bind the arrays: per leaf ``(source, finals, next_obs, obs, current, frame_bytes)``.
 
         ``results``: the step's ``(rewards, terminated, truncated)``, ``[result_rows]``
-        float64 and bool; ``out``: the rollout's, ``[T, K]``. Every array writable and
-        C-contiguous; the buffers are held until the recorder is dropped.
+        float64 and bool; ``out``: the rollout's, ``[T, K]``. ``next_obs`` and ``obs`` are
+        ``[K, T, ...]``, or with ``out_rows`` (env ``i``'s row in them) ``[out_envs, T, ...]``:
+        a batch of which the group's envs are some rows. Every array writable and C-contiguous;
+        the buffers are held until the recorder is dropped.
 
         Raises:
-            ConfigError: An array of another size or format, a row outside the results.
+            ConfigError: An array of another size or format, a row outside the results or
+                the observations, ``out_rows`` without ``out_envs`` or the other way round.
         """
     def record(self, t: int) -> list[int]:
         """Record the step's results as column ``t``; the group's envs whose episode ended, in order.

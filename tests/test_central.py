@@ -170,10 +170,11 @@ SYNC_CASES: dict[str, tuple[Any, Callable[[], Any], dict[str, Any]]] = {
 }
 
 
-@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("groups", [1, 2, 3])
 @pytest.mark.parametrize("case", list(SYNC_CASES))
 def test_sync_batches_equal_the_workers_engines_key_by_key(case: str, groups: int) -> None:
-    # One group writes straight into the batch, two interleave theirs into it: both compared.
+    # One group writes straight into the batch; several write their observations into its rows
+    # and interleave the rest: all compared.
     env, make_policy, extra = SYNC_CASES[case]
     kwargs = {"frames_per_batch": 96, "envs_per_worker": 3, "num_workers": 2, "seed": 7, **extra}
     central = _sync_batches(Central(groups=groups), env, make_policy(), 4, **kwargs)
@@ -593,11 +594,15 @@ class _SlowEnv(CountingEnv):
         return super().step(action)
 
 
-def test_a_worker_killed_in_the_middle_of_a_rollout_cuts_its_trajectories_there_and_collection_goes_on() -> None:
-    k = 2
+@pytest.mark.parametrize(("k", "groups"), [(2, None), (2, 2), (3, 3)])
+def test_a_worker_killed_in_the_middle_of_a_rollout_cuts_its_trajectories_there_and_collection_goes_on(
+    k: int, groups: int | None
+) -> None:
+    # With several groups, the group that finds the worker dead cuts its envs there, and every
+    # other group cuts its own at its next step.
     with Collector(
         _SlowEnv,
-        engine="central",
+        engine=Central(groups=groups),
         frames_per_batch=4 * 60,
         envs_per_worker=k,
         num_workers=2,
@@ -618,9 +623,10 @@ def test_a_worker_killed_in_the_middle_of_a_rollout_cuts_its_trajectories_there_
     truncated, ids = batch["next", "truncated"][..., 0], batch["collector", "traj_ids"]
     assert not truncated[k:].any()  # worker 0's envs only
     # Each env of worker 0 (one per group) is cut once: at the first step its group took after the
-    # worker died. The group that found it dead cut there; the other group's env, one step later at most.
+    # worker died. The group that found it dead cut there; the other groups' envs, one step later at most.
     cuts = [truncated[i].nonzero()[:, 0].tolist() for i in range(k)]
-    assert all(len(steps) == 1 for steps in cuts) and abs(cuts[0][0] - cuts[1][0]) <= 1, cuts
+    assert all(len(steps) == 1 for steps in cuts), cuts
+    assert max(steps[0] for steps in cuts) - min(steps[0] for steps in cuts) <= 1, cuts
     for i, [cut] in enumerate(cuts):
         assert cut < 59
         assert (ids[i, cut + 1 :] >= traj_id_start(0, 2, 2)).all() and (
@@ -737,7 +743,7 @@ def _recorder_arrays(rows: int, k: int, steps: int) -> dict[str, np.ndarray]:
     }
 
 
-def _recorder(a: dict[str, np.ndarray], rows: list[int], steps: int) -> Any:
+def _recorder(a: dict[str, np.ndarray], rows: list[int], steps: int, **placed: Any) -> Any:
     from pycollect._native import _core
 
     return _core.StepRecorder(
@@ -747,6 +753,7 @@ def _recorder(a: dict[str, np.ndarray], rows: list[int], steps: int) -> Any:
         [(a["source"], a["finals"], a["next_obs"], a["obs"], a["current"], 8)],
         (a["rewards_in"], a["terminated_in"], a["truncated_in"]),
         (a["rewards"], a["terminated"], a["truncated"]),
+        **placed,
     )
 
 
@@ -756,12 +763,27 @@ def test_the_step_recorder_stores_a_groups_rows_as_a_step_column() -> None:
     assert recorder.record(0) == [0, 2]
     np.testing.assert_array_equal(a["next_obs"][:, 0], [a["finals"][3], a["source"][0], a["finals"][1]])
     np.testing.assert_array_equal(a["current"], a["source"][[3, 0, 1]])  # the reset observations
-    np.testing.assert_array_equal(a["obs"][:, 1], [a["source"][3], [0, 0], a["source"][1]])  # ended envs only
+    # Frame 1 of obs: the reset observation where an episode ended, else the one returned
+    np.testing.assert_array_equal(a["obs"][:, 1], a["source"][[3, 0, 1]])
     np.testing.assert_array_equal(a["rewards"][0], [3.5, 0.5, 1.5])
     assert a["terminated"][0].tolist() == [False, False, True] and a["truncated"][0].tolist() == [True, False, False]
     a["obs"][...] = 7
     assert recorder.record(1) == [0, 2]  # the last column: no frame t + 1 to write
     assert (a["obs"] == 7).all() and a["rewards"][1].tolist() == [3.5, 0.5, 1.5]
+
+
+def test_the_step_recorder_writes_the_observations_into_the_batch_rows_of_the_groups_envs() -> None:
+    a = _recorder_arrays(rows=4, k=3, steps=2)
+    batch = {key: np.zeros((5, 2, 2), np.float32) for key in ("next_obs", "obs")}  # 5 rows, 3 of them the group's
+    recorder = _recorder(a | batch, rows=[3, 0, 1], steps=2, out_rows=[4, 0, 2], out_envs=5)
+    assert recorder.record(0) == [0, 2]
+    np.testing.assert_array_equal(batch["next_obs"][[4, 0, 2], 0], [a["finals"][3], a["source"][0], a["finals"][1]])
+    np.testing.assert_array_equal(batch["obs"][[4, 0, 2], 1], a["source"][[3, 0, 1]])
+    assert not batch["next_obs"][[1, 3]].any() and not batch["obs"][[1, 3]].any()  # the other rows untouched
+    with pytest.raises(ConfigError, match="out row 5 is not one of the 5 rows of the observations"):
+        _recorder(a | batch, rows=[3, 0, 1], steps=2, out_rows=[5, 0, 2], out_envs=5)
+    with pytest.raises(ConfigError, match="out_rows and out_envs go together"):
+        _recorder(a | batch, rows=[3, 0, 1], steps=2, out_rows=[4, 0, 2])
 
 
 def test_the_step_recorder_refuses_what_does_not_fit() -> None:

@@ -26,7 +26,7 @@ from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, 
 from pycollect._engines.workers import forkserver
 from pycollect._engines.workers.step_backend import MAILBOX_BYTES, WorkerStepBackend
 from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
-from pycollect._rollout.observations import fill_observations, observation_pairs
+from pycollect._rollout.observations import observation_pairs
 from pycollect._rollout.policy import PolicyRunner, parameters_device
 from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
@@ -268,8 +268,9 @@ class CentralEngine(Engine):
             self._reset()
             self._reset_needed = False
         random = not self.has_policy or self._rounds * self.num_envs * self.steps < config.init_random_frames
-        # One group writes straight into the batch; several write into arrays of their own,
-        # interleaved into the batch afterwards (a group's rows are envs of every worker).
+        # One group writes straight into the batch; several write their observations straight
+        # into its rows too (the large fields), the rest into arrays of their own, interleaved
+        # into the batch afterwards (a group's rows are envs of every worker).
         single = len(self.runners) == 1
         outs = (
             [arrays]
@@ -288,7 +289,7 @@ class CentralEngine(Engine):
             try:
                 if threads is not None:
                     torch.set_num_threads(threads)
-                self._step_groups(outs, random, policy_version)
+                self._step_groups(outs, None if single else arrays, random, policy_version)
             except BaseException:
                 self._reset_needed = True
                 raise
@@ -298,12 +299,17 @@ class CentralEngine(Engine):
         if not single:
             self._interleave(arrays, outs)
         self._ids.write(arrays[TRAJ_IDS], arrays[NEXT_DONE], [cut for r in self.runners for cut in r.cuts])
-        for key, next_key in self._observations:
-            fill_observations(arrays[key], arrays[next_key], arrays[NEXT_DONE])
+        # Every frame of obs is in place: the runners' recorders write frame t + 1 with step t
         self._rounds += 1
         return arrays
 
-    def _step_groups(self, outs: Sequence[Mapping[Key, np.ndarray]], random: bool, policy_version: int) -> None:
+    def _step_groups(
+        self,
+        outs: Sequence[Mapping[Key, np.ndarray]],
+        batch: Mapping[Key, np.ndarray] | None,
+        random: bool,
+        policy_version: int,
+    ) -> None:
         """Step every group ``T`` times into its ``outs``, in this thread, one group's step in flight at a time.
 
         Steps are posted group after group, step after step. With several groups the policy
@@ -315,7 +321,7 @@ class CentralEngine(Engine):
         overlap = len(runners) > 1
         in_flight: tuple[CentralRunner, _Rollout, int] | None = None
         try:
-            runs = [runner.begin(out, random, policy_version) for runner, out in zip(runners, outs, strict=True)]
+            runs = [runner.begin(out, random, policy_version, batch) for runner, out in zip(runners, outs, strict=True)]
             for t in range(self.steps):
                 for runner, run in zip(runners, runs, strict=True):
                     if in_flight is not None and not overlap:
@@ -336,9 +342,15 @@ class CentralEngine(Engine):
                 runner.release()
 
     def _interleave(self, arrays: Mapping[Key, np.ndarray], outs: Sequence[Mapping[Key, np.ndarray]]) -> None:
-        """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch (env ``j`` of worker ``w``: ``w*K + j``)."""
+        """Each group's ``[N * K_g, T]`` rows into the ``[N * K, T]`` batch (env ``j`` of worker ``w``: ``w*K + j``).
+
+        The observations are there already: each group's recorder wrote them into its rows.
+        """
         n, k = self.num_workers, self.envs_per_worker
+        placed = {key for pair in self._observations for key in pair}  # the recorders wrote them in place
         for key, array in arrays.items():
+            if key in placed:
+                continue
             batch = array.reshape(n, k, *array.shape[1:])
             for runner, out in zip(self.runners, outs, strict=True):
                 part = out[key]

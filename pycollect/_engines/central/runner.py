@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pycollect._engines.workers.step_backend import WorkerStepBackend
-from pycollect._keys import IS_INIT, Key
+from pycollect._keys import IS_INIT, NEXT_OBS_PREFIX, Key
 from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.runner import EnvRunner
@@ -215,26 +215,49 @@ class CentralRunner(EnvRunner):
             envs = None if self._every_env else self.envs_range
             backend.step_async(envs=envs, workers=[w for w in range(self._workers) if w not in cut] if cut else None)
 
-    def begin(self, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int) -> _Rollout:
+    def begin(
+        self,
+        out: Mapping[Key, np.ndarray],
+        random_actions: bool,
+        policy_version: int,
+        batch: Mapping[Key, np.ndarray] | None = None,
+    ) -> _Rollout:
         """Bind a rollout to ``out`` and the native recorder of its steps to the workers' result rows.
 
-        The recorder holds the rows' buffers until :meth:`release` (or the next ``begin``).
+        ``batch``: the ``[N * K, T]`` batch whose rows ``rows`` the group's envs are, where
+        ``out`` holds the group's own rows (``None``: ``out`` is the batch, the group every
+        env). The observations go straight into the batch's rows then: they are the large
+        fields, and copying them in after the round would keep the workers waiting. The
+        recorder holds the buffers until :meth:`release` (or the next ``begin``).
         """
         run = super().begin(out, random_actions, policy_version)
         backend, final = self.backend, self.backend.final_observations
         assert final is not None  # SAME_STEP mode
+        frames = [(o.next_obs, o.obs) for o in run.obs_out]
+        placed: dict[str, Any] = {}
+        if batch is not None:
+            frames = [(batch[(*NEXT_OBS_PREFIX, *key)], batch[key]) for key in self.observation_keys]
+            for (_, first), o in zip(frames, run.obs_out, strict=True):
+                first[self.rows, 0] = o.current  # step 0: what the policy reads first
+            placed = {"out_rows": self.rows.tolist(), "out_envs": backend.num_envs}
         self._recorder = _core.StepRecorder(
             self.rows.tolist(),
             backend.num_envs,
             run.steps,
             [
-                (backend.observations[n], final[n], o.next_obs, o.obs, o.current, o.current[0].nbytes)
-                for n, o in zip(self._leaves, run.obs_out, strict=True)
+                (backend.observations[n], final[n], next_obs, obs, o.current, o.current[0].nbytes)
+                for n, o, (next_obs, obs) in zip(self._leaves, run.obs_out, frames, strict=True)
             ],
             (backend.rewards, backend.terminated, backend.truncated),
             (run.rewards, run.terminated, run.truncated),
+            **placed,
         )
         return run
+
+    @property
+    def observation_keys(self) -> list[Key]:
+        """The batch keys of the observation leaves (each with its ``("next", *key)``)."""
+        return [key for key, _ in self.specs.observation_paths()]
 
     def release(self) -> None:
         """Drop the recorder of the last :meth:`begin`, and with it its hold on the workers' segment."""

@@ -7,9 +7,12 @@
 //! worker (its `rows` of those), and each step it stores, per env `i` of the group at column
 //! `t`: the observation the step returned into `("next", obs)` (the final one where the episode
 //! ended), the reward and flags into the `[T, K]` step arrays, and what the policy reads next
-//! into `current` (the reset observation where the episode ended), which, for an env whose
-//! episode ended, is also frame `t + 1` of `obs` (the one frame `("next", obs)` lacks). Python
-//! did this with a dozen numpy calls per step; here it is one call, copies only.
+//! into `current` (the reset observation where the episode ended), which is also frame `t + 1`
+//! of `obs` (for an env whose episode ended, the one frame `("next", obs)` lacks; for the others
+//! a copy of `("next", obs)`'s frame `t`, written here while the workers step other groups
+//! rather than after the round, while they wait). The observations may go straight into the
+//! batch's rows (`out_rows`): a group's envs are rows of every worker, not a block of the
+//! batch. Python did this with a dozen numpy calls per step; here it is one call, copies only.
 
 use pyo3::prelude::*;
 
@@ -23,9 +26,9 @@ struct Leaf {
     source: Export,
     /// `[rows, *shape]`: the observations episodes ended with.
     finals: Export,
-    /// `[K, T, *shape]`: `("next", obs)`.
+    /// `[out_envs, T, *shape]`: `("next", obs)`.
     next: Export,
-    /// `[K, T, *shape]`: `obs`.
+    /// `[out_envs, T, *shape]`: `obs`.
     first: Export,
     /// `[K, *shape]`: what the policy reads next.
     current: Export,
@@ -39,6 +42,8 @@ struct Leaf {
 pub struct StepRecorder {
     /// The group's env `i` is row `rows[i]` of the results.
     rows: Vec<usize>,
+    /// ... and row `out_rows[i]` of the observation leaves' `next` and `first`.
+    out_rows: Vec<usize>,
     leaves: Vec<Leaf>,
     /// `[rows]` float64 and bools: the step's results.
     rewards_in: Export,
@@ -101,11 +106,15 @@ impl StepRecorder {
     /// Args: `rows` (the group's rows of the results, one per env), `result_rows` (how many
     /// rows the results have), `steps` (`T`), one `(source, finals, next_obs, obs, current,
     /// frame_bytes)` per observation leaf, `results` and `out`: `(rewards, terminated,
-    /// truncated)` of the step (`[result_rows]`) and of the rollout (`[T, K]`). Every array
-    /// is C-contiguous and writable, of exactly the size these make.
+    /// truncated)` of the step (`[result_rows]`) and of the rollout (`[T, K]`), and where the
+    /// observations go: `out_rows` (env `i`'s row of `next_obs` and `obs`, which have
+    /// `out_envs` rows; `None`: row `i` of `K`). Every array is C-contiguous and writable, of
+    /// exactly the size these make.
     ///
     /// Raises ConfigError naming the array that does not fit, or a row out of range.
     #[new]
+    #[pyo3(signature = (rows, result_rows, steps, leaves, results, out, out_rows=None, out_envs=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         rows: Vec<usize>,
         result_rows: usize,
@@ -113,6 +122,8 @@ impl StepRecorder {
         leaves: Vec<LeafArgs<'_>>,
         results: Flags<'_>,
         out: Flags<'_>,
+        out_rows: Option<Vec<usize>>,
+        out_envs: Option<usize>,
     ) -> PyResult<Self> {
         if let Some(row) = rows.iter().find(|&&row| row >= result_rows) {
             return Err(config_error(format!(
@@ -120,6 +131,28 @@ impl StepRecorder {
             )));
         }
         let k = rows.len();
+        let (out_rows, out_envs) = match (out_rows, out_envs) {
+            (None, None) => ((0..k).collect(), k),
+            (Some(out_rows), Some(out_envs)) => {
+                if out_rows.len() != k {
+                    return Err(config_error(format!(
+                        "{} out_rows for {k} envs",
+                        out_rows.len()
+                    )));
+                }
+                if let Some(row) = out_rows.iter().find(|&&row| row >= out_envs) {
+                    return Err(config_error(format!(
+                        "out row {row} is not one of the {out_envs} rows of the observations"
+                    )));
+                }
+                (out_rows, out_envs)
+            }
+            _ => {
+                return Err(config_error(
+                    "out_rows and out_envs go together: both or neither",
+                ))
+            }
+        };
         let what = |count: usize, frames: &str| format!("{count} {frames}");
         let leaves = leaves
             .iter()
@@ -137,8 +170,8 @@ impl StepRecorder {
                 Ok(Leaf {
                     source: leaf("source", source, result_rows)?,
                     finals: leaf("finals", finals, result_rows)?,
-                    next: leaf("next_obs", next, k * steps)?,
-                    first: leaf("obs", first, k * steps)?,
+                    next: leaf("next_obs", next, out_envs * steps)?,
+                    first: leaf("obs", first, out_envs * steps)?,
                     current: leaf("current", current, k)?,
                     bytes: *bytes,
                 })
@@ -154,6 +187,7 @@ impl StepRecorder {
             exports("rollout", &out, steps * k, &what(steps * k, "[T, K] cells"))?;
         Ok(Self {
             rows,
+            out_rows,
             leaves,
             rewards_in,
             terminated_in,
@@ -177,7 +211,7 @@ impl StepRecorder {
         }
         let k = self.rows.len();
         let mut ended = Vec::new();
-        for (i, &row) in self.rows.iter().enumerate() {
+        for (i, (&row, &out_row)) in self.rows.iter().zip(&self.out_rows).enumerate() {
             let cell = t * k + i;
             // SAFETY: `row < result_rows` (checked in `new`) and `cell < T * K` (`t < T`,
             // `i < K`); `new` checked each export's size in those units (8 bytes a reward, one
@@ -195,13 +229,14 @@ impl StepRecorder {
                 self.truncated.ptr().add(cell).write(truncated);
                 terminated != 0 || truncated != 0
             };
-            let frame = i * steps + t;
+            let frame = out_row * steps + t;
             for leaf in &self.leaves {
                 let bytes = leaf.bytes;
                 let returned = if done { &leaf.finals } else { &leaf.source };
                 // SAFETY: every offset is a whole frame inside its export (`row < result_rows`,
-                // `frame + 1 <= K * T` when `t + 1 < T`, `i < K`; sizes checked in `new`), and
-                // the source exports (the step's results) are other buffers than the rollout's.
+                // `frame + 1 <= out_envs * T` when `t + 1 < T` as `out_row < out_envs`, `i < K`;
+                // sizes checked in `new`), and the source exports (the step's results) are
+                // other buffers than the rollout's.
                 unsafe {
                     let source = leaf.source.ptr().add(row * bytes);
                     std::ptr::copy_nonoverlapping(
@@ -210,7 +245,7 @@ impl StepRecorder {
                         bytes,
                     );
                     std::ptr::copy_nonoverlapping(source, leaf.current.ptr().add(i * bytes), bytes);
-                    if done && t + 1 < steps {
+                    if t + 1 < steps {
                         std::ptr::copy_nonoverlapping(
                             source,
                             leaf.first.ptr().add((frame + 1) * bytes),
