@@ -69,8 +69,24 @@ def test_make_vec_over_a_batched_env_is_step_for_step_gymnasiums_sync_vector_env
 
 
 @pytest.mark.parametrize("engine", ["inprocess", "workers", "central"])
-def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(engine: str) -> None:
-    """Seeded, random actions and a policy, a trajectory limit: every key of every batch equal."""
+def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded, random actions and a policy, a trajectory limit: every key of every batch equal.
+
+    In-process, the rollout's group is seen storing most steps whole (one copy per array), and
+    the steps where an episode ends or reaches the limit sub-env by sub-env.
+    """
+    from pycollect._steps.group import EnvGroup
+
+    wholes: list[bool] = []
+    store = EnvGroup._store_column
+
+    def spy(group: EnvGroup, result: Any, t: int) -> bool:
+        wholes.append(store(group, result, t))
+        return wholes[-1]
+
+    monkeypatch.setattr(EnvGroup, "_store_column", spy)
     workers = 0 if engine == "inprocess" else 2
     policy = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Softmax(-1))
 
@@ -100,6 +116,8 @@ def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(eng
             assert torch.equal(ours[key], theirs[key]), key
     assert sum(int(b["next", "truncated"].sum()) for b in single) > 0  # the limit cut trajectories
     assert sum(int(b["next", "terminated"].sum()) for b in single) > 0
+    if engine == "inprocess":
+        assert wholes.count(True) > len(wholes) // 2 and not all(wholes), (wholes.count(True), len(wholes))
 
 
 class _Argmax(torch.nn.Module):

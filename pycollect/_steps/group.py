@@ -425,7 +425,10 @@ class EnvGroup:
             limit, in env order (the runner resets them).
         """
         if self._batch is not None:
-            self._batch.step_all(batched)
+            result = self._batch.step_batch(batched)
+            if self._store_column(result, t):
+                return []
+            self._batch.split(result)  # the uncommon step: each sub-env's row stepped as a single env's
         native = self._native
         if native is not None:
             left = native.step(actions, 0, None, t)
@@ -437,6 +440,48 @@ class EnvGroup:
         ended = np.flatnonzero(self._ended).tolist()
         self._ended[ended] = False
         return ended
+
+    def _store_column(self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]], t: int) -> bool:
+        """Store a batched env's step whole as column ``t`` of the bound rollout, one copy per array: whether it did.
+
+        The common step of a collector's rollout: what :meth:`_store_batch` stores whole (every
+        observation leaf exactly a ``[K, *shape]`` array of its field's dtype, numeric rewards
+        and bool flags of shape ``[K]``, no info kept), with no sub-env whose episode ends at
+        this step or reaches the trajectory limit, and none waiting for a reset. Anything else
+        (``False``) takes the sub-env by sub-env path, with its checks and the runner's resets.
+        """
+        batch = self._batch
+        assert batch is not None
+        if self._info_columns or self.info.fields or self._ended.any() or batch.resets_pending:
+            return False
+        observations, rewards, terminated, truncated, infos = result
+        if batch.infos_wanted and any(key not in _FINAL_KEYS for key in infos):
+            return False
+        count = len(self.envs)
+        values = []
+        for path, _, dtype, shape, _ in self._out:
+            value = _leaf_of(observations, path)
+            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != (count, *shape):
+                return False
+            values.append(value)
+        rewards, terminated, truncated = np.asarray(rewards), np.asarray(terminated), np.asarray(truncated)
+        if rewards.shape != (count,) or rewards.dtype.kind not in "fiu":
+            return False
+        if terminated.shape != (count,) or terminated.dtype != np.bool_ or terminated.any():
+            return False
+        if truncated.shape != (count,) or truncated.dtype != np.bool_ or truncated.any():
+            return False
+        limit = self.max_episode_steps
+        if limit is not None and int(self._lengths.max()) + 1 >= limit:
+            return False
+        for (*_, array), value in zip(self._out, values, strict=True):
+            array[:, t] = value
+        self.rewards[t] = rewards
+        self.terminated[t] = False
+        self.truncated[t] = False
+        if limit is not None:
+            self._lengths += 1
+        return True
 
     def reset_each(self, seeds: Sequence[int] | None) -> Iterator[tuple[int, Any]]:
         """Reset every env (a batched env's batch first), with ``seeds`` if given: each env's index and raw observation.

@@ -282,6 +282,11 @@ class BatchedEnv(abc.ABC):
         """Sub-env ``i``'s info of the last :meth:`reset_some` (the ``n``-th it reset)."""
         return _env_info(infos, i if self._every_info else n)
 
+    @property
+    def resets_pending(self) -> bool:
+        """Whether a sub-env ended and waits for its reset (its next row would be a reset's, not a step's)."""
+        return bool(self._ended.any()) or self._resets.count(None) != len(self._resets)
+
     def settle(self, ended: np.ndarray) -> None:
         """After a step stored whole by the caller: the sub-envs whose episode ended and are not reset yet."""
         self._ended = ended.copy()
