@@ -444,32 +444,20 @@ class EnvGroup:
     def _store_column(self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]], t: int) -> bool:
         """Store a batched env's step whole as column ``t`` of the bound rollout, one copy per array: whether it did.
 
-        The common step of a collector's rollout: what :meth:`_store_batch` stores whole (every
-        observation leaf exactly a ``[K, *shape]`` array of its field's dtype, numeric rewards
-        and bool flags of shape ``[K]``, no info kept), with no sub-env whose episode ends at
-        this step or reaches the trajectory limit, and none waiting for a reset. Anything else
-        (``False``) takes the sub-env by sub-env path, with its checks and the runner's resets.
+        The common step of a collector's rollout: arrays that can be stored whole (:meth:`_whole`),
+        no info kept, no sub-env whose episode ends at this step or reaches the trajectory limit,
+        and none waiting for a reset. Anything else (``False``) takes the sub-env by sub-env
+        path, with its checks and the runner's resets.
         """
         batch = self._batch
         assert batch is not None
         if self._info_columns or self.info.fields or self._ended.any() or batch.resets_pending:
             return False
-        observations, rewards, terminated, truncated, infos = result
-        if batch.infos_wanted and any(key not in _FINAL_KEYS for key in infos):
+        whole = self._whole(result)
+        if whole is None:
             return False
-        count = len(self.envs)
-        values = []
-        for path, _, dtype, shape, _ in self._out:
-            value = _leaf_of(observations, path)
-            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != (count, *shape):
-                return False
-            values.append(value)
-        rewards, terminated, truncated = np.asarray(rewards), np.asarray(terminated), np.asarray(truncated)
-        if rewards.shape != (count,) or rewards.dtype.kind not in "fiu":
-            return False
-        if terminated.shape != (count,) or terminated.dtype != np.bool_ or terminated.any():
-            return False
-        if truncated.shape != (count,) or truncated.dtype != np.bool_ or truncated.any():
+        values, rewards, terminated, truncated = whole
+        if terminated.any() or truncated.any():
             return False
         limit = self.max_episode_steps
         if limit is not None and int(self._lengths.max()) + 1 >= limit:
@@ -569,35 +557,52 @@ class EnvGroup:
             left = self._native.step(per_env, start, stop)
         return self.finish(left) if left else None
 
+    def _whole(
+        self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]]
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray] | None:
+        """A batched env's step as arrays to store whole: the observation leaves, rewards and flags; else ``None``.
+
+        They are, when every observation leaf is exactly a ``[K, *shape]`` array of its field's
+        dtype, the rewards numeric and the flags bool, each of shape ``[K]``, and the step returned
+        no info entry the batch would keep but the final observations.
+        """
+        batch = self._batch
+        assert batch is not None
+        observations, rewards, terminated, truncated, infos = result
+        if batch.infos_wanted and any(key not in _FINAL_KEYS for key in infos):
+            return None
+        count = len(self.envs)
+        values = []
+        for path, _, dtype, shape, _ in self._out:
+            value = _leaf_of(observations, path)
+            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != (count, *shape):
+                return None
+            values.append(value)
+        rewards, terminated, truncated = np.asarray(rewards), np.asarray(terminated), np.asarray(truncated)
+        if rewards.shape != (count,) or rewards.dtype.kind not in "fiu":
+            return None
+        for flags in (terminated, truncated):
+            if flags.shape != (count,) or flags.dtype != np.bool_:
+                return None
+        return values, rewards, terminated, truncated
+
     def _store_batch(self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]]) -> tuple[bool, Material | None]:
         """Store a batched env's step whole, one copy per array: whether it did, and the info material.
 
-        The common case: every observation leaf exactly a ``[K, *shape]`` array of its field's
-        dtype, numeric rewards and bool flags of shape ``[K]``, and no info the group keeps but
-        the final observations (no info fields, and no entries, or none wanted). The sub-envs
-        whose episode ends are then handled one by one, as few as they are: their final
+        The common case: arrays that can be stored whole (:meth:`_whole`) and no info field. The
+        sub-envs whose episode ends are then handled one by one, as few as they are: their final
         observation stored and, in ``SAME_STEP`` mode, their reset (by mask, all at once).
         Anything else is not stored here (``False``) and takes the sub-env by sub-env path, with its checks.
         """
         batch = self._batch
         assert batch is not None
-        observations, rewards, terminated, truncated, infos = result
-        count = len(self.envs)
-        if self.info.fields or (batch.infos_wanted and any(key not in _FINAL_KEYS for key in infos)):
+        if self.info.fields:
             return False, None
-        values = []
-        for path, _, dtype, shape, _ in self._out:
-            value = _leaf_of(observations, path)
-            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != (count, *shape):
-                return False, None
-            values.append(value)
-        rewards, terminated, truncated = np.asarray(rewards), np.asarray(terminated), np.asarray(truncated)
-        if rewards.shape != (count,) or rewards.dtype.kind not in "fiu":
+        whole = self._whole(result)
+        if whole is None:
             return False, None
-        if terminated.shape != (count,) or truncated.shape != (count,) or terminated.dtype != np.bool_:
-            return False, None
-        if truncated.dtype != np.bool_:
-            return False, None
+        values, rewards, terminated, truncated = whole
+        infos = result[4]
         for (*_, array), value in zip(self._out, values, strict=True):
             array[...] = value
         self.rewards[...] = rewards
