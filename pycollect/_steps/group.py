@@ -451,7 +451,7 @@ class EnvGroup:
         """
         batch = self._batch
         assert batch is not None
-        if self._info_columns or self.info.fields or self._ended.any() or batch.resets_pending:
+        if self._info_columns or self._ended.any() or batch.resets_pending:
             return False
         whole = self._whole(result)
         if whole is None:

@@ -103,7 +103,8 @@ class CentralEngine(Engine):
         self._memory = staging_memory(torch.device(self.storing_device))
         self._parts = RecycledMemory()  # the groups' own arrays, interleaved into each batch
         self._copier = DeviceCopier()
-        self._observations = observation_pairs(spec.key for spec in plan.specs.observation)
+        # The observation keys and their ("next", ...) keys: each group's recorder writes them into the batch
+        self._placed = {key for pair in observation_pairs(spec.key for spec in plan.specs.observation) for key in pair}
         self._draws = draws
         self._ids = TrajectoryIds(self.num_workers, self.envs_per_worker)
         self._rounds = 0
@@ -347,9 +348,8 @@ class CentralEngine(Engine):
         The observations are there already: each group's recorder wrote them into its rows.
         """
         n, k = self.num_workers, self.envs_per_worker
-        placed = {key for pair in self._observations for key in pair}  # the recorders wrote them in place
         for key, array in arrays.items():
-            if key in placed:
+            if key in self._placed:  # the recorders wrote them in place
                 continue
             batch = array.reshape(n, k, *array.shape[1:])
             for runner, out in zip(self.runners, outs, strict=True):

@@ -233,15 +233,16 @@ class CentralRunner(EnvRunner):
         run = super().begin(out, random_actions, policy_version)
         backend, final = self.backend, self.backend.final_observations
         assert final is not None  # SAME_STEP mode
+        rows = self.rows.tolist()
         frames = [(o.next_obs, o.obs) for o in run.obs_out]
         placed: dict[str, Any] = {}
         if batch is not None:
-            frames = [(batch[(*NEXT_OBS_PREFIX, *key)], batch[key]) for key in self.observation_keys]
+            frames = [(batch[(*NEXT_OBS_PREFIX, *key)], batch[key]) for key, _ in self._paths]
             for (_, first), o in zip(frames, run.obs_out, strict=True):
                 first[self.rows, 0] = o.current  # step 0: what the policy reads first
-            placed = {"out_rows": self.rows.tolist(), "out_envs": backend.num_envs}
+            placed = {"out_rows": rows, "out_envs": backend.num_envs}
         self._recorder = _core.StepRecorder(
-            self.rows.tolist(),
+            rows,
             backend.num_envs,
             run.steps,
             [
@@ -253,11 +254,6 @@ class CentralRunner(EnvRunner):
             **placed,
         )
         return run
-
-    @property
-    def observation_keys(self) -> list[Key]:
-        """The batch keys of the observation leaves (each with its ``("next", *key)``)."""
-        return [key for key, _ in self.specs.observation_paths()]
 
     def release(self) -> None:
         """Drop the recorder of the last :meth:`begin`, and with it its hold on the workers' segment."""
