@@ -464,7 +464,16 @@ _GYMNASIUM_WRAPPERS: dict[str, _Attributes] = {
         state=("_has_reset",), config=("_disable_render_order_enforcing",)
     ),
     "gymnasium.wrappers.common.PassiveEnvChecker": _Attributes(
-        state=("checked_reset", "checked_step", "checked_render", "close_called")
+        # gymnasium 1.4 added the last two: the first reset's and step's data, kept to check the
+        # next step does not reuse their objects
+        state=(
+            "checked_reset",
+            "checked_step",
+            "checked_render",
+            "close_called",
+            "checked_data_reuse",
+            "_previous_data",
+        )
     ),
     "gymnasium.wrappers.common.Autoreset": _Attributes(state=("autoreset",)),
     "gymnasium.wrappers.common.RecordEpisodeStatistics": _Attributes(
@@ -669,6 +678,12 @@ _GYMNASIUM_ENVS: dict[str, _Attributes] = {
             "elf_images",
             "goal_img",
             "start_img",
+            # gymnasium 1.4's images
+            "agent_img",
+            "goal_flag_img",
+            "ice_crack_imgs",
+            "letter_g_img",
+            "letter_s_img",
         ),
     ),
     f"{_TOY}.taxi.TaxiEnv": _Attributes(
@@ -696,6 +711,9 @@ _GYMNASIUM_ENVS: dict[str, _Attributes] = {
             "median_horiz",
             "median_vert",
             "background_img",
+            # gymnasium 1.4's images
+            "house_img",
+            "taxi_full_imgs",
         ),
     ),
     f"{_TOY}.cliffwalking.CliffWalkingEnv": _Attributes(
@@ -713,6 +731,11 @@ _GYMNASIUM_ENVS: dict[str, _Attributes] = {
             "mountain_bg_img",
             "near_cliff_img",
             "tree_img",
+            # gymnasium 1.4's images
+            "agent_img",
+            "cliff_imgs",
+            "goal_flag_img",
+            "ground_img",
         ),
     ),
     f"{_TOY}.blackjack.BlackjackEnv": _Attributes(
