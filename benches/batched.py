@@ -24,6 +24,13 @@ no episodic life or reward clipping: ``benches/atari_env.py``'s settings). Conte
 * ``pycollect make_vec over gymnasium-vector``: ``make_vec("gymnasium-vector:CartPole-v1", 512,
   num_workers=2)`` stepped in a plain loop: each worker hosts one ``CartPoleVectorEnv(256)``.
 
+``envpool-cartpole``: EnvPool's CartPole, 2 x 256 envs, episodes ending every few steps (no
+target; it measures a collector's resets of many sub-envs at once). Contenders:
+
+* ``EnvPool alone``: ``envpool.make("CartPole-v1", num_envs=512, num_threads=2)`` in a plain loop.
+* ``pycollect workers over EnvPool``: ``Collector("envpool:CartPole-v1", envs_per_worker=256,
+  num_workers=2, env_kwargs={"num_threads": 1})``, ``[512, 32]`` batches.
+
 ``jax``: gymnax's CartPole (the ``pycollect-jax`` plugin), 4,096 envs on the CPU, stepped in
 this process. Contenders:
 
@@ -48,6 +55,7 @@ Usage::
 
     python benches/batched.py                      # Pong: 3 rounds
     python benches/batched.py --workload cartpole
+    python benches/batched.py --workload envpool-cartpole
     python benches/batched.py --workload jax       # needs pycollect-jax (plugins/pycollect-jax)
     python benches/batched.py --quick              # fewer frames, 2 rounds
 """
@@ -81,6 +89,8 @@ OVER_ENVPOOL = "pycollect workers over EnvPool (2 x 4, 1 thread each)"
 OVER_GYM = "pycollect workers over gymnasium Pong (2 x 4)"
 RAW_VECTOR = "two raw loops of CartPoleVectorEnv(256) in parallel"
 MAKE_VEC = "pycollect make_vec over gymnasium-vector (2 x 256)"
+ENVPOOL_CARTPOLE = "EnvPool alone (CartPole, 512 envs, 2 threads)"
+OVER_ENVPOOL_CARTPOLE = "pycollect workers over EnvPool (CartPole, 2 x 256)"
 JAX_ENVS = 4096  # gymnax CartPoles, in one batched env
 RAW_JAX = "raw jitted gymnax loop (4096 CartPoles)"
 DEVICE_JAX = "pycollect engine='device' over gymnax (4096)"
@@ -99,29 +109,40 @@ PONG_KWARGS = {
 }
 
 
-def envpool_alone(frames: int) -> tp.Result:
-    """EnvPool's Pong, 8 envs on 2 threads, stepped with random actions in this process."""
+def envpool_alone(frames: int, task: str = "Pong-v5", per_worker: int = PONG_ENVS, actions: int = 6) -> tp.Result:
+    """EnvPool's ``task`` (Pong: 8 envs) on 2 threads, stepped with random actions in this process."""
     import envpool
 
-    n = WORKERS * PONG_ENVS
+    n = WORKERS * per_worker
+    kwargs = PONG_KWARGS if task == "Pong-v5" else {}
     t0 = time.perf_counter()
-    envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=n, num_threads=WORKERS, seed=0, **PONG_KWARGS)
+    envs = envpool.make(task, env_type="gymnasium", num_envs=n, num_threads=WORKERS, seed=0, **kwargs)
 
     def prepare() -> Callable[[int], Any]:
-        actions = list(np.random.default_rng(0).integers(0, 6, size=(64, n), dtype=np.int32))
+        drawn = list(np.random.default_rng(0).integers(0, actions, size=(64, n), dtype=np.int32))
         envs.reset()
-        return functools.partial(tp._step_loop, envs, actions)
+        return functools.partial(tp._step_loop, envs, drawn)
 
     return tp._timed_steps(t0, envs, n, frames, prepare)
 
 
-def _collector(env: str, frames: int, **env_kwargs: Any) -> tp.Result:
+def envpool_cartpole_alone(frames: int) -> tp.Result:
+    """EnvPool's CartPole, 512 envs on 2 threads, in this process."""
+    return envpool_alone(frames, "CartPole-v1", CARTPOLE_ENVS, 2)
+
+
+def over_envpool_cartpole(frames: int) -> tp.Result:
+    """``Collector("envpool:CartPole-v1")``: one EnvPool of 256 envs on one thread in each of 2 workers."""
+    return _collector("envpool:CartPole-v1", frames, CARTPOLE_ENVS, num_threads=1)
+
+
+def _collector(env: str, frames: int, per_worker: int = PONG_ENVS, **env_kwargs: Any) -> tp.Result:
     cpu0, t0 = tp.CPU.read(), time.perf_counter()
     collector = pycollect.Collector(
         env,
         None,
-        frames_per_batch=WORKERS * PONG_ENVS * STEPS,
-        envs_per_worker=PONG_ENVS,
+        frames_per_batch=WORKERS * per_worker * STEPS,
+        envs_per_worker=per_worker,
         num_workers=WORKERS,
         seed=0,
         env_kwargs=env_kwargs or None,
@@ -274,10 +295,11 @@ def inprocess_over_gymnax(frames: int) -> tp.Result:
 WORKLOADS: dict[str, dict[str, Callable[[int], tp.Result]]] = {
     "pong": {ENVPOOL: envpool_alone, OVER_ENVPOOL: over_envpool, OVER_GYM: over_gym},
     "cartpole": {RAW_VECTOR: raw_vector_loops, MAKE_VEC: make_vec_over_vector},
+    "envpool-cartpole": {ENVPOOL_CARTPOLE: envpool_cartpole_alone, OVER_ENVPOOL_CARTPOLE: over_envpool_cartpole},
     "jax": {RAW_JAX: raw_jax_loop, DEVICE_JAX: device_over_gymnax, HOST_JAX: inprocess_over_gymnax},
 }
-FRAMES = {"pong": 16_000, "cartpole": 4_000_000, "jax": 8_388_608}
-BASELINES = {"pong": ENVPOOL, "cartpole": RAW_VECTOR, "jax": RAW_JAX}
+FRAMES = {"pong": 16_000, "cartpole": 4_000_000, "envpool-cartpole": 4_000_000, "jax": 8_388_608}
+BASELINES = {"pong": ENVPOOL, "cartpole": RAW_VECTOR, "envpool-cartpole": ENVPOOL_CARTPOLE, "jax": RAW_JAX}
 
 
 def main() -> None:
@@ -291,8 +313,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="path stem for .json and .png (default results/batched-<workload>)")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
-    if problem := tp._missing("envpool") if args.workload == "pong" else None:
-        parser.error(f"Pong needs EnvPool (pip install envpool): {problem}")
+    if problem := tp._missing("envpool") if args.workload in ("pong", "envpool-cartpole") else None:
+        parser.error(f"{args.workload} needs EnvPool (pip install envpool): {problem}")
     if args.workload == "pong" and (problem := tp._missing("ale_py") or tp._missing("cv2")):
         parser.error(f"Pong needs ale-py and opencv-python-headless (pip install -e '.[bench]'): {problem}")
     if args.workload == "jax" and (problem := tp._missing("pycollect_jax") or tp._missing("gymnax")):
@@ -360,6 +382,8 @@ def _targets(workload: str, summary: dict[str, dict[str, Any]]) -> list[tuple[st
         ]
     if workload == "jax":
         return [("engine='device' over gymnax vs the raw jitted loop", summary[DEVICE_JAX]["x baseline"], 0.9)]
+    if workload == "envpool-cartpole":
+        return []  # no target: the figures say what a collector's resets of many sub-envs cost
     return [("make_vec over gymnasium-vector vs two raw loops", summary[MAKE_VEC]["x baseline"], 0.9)]
 
 
@@ -382,7 +406,12 @@ def _plot(path: Path, summary: dict[str, dict[str, Any]], workload: str) -> None
         color=["#C44E52" if name.startswith("pycollect") else "#8C8C8C" for name in labels],
     )
     ax.invert_yaxis()
-    env = {"pong": "Pong", "cartpole": "CartPole", "jax": "gymnax CartPole, 4,096 envs"}[workload]
+    env = {
+        "pong": "Pong",
+        "cartpole": "CartPole",
+        "envpool-cartpole": "EnvPool CartPole, 512 envs",
+        "jax": "gymnax CartPole, 4,096 envs",
+    }[workload]
     ax.set_xlabel(f"frames/s, {env} (random actions)")
     tp.save_figure(fig, path)
 

@@ -68,26 +68,47 @@ def test_make_vec_over_a_batched_env_is_step_for_step_gymnasiums_sync_vector_env
         assert seen["final_obs"] >= 10, seen
 
 
-@pytest.mark.parametrize("engine", ["inprocess", "workers", "central"])
+# A collector needs SAME_STEP: served by a batched env's own mode, or by resets by mask
+COLLECTED = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+
+
+@pytest.mark.parametrize(
+    ("engine", "own"),
+    [("inprocess", own) for own in COLLECTED]
+    + [("workers", AutoresetMode.NEXT_STEP), ("central", AutoresetMode.NEXT_STEP)],
+    ids=lambda value: value if isinstance(value, str) else value.name,
+)
 def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(
-    engine: str, monkeypatch: pytest.MonkeyPatch
+    engine: str, own: AutoresetMode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Seeded, random actions and a policy, a trajectory limit: every key of every batch equal.
 
-    In-process, the rollout's group is seen storing most steps whole (one copy per array), and
-    the steps where an episode ends or reaches the limit sub-env by sub-env.
+    In-process, the rollout's group is seen storing every step whole (one copy per array), the
+    steps where episodes end or reach the limit too, and resetting the ended sub-envs together
+    (one reset of the batch, or the env's own resets of the step), never one by one.
     """
     from pycollect._steps.group import EnvGroup
+    from pycollect.envs.batched import SubEnv
 
     wholes: list[bool] = []
-    store = EnvGroup._store_column
+    together: list[int] = []
+    store, reset_ended = EnvGroup._store_column, EnvGroup.reset_ended
 
-    def spy(group: EnvGroup, result: Any, t: int) -> bool:
-        wholes.append(store(group, result, t))
-        return wholes[-1]
+    def store_spy(group: EnvGroup, result: Any, t: int) -> list[int] | None:
+        ended = store(group, result, t)
+        wholes.append(ended is not None)
+        return ended
 
-    monkeypatch.setattr(EnvGroup, "_store_column", spy)
+    def reset_spy(group: EnvGroup, ended: Any, t: int) -> Any:
+        observations = reset_ended(group, ended, t)
+        if observations is not None:
+            together.append(len(ended))
+        return observations
+
+    monkeypatch.setattr(EnvGroup, "_store_column", store_spy)
+    monkeypatch.setattr(EnvGroup, "reset_ended", reset_spy)
     workers = 0 if engine == "inprocess" else 2
+    torch.manual_seed(3)  # a policy whose episodes end often, whatever ran before in this process
     policy = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Softmax(-1))
 
     def batches(env: Any) -> list[Any]:
@@ -95,13 +116,13 @@ def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(
         collector = pycollect.Collector(
             env,
             _Argmax(policy),
-            frames_per_batch=max(1, workers) * K * 30,
+            frames_per_batch=max(1, workers) * K * 60,
             envs_per_worker=K,
             num_workers=workers,
             engine=engine,
             seed=11,
-            max_frames_per_traj=15,
-            init_random_frames=max(1, workers) * K * 30,  # the first batch random, the second the policy's
+            max_frames_per_traj=25,
+            init_random_frames=max(1, workers) * K * 60,  # the first batch random, the second the policy's
         )
         try:
             return [collector.next_batch() for _ in range(3)]
@@ -109,7 +130,10 @@ def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(
             collector.shutdown()
 
     single = batches(functools.partial(gym.make, "CartPole-v1"))
-    batched = batches(functools.partial(_sync_of, gym.make, K, AutoresetMode.NEXT_STEP, id="CartPole-v1"))
+    with monkeypatch.context() as patch:
+        if engine == "inprocess":  # the first reset of every sub-env is the batch's too, taken by its views
+            patch.setattr(SubEnv, "reset", _first_resets_only(SubEnv.reset))
+        batched = batches(functools.partial(_sync_of, gym.make, K, own, id="CartPole-v1"))
     for ours, theirs in zip(batched, single, strict=True):
         assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
         for key in theirs.keys(True, True):
@@ -117,7 +141,21 @@ def test_a_collector_over_a_batched_env_gives_the_batches_of_its_single_envs(
     assert sum(int(b["next", "truncated"].sum()) for b in single) > 0  # the limit cut trajectories
     assert sum(int(b["next", "terminated"].sum()) for b in single) > 0
     if engine == "inprocess":
-        assert wholes.count(True) > len(wholes) // 2 and not all(wholes), (wholes.count(True), len(wholes))
+        assert wholes and all(wholes), (wholes.count(True), len(wholes))
+        assert len(together) >= 10 and max(together) > 1, together  # several sub-envs reset at once
+
+
+def _first_resets_only(reset: Any) -> Any:
+    """``SubEnv.reset`` that refuses any reset after the first of a view (those must be the batch's, together)."""
+    seen: set[int] = set()
+
+    def first_only(view: Any, **kwargs: Any) -> Any:
+        if id(view) in seen:
+            raise AssertionError(f"sub-env {view.index} reset alone")
+        seen.add(id(view))
+        return reset(view, **kwargs)
+
+    return first_only
 
 
 class _Argmax(torch.nn.Module):
@@ -413,3 +451,50 @@ def test_sb3_vec_env_over_a_batched_env_equals_it_over_the_single_envs() -> None
     batched = run(functools.partial(_sync_of, gym.make, K // 2, AutoresetMode.NEXT_STEP, id="CartPole-v1"))
     assert_same(tuple(batched), tuple(single))
     assert any(step[2].any() for step in single[1:])  # episodes ended: terminal observations compared
+
+
+class _Float64Resets(VectorEnvAdapter):
+    """A batched env whose resets return float64 observations for its float32 space (its steps float32)."""
+
+    def reset_batch(self, seeds: Any, mask: Any, options: Any = None) -> tuple[Any, Any]:
+        observations, infos = super().reset_batch(seeds, mask, options)
+        return observations.astype(np.float64), infos
+
+
+@pytest.mark.parametrize("kind", ["dict", "float64-resets"])
+def test_sub_envs_reset_together_are_stored_as_its_single_envs_resets(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dict observation's leaves, or resets whose arrays are not the fields' (checked row by row)."""
+    from pycollect._steps.group import EnvGroup
+
+    together: list[int] = []
+    reset_ended = EnvGroup.reset_ended
+
+    def reset_spy(group: EnvGroup, ended: Any, t: int) -> Any:
+        observations = reset_ended(group, ended, t)
+        together.append(observations is not None)
+        return observations
+
+    monkeypatch.setattr(EnvGroup, "reset_ended", reset_spy)
+    obs = "dict" if kind == "dict" else "box"
+    single = functools.partial(SpacesEnv, observation=obs, action="discrete", max_length=9)
+
+    def batched() -> BatchedEnv:
+        env = _sync_of(SpacesEnv, K, AutoresetMode.NEXT_STEP, observation=obs, action="discrete", max_length=9)
+        return _Float64Resets(env) if kind == "float64-resets" else VectorEnvAdapter(env)
+
+    def batches(env: Any) -> list[Any]:
+        collector = pycollect.Collector(
+            env, None, frames_per_batch=K * 20, envs_per_worker=K, num_workers=0, seed=4, max_frames_per_traj=5
+        )
+        try:
+            return [collector.next_batch() for _ in range(2)]
+        finally:
+            collector.shutdown()
+
+    theirs, ours = batches(single), batches(batched)
+    for got, want in zip(ours, theirs, strict=True):
+        for key in want.keys(True, True):
+            assert torch.equal(got[key], want[key]), key
+    assert sum(together) >= 5, together  # the batched run's ends, reset together (single envs' one by one)

@@ -531,7 +531,7 @@ def test_a_rollouts_group_truncates_at_the_limit_natively_and_resets_nothing() -
     assert group.step_column(0, [0, 0]) == []
     assert group.step_column(1, [0, 0]) == [0, 1]  # both reached 2 steps: cut, flagged, not reset
     assert truncated[:2].tolist() == [[False, False], [True, True]] and not terminated.any()
-    group.start_episode(0)  # the runner reset env 0 only (a _Stepped env would raise if the group did)
+    group.start_episodes([0])  # the runner reset env 0 only (a _Stepped env would raise if the group did)
     assert group.step_column(2, [0, 0]) == [1]  # env 1's episode went on counting: 3 steps
     assert group.episode_lengths.tolist() == [1, 3]
 

@@ -55,6 +55,7 @@ from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._steps.checks import OutputChecks
 from pycollect._steps.group import EnvGroup
 from pycollect.envs.backend import GymLikeEnv
+from pycollect.envs.batched import batch_items
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 from pycollect.exceptions import ConfigError
 
@@ -208,7 +209,7 @@ class EnvRunner:
         seeds = self._seeds if not self._has_reset else None
         for i, obs in self._reset_envs(seeds):
             self._store_obs(i, obs)
-            self._start_trajectory(i)
+        self._start_trajectories(list(range(self.num_envs)))
         self._has_reset = True
         for key, array in self._carried.items():
             array[...] = key == IS_INIT  # every env starts an episode: is_init True, states zero
@@ -281,8 +282,8 @@ class EnvRunner:
         """
         finished = self._episode_ends(run, t, ended)
         run.observe(t)
-        for i in finished:
-            self._restart(run, i, t)
+        if finished:
+            self._restart(run, finished, t)
 
     def close(self) -> None:
         """Close every environment."""
@@ -325,24 +326,36 @@ class EnvRunner:
             flags[reached, t] = True
         return ended
 
-    def _restart(self, run: _Rollout, i: int, t: int) -> None:
-        """Reset env ``i``, whose episode ended at step ``t``: a new trajectory starts at ``t + 1``."""
-        run.store_reset(i, t, self._reset_env(i))
-        self._start_trajectory(i)
+    def _restart(self, run: _Rollout, ended: list[int], t: int) -> None:
+        """Reset the envs ``ended`` (in env order), whose episode ended at step ``t``: new trajectories from ``t + 1``.
+
+        A batched env's sub-envs stored whole are reset together by the group
+        (:meth:`EnvGroup.reset_ended <pycollect._steps.group.EnvGroup.reset_ended>`), every
+        other env one by one, in env order.
+        """
+        observations = self._group.reset_ended(ended, t)
+        if observations is None:
+            for i in ended:
+                run.store_reset(i, t, self._reset_env(i))
+        else:
+            run.store_resets(ended, t, observations)
+        self._start_trajectories(ended)
         if t + 1 < run.steps:
-            run.traj_out[i, t + 1 :] = self._traj_ids[i]
+            run.traj_out[ended, t + 1 :] = self._traj_ids[ended, None]
         for key, array in self._carried.items():
-            array[i] = key == IS_INIT
+            array[ended] = key == IS_INIT
 
     def _store_obs(self, i: int, raw: Any) -> None:
         for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):
             self._obs[key][i] = self._checks.observation(field, self._checks.leaf(raw, path, field, i, 0), i, 0)
 
-    def _start_trajectory(self, i: int) -> None:
-        self._traj_ids[i] = self._next_traj_id
-        self._next_traj_id += self._traj_stride
-        if self.max_frames_per_traj is not None:  # the group counts the new episode's steps from here
-            self._group.start_episode(i)
+    def _start_trajectories(self, envs: list[int]) -> None:
+        """New trajectory ids for ``envs``, handed out in their order."""
+        stride = self._traj_stride
+        self._traj_ids[envs] = self._next_traj_id + stride * np.arange(len(envs))
+        self._next_traj_id += stride * len(envs)
+        if self.max_frames_per_traj is not None:  # the group counts the new episodes' steps from here
+            self._group.start_episodes(envs)
 
 
 class _ObsOut(NamedTuple):
@@ -463,11 +476,7 @@ class _Rollout:
         """``actions`` as a batched env takes them: the array itself, or gymnasium's batch of the envs' mappings."""
         if not self.structured_action:
             return actions
-        from gymnasium.vector.utils import concatenate, create_empty_array
-
-        space = self.action_space
-        per_env = self.env_actions(actions)
-        return concatenate(space, per_env, create_empty_array(space, len(per_env)))
+        return batch_items(self.action_space, self.env_actions(actions))
 
     def env_actions(self, actions: Any) -> Any:
         """``actions`` as the envs take them: the array itself, or a mapping per env (its row of each leaf)."""
@@ -498,6 +507,17 @@ class _Rollout:
                 obs[i, t + 1] = value  # the one frame of obs that ("next", obs) lacks
                 if self.track_current:
                     current[i] = value  # what the policy reads next (without one, only the last step's is read)
+
+    def store_resets(self, envs: list[int], t: int, observations: Sequence[np.ndarray]) -> None:
+        """Store ``envs``' reset observations after step ``t``: a checked ``[len(envs), *shape]`` array per field."""
+        last = t + 1 == self.steps
+        for obs_out, value in zip(self.obs_out, observations, strict=True):
+            if last:
+                obs_out.current[envs] = value
+            else:
+                obs_out.obs[envs, t + 1] = value
+                if self.track_current:
+                    obs_out.current[envs] = value
 
     def finish(self) -> None:
         """Move the rewards and flags into their ``[K, T, 1]`` fields, once the last step is done."""

@@ -245,7 +245,7 @@ class EnvGroup:
         It steps in ``DISABLED`` mode, one step column of the rollout's ``[K, T]`` arrays at a
         time (:meth:`bind_rollout`, :meth:`step_column`), and resets nothing: the runner resets
         an env whose episode ended right after the step (as ``SAME_STEP`` does, which is how a
-        batched env's sub-envs are checked here) and tells the group (:meth:`start_episode`).
+        batched env's sub-envs are checked here) and tells the group (:meth:`start_episodes`).
         The trajectory limit is the group's, as a vector env's ``max_episode_steps`` is: it
         counts each episode's steps (natively where it steps natively) and truncates one that
         reaches ``max_frames_per_traj``, flagged as ended like any other end. There are no
@@ -311,6 +311,9 @@ class EnvGroup:
         self._steps_taken = 0
         self._native: Any = None
         self._closed = False
+        # A whole store's ended sub-envs, for reset_ended: (ended, those the env reset itself, their
+        # reset rows per field, those to reset by mask).
+        self._resets_due: tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray] | None = None
 
     def _bind(
         self,
@@ -397,6 +400,7 @@ class EnvGroup:
         """
         self._info_columns = list(info)
         self._ended[:] = False  # a rollout starts from reset envs (a step that raised may have left flags)
+        self._resets_due = None
         native = native and not self._info_columns and bool(self.envs)
         self._bind(next_observations, rewards, terminated, truncated, None, rewards.shape[0], native)
 
@@ -408,9 +412,9 @@ class EnvGroup:
         """
         return self._lengths
 
-    def start_episode(self, i: int) -> None:
-        """Env ``i`` was reset by the rollout's runner: its episode's steps count from zero again."""
-        self._lengths[i] = 0
+    def start_episodes(self, envs: Sequence[int]) -> None:
+        """``envs`` were reset by the rollout's runner: their episodes' steps count from zero again."""
+        self._lengths[envs] = 0
 
     def step_column(self, t: int, actions: Any, batched: Any = None) -> list[int]:
         """Step every env once into column ``t`` of the bound rollout; the envs whose episode ended.
@@ -422,12 +426,13 @@ class EnvGroup:
 
         Returns:
             The envs whose episode ended at this step, by their own flags or the trajectory
-            limit, in env order (the runner resets them).
+            limit, in env order (the runner resets them: :meth:`reset_ended`, else one by one).
         """
         if self._batch is not None:
             result = self._batch.step_batch(batched)
-            if self._store_column(result, t):
-                return []
+            stored = self._store_column(result, t)
+            if stored is not None:
+                return stored
             self._batch.split(result)  # the uncommon step: each sub-env's row stepped as a single env's
         native = self._native
         if native is not None:
@@ -441,35 +446,95 @@ class EnvGroup:
         self._ended[ended] = False
         return ended
 
-    def _store_column(self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]], t: int) -> bool:
-        """Store a batched env's step whole as column ``t`` of the bound rollout, one copy per array: whether it did.
+    def _store_column(self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]], t: int) -> list[int] | None:
+        """Store a batched env's step whole as column ``t`` of the bound rollout: the sub-envs whose episode ended.
 
-        The common step of a collector's rollout: arrays that can be stored whole (:meth:`_whole`),
-        no info kept, no sub-env whose episode ends at this step or reaches the trajectory limit,
-        and none waiting for a reset. Anything else (``False``) takes the sub-env by sub-env
-        path, with its checks and the runner's resets.
+        The common step of a collector's rollout: arrays that can be stored whole (:meth:`_whole`,
+        one copy per array), no info kept, none waiting for a reset. The sub-envs whose episode
+        ends at this step, by their flags or the trajectory limit, are handed back for the
+        runner to reset together (:meth:`reset_ended`): a ``SAME_STEP`` env's own resets are
+        kept for that (the step's rows of them), their final observations (``final_obs``)
+        stored here, checked. Anything else (``None``) takes the sub-env by sub-env path, with
+        its checks and a reset per env.
         """
         batch = self._batch
         assert batch is not None
         if self._info_columns or self._ended.any() or batch.resets_pending:
-            return False
+            return None
         whole = self._whole(result)
         if whole is None:
-            return False
+            return None
         values, rewards, terminated, truncated = whole
-        if terminated.any() or truncated.any():
-            return False
-        limit = self.max_episode_steps
-        if limit is not None and int(self._lengths.max()) + 1 >= limit:
-            return False
+        by_env = terminated | truncated
+        env_resets = batch.autoreset_mode is AutoresetMode.SAME_STEP and bool(by_env.any())
+        finals = result[4].get("final_obs") if env_resets else None
+        if env_resets and finals is None:
+            return None  # the sub-env path names what is missing
         for (*_, array), value in zip(self._out, values, strict=True):
             array[:, t] = value
         self.rewards[t] = rewards
-        self.terminated[t] = False
-        self.truncated[t] = False
-        if limit is not None:
+        self.terminated[t] = terminated
+        self.truncated[t] = truncated
+        ended = by_env
+        if (limit := self.max_episode_steps) is not None:
             self._lengths += 1
-        return True
+            cut = self._lengths >= limit
+            if cut.any():
+                self.truncated[t] |= cut
+                ended = by_env | cut
+        which = np.flatnonzero(ended)
+        if not which.size:
+            return []
+        reset_by_env = np.flatnonzero(by_env) if env_resets else which[:0]
+        for i in reset_by_env.tolist():  # the step's row is the reset observation; the final one is here
+            self._store(self._out, i, finals[i], t + 1, t)  # type: ignore[index]
+        to_reset = ended.copy()
+        to_reset[reset_by_env] = False
+        self._resets_due = (which, reset_by_env, [value[reset_by_env] for value in values], to_reset)
+        batch.settle(to_reset)
+        return which.tolist()
+
+    def reset_ended(self, ended: Sequence[int], t: int) -> list[np.ndarray] | None:
+        """Reset together the sub-envs a whole store of step ``t`` handed back: their observations, checked.
+
+        One ``[len(ended), *shape]`` array per observation field, in ``ended``'s order: the
+        rows a ``SAME_STEP`` env reset in the step itself, and one reset by mask of the others
+        (the ``NEXT_STEP`` env's, those the trajectory limit cut). ``None`` where the step was
+        not stored whole, or the reset's arrays are not the fields' (dtype, shape): the runner
+        then resets each env through its view, as for single envs.
+        """
+        due, self._resets_due = self._resets_due, None
+        if due is None:
+            return None
+        which, reset_by_env, own_rows, to_reset = due
+        assert np.array_equal(which, ended), "reset_ended() of other envs than the step's"
+        batch = self._batch
+        assert batch is not None
+        out = [np.empty((len(which), *shape), dtype) for _, _, dtype, shape, _ in self._out]
+        for array, value in zip(out, own_rows, strict=True):
+            array[np.searchsorted(which, reset_by_env)] = value
+        if not to_reset.any():
+            return out
+        observations, _ = batch.reset_batch(None, to_reset)
+        batch.settle(np.zeros(len(self.envs), bool))
+        reset = np.flatnonzero(to_reset)
+        at = np.searchsorted(which, reset)
+        rows: list[Any] | None = None  # per sub-env, only where a leaf is not the field's array
+        for (path, n, dtype, shape, _), array in zip(self._out, out, strict=True):
+            value = _leaf_of(observations, path)
+            if type(value) is np.ndarray and value.dtype == dtype and value.shape[1:] == shape:
+                if value.shape[0] == len(self.envs):  # every sub-env's observation came back
+                    array[at] = value[reset]
+                    continue
+                if value.shape[0] == reset.size:  # the reset ones' only
+                    array[at] = value
+                    continue
+            if rows is None:
+                rows = batch.rows_of(observations, reset.tolist())
+            for m, (i, raw) in enumerate(zip(reset.tolist(), rows, strict=True)):
+                leaf = self._checks.leaf(raw, path, n, i, t + 1) if path else raw
+                array[at[m]] = self._checks.observation(n, leaf, i, t + 1)
+        return out
 
     def reset_each(self, seeds: Sequence[int] | None) -> Iterator[tuple[int, Any]]:
         """Reset every env (a batched env's batch first), with ``seeds`` if given: each env's index and raw observation.

@@ -52,6 +52,7 @@ __all__ = [
     "SubEnv",
     "VectorEnvAdapter",
     "as_batched",
+    "batch_items",
     "batch_of",
     "check_probe",
     "is_batched",
@@ -262,6 +263,17 @@ class BatchedEnv(abc.ABC):
         for n, i in enumerate(which):
             self._resets[i] = (rows[i] if every else rows[n], _env_info(infos, i if every else n) if wanted else {})
             self._ended[i] = False
+
+    def rows_of(self, observations: Any, which: Sequence[int]) -> list[Any]:
+        """Sub-envs ``which``'s observations from a :meth:`reset_batch` result (every sub-env's, or theirs only)."""
+        rows = _rows(observations, None, self.describe())
+        if len(rows) == self.num_envs:
+            return [rows[i] for i in which]
+        if len(rows) != len(which):
+            raise EnvOutputError(
+                f"batched env {self.describe()} reset {len(which)} sub-envs and returned {len(rows)} observations"
+            )
+        return rows
 
     def reset_some(self, mask: np.ndarray) -> tuple[list[Any], Mapping[str, Any], list[int]]:
         """Reset the sub-envs of ``mask`` (by mask, with no seed): their observations, the infos, their indices.
@@ -552,9 +564,16 @@ def batch_of(envs: Sequence[Any]) -> BatchedEnv | None:
 
 def _repeated(space: Any, action: Any, count: int) -> Any:
     """``action`` for each of ``count`` sub-envs, batched as gymnasium batches ``space``."""
+    return batch_items(space, [action] * count)
+
+
+def batch_items(space: Any, items: Sequence[Any]) -> Any:
+    """``items`` of ``space``, one per sub-env, batched as gymnasium batches the space (``batch_space``)."""
     from gymnasium.vector.utils import concatenate, create_empty_array
 
-    return concatenate(space, [action] * count, create_empty_array(space, count))
+    out = create_empty_array(space, len(items))
+    assert out is not None  # None only for a space gymnasium cannot batch, which no field has
+    return concatenate(space, items, out)
 
 
 def _is_vector_env(obj: Any) -> bool:

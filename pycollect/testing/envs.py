@@ -430,7 +430,7 @@ class OrphanChildEnv(CountingEnv):
         self._child.wait(timeout=10)
 
 
-class UnsaveableEnv(gym.Env[np.ndarray, int]):
+class UnsaveableEnv(gym.Env[np.ndarray, np.int64]):
     """An env of its own whose state no one knows how to save: it implements no ``get_state``.
 
     Observations are zeros and episodes never end; what it is for is being refused.
@@ -445,6 +445,6 @@ class UnsaveableEnv(gym.Env[np.ndarray, int]):
         super().reset(seed=seed)
         return np.zeros(1, np.float32), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, Info]:
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, Info]:
         """A zero observation, no reward, never done."""
         return np.zeros(1, np.float32), 0.0, False, False, {}
