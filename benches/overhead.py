@@ -31,7 +31,7 @@ round):
     python benches/overhead.py
     python benches/overhead.py --rounds 3 --part copies   # or loop, stepper, vector
 
-The timing wraps private methods (``EnvRunner._step``, ``_restart``, ``_reset_env``,
+The timing wraps private methods (``EnvGroup.step_column``, ``EnvRunner._restart``, the env's ``reset``,
 ``WorkerPool._assemble`` and the per-batch parts) and drives the rollout's native step directly: a
 diagnostic of this version, not an API (``tests/test_overhead_bench.py`` keeps it running).
 """
@@ -144,7 +144,9 @@ _PER_BATCH = (
 def loop_round(frames: int) -> None:
     """One round of part 1, printed."""
     clock = _Clock()
-    parts = [(runner.EnvRunner, name) for name in ("_step", "_restart", "_reset_env")]
+    from gymnasium.wrappers import TimeLimit  # gymnasium.make's outermost wrapper: the env's reset
+
+    parts = [(EnvGroup, "step_column"), (runner.EnvRunner, "_restart"), (TimeLimit, "reset")]
     undo = [clock.wrap(owner, name) for owner, name in parts + [(o, n) for o, n, _ in _PER_BATCH]]
     try:
         total, timed = in_process(frames, 64, clock)
@@ -153,16 +155,16 @@ def loop_round(frames: int) -> None:
             put_back()
     per_frame = {name: seconds / timed * 1e6 for name, seconds in clock.seconds.items()}
     batches = timed / (K * 64)
-    restarts = clock.calls.get("_restart", 0) / batches
+    restarts = clock.calls.get("reset", 0) / batches
     per_batch = ", ".join(f"{label} {clock.seconds[name] / batches * 1e6:.0f}" for _, name, label in _PER_BATCH)
     untimed, _ = in_process(frames, 64, None)
     long_rollouts, _ = in_process(frames, 512, None)
     plain = plain_loop(frames)
     print(
         f"  plain loop {plain:.2f} us/frame | in-process {untimed:.2f} ({plain / untimed:.2f}x the plain loop); "
-        f"timed {total:.2f}: native stepper {per_frame['_step']:.2f}, "
-        f"resets {per_frame['_restart']:.2f} (env.reset {per_frame['_reset_env']:.2f}; {restarts:.0f} a batch), "
-        f"the rest {total - per_frame['_step'] - per_frame['_restart']:.2f} | "
+        f"timed {total:.2f}: native stepper {per_frame['step_column']:.2f}, "
+        f"resets {per_frame['_restart']:.2f} (env.reset {per_frame['reset']:.2f}; {restarts:.0f} a batch), "
+        f"the rest {total - per_frame['step_column'] - per_frame['_restart']:.2f} | "
         f"512-step rollouts {long_rollouts:.2f} (per-batch work at 64 steps: {untimed - long_rollouts:.2f})\n"
         f"    per batch, us: {per_batch}"
     )

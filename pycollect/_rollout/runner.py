@@ -25,17 +25,19 @@ What makes a trajectory is this loop's: the ended envs are reset one by one in e
 group told, so that it counts the new episode from zero) and handed new trajectory ids, and an
 env's own per-agent flags are marked where the limit cut it (``EnvRunner._episode_ends``).
 
-Where the envs are is behind three methods (``_reset_envs``, ``_step``, ``_reset_env``), and a
-caller may drive the steps itself (:meth:`EnvRunner.begin`, the rollout's ``act``, its own
-step, :meth:`EnvRunner.end_step`): the central engine's ``CentralRunner``
-(:mod:`pycollect._engines.central`) steps envs in worker processes that reset them in the same
-step, interleaving groups from one thread, and keeps the policy call and carried state of this
-loop.
+The policy's side of a rollout is :class:`PolicyRunner`'s, the base of every runner, wherever
+its envs step: the observations the policy reads next, the carried (recurrent) state, the output
+checks and the binding of a rollout's arrays (:meth:`PolicyRunner.begin`, the rollout's ``act``).
+:class:`EnvRunner` adds envs of its own; the central engine's ``CentralRunner``
+(:mod:`pycollect._engines.central`) adds rows of envs in worker processes, which reset them in
+the same step, and drives the steps itself (the rollout's ``act``, its own post and collect,
+its ``end_step``), interleaving groups from one thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import abc
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,10 +61,112 @@ from pycollect.envs.batched import batch_items
 from pycollect.envs.specs import EnvSpecs, FieldSpec
 from pycollect.exceptions import ConfigError
 
-__all__ = ["EnvRunner"]
+__all__ = ["EnvRunner", "PolicyRunner"]
 
 
-class EnvRunner:
+class PolicyRunner(abc.ABC):
+    """The policy's side of a runner of ``num_envs`` envs, wherever they step: what it reads next, what it carries.
+
+    Holds the observations the policy reads next (``[num_envs, *shape]`` per field), the carried
+    state (``is_init``, a recurrent state), the envs' output checks and the kept info entries,
+    and binds a rollout's ``[num_envs, T]`` arrays (:meth:`begin`). Subclasses say where the envs
+    step and how they start (:meth:`reset`).
+
+    Args:
+        num_envs: How many envs the runner steps.
+        specs: Their fields.
+        policy: Chooses actions.
+        env_name: The env's name, for error messages.
+        worker: The worker the envs step in (``None``: the trainer), for error messages.
+        info: Entries of the env's step ``info`` to keep (``info_keys``), stored at their keys
+            (``("next", name)``); a step whose info lacks one stores zeros.
+    """
+
+    action_space: Any = None
+    """One env's action space, for a batched env's structured actions (``None``: not needed)."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        specs: EnvSpecs,
+        policy: ActionSource,
+        *,
+        env_name: str = "env",
+        worker: int | None = None,
+        info: tuple[FieldSpec, ...] = (),
+    ) -> None:
+        self.specs = specs
+        self.policy = policy
+        self._num_envs = num_envs
+        self._paths = specs.observation_paths()
+        self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
+        self._has_reset = False
+        self._checks = OutputChecks(specs.observation, env_name, worker, info)
+        # Each kept info entry: its key, its name in the info dict (an env's own next_fields name it by path).
+        self._info = [
+            (entry.key, entry.path[0] if entry.path else entry.key[-1], np.zeros(entry.shape, entry.dtype))
+            for entry in info
+        ]
+        # Where the env's own done flags sit in the next observation ([K, T, ...] arrays found in
+        # the rollout's out by key), marked where a trajectory is cut by the runner's side.
+        self._own_flags = [
+            (*NEXT_OBS_PREFIX, *group, name) for group in specs.done_groups for name in ("truncated", "done")
+        ]
+        # What the policy gets back on the next step: is_init, a recurrent state (zeros at a start).
+        self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
+        # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
+        self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
+
+    @property
+    def num_envs(self) -> int:
+        """How many environments this runner steps."""
+        return self._num_envs
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Start every env's episode: what the policy reads first (:meth:`_store_obs`), :meth:`_start_episodes`."""
+
+    def policy_state(self) -> dict[str, Any]:
+        """What the next policy call reads: the observations and the carried (recurrent) state, copied."""
+        return {
+            "observation": {key: array.copy() for key, array in self._obs.items()},
+            "carried": {key: array.copy() for key, array in self._carried.items()},
+        }
+
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`policy_state`."""
+        for key, array in self._obs.items():
+            array[...] = state["observation"][key]
+        for key, array in self._carried.items():
+            array[...] = state["carried"][key]
+
+    def begin(self, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int) -> _Rollout:
+        """Bind a rollout to ``out`` (resetting the envs first, the first time).
+
+        A caller that drives the steps itself calls, for each step ``t``: the rollout's
+        ``act(t)``, its own way of stepping and storing step ``t``, then its ``end_step``; and
+        the rollout's ``finish()`` after the last.
+        """
+        if not self._has_reset:
+            self.reset()
+        return _Rollout(self, out, random_actions, policy_version)
+
+    def _trajectory_ids(self) -> np.ndarray | None:
+        """Each env's trajectory id now, written into a rollout before its first step (``None``: the caller's)."""
+        return None
+
+    def _store_obs(self, i: int, raw: Any) -> None:
+        """Env ``i``'s first observation (raw, as the env returned it), checked: what the policy reads first."""
+        for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):
+            self._obs[key][i] = self._checks.observation(field, self._checks.leaf(raw, path, field, i, 0), i, 0)
+
+    def _start_episodes(self) -> None:
+        """Every env starts an episode: ``is_init`` True, a recurrent state zero."""
+        for key, array in self._carried.items():
+            array[...] = key == IS_INIT
+
+
+class EnvRunner(PolicyRunner):
     """Steps ``K`` environments together and writes ``[K, T]`` rollouts.
 
     Environments reset themselves after ``terminated`` or ``truncated``: the transition keeps
@@ -109,32 +213,12 @@ class EnvRunner:
         info: tuple[FieldSpec, ...] = (),
     ) -> None:
         self.envs = list(envs)
-        self.specs = specs
-        self.policy = policy
+        super().__init__(len(self.envs), specs, policy, env_name=env_name, worker=worker, info=info)
         self.max_frames_per_traj = max_frames_per_traj
         self._seeds = list(seeds) if seeds is not None else None
         self._traj_stride = traj_id_stride
         self._next_traj_id = traj_id_start
-        num_envs = self.num_envs
-        self._paths = specs.observation_paths()
-        self._obs = {spec.key: np.zeros((num_envs, *spec.shape), spec.dtype) for spec in specs.observation}
-        self._traj_ids = np.zeros(num_envs, np.int64)
-        self._has_reset = False
-        self._checks = OutputChecks(specs.observation, env_name, worker, info)
-        # Each kept info entry: its key, its name in the info dict (an env's own next_fields name it by path).
-        self._info = [
-            (entry.key, entry.path[0] if entry.path else entry.key[-1], np.zeros(entry.shape, entry.dtype))
-            for entry in info
-        ]
-        # Where the env's own done flags sit in the next observation ([K, T, ...] arrays found in
-        # the rollout's out by key), marked where this loop truncates a trajectory itself.
-        self._own_flags = [
-            (*NEXT_OBS_PREFIX, *group, name) for group in specs.done_groups for name in ("truncated", "done")
-        ]
-        # What the policy gets back on the next step: is_init, a recurrent state (zeros at a start).
-        self._carried = {c.key: np.zeros((num_envs, *c.shape), c.dtype) for c in policy.carried}
-        # What an observation leaf must be to be stored without a check: (field index, dtype, shape).
-        self._expected = [(n, spec.dtype, spec.shape) for n, spec in enumerate(specs.observation)]
+        self._traj_ids = np.zeros(self.num_envs, np.int64)
         # The one object that steps K envs (also a vector env's): natively where it can, else with
         # the checks; a batched env's batch first; it also counts each episode's steps and
         # truncates at max_frames_per_traj. Each rollout binds its arrays to it (begin).
@@ -147,9 +231,9 @@ class EnvRunner:
         )
 
     @property
-    def num_envs(self) -> int:
-        """How many environments this runner steps."""
-        return len(self.envs)
+    def action_space(self) -> Any:
+        """One env's action space."""
+        return self.envs[0].action_space
 
     def state(self) -> dict[str, Any]:
         """Counters needed to resume trajectory numbering after :meth:`load_state`."""
@@ -173,8 +257,7 @@ class EnvRunner:
             "envs": [env_state(env) for env in self.envs],
             "has_reset": self._has_reset,
             "seeds": self._seeds,
-            "observation": {key: array.copy() for key, array in self._obs.items()},
-            "carried": {key: array.copy() for key, array in self._carried.items()},
+            **self.policy_state(),
             "traj_ids": self._traj_ids.copy(),
             "next_traj_id": self._next_traj_id,
             "episode_lengths": self._group.episode_lengths.tolist(),
@@ -190,10 +273,7 @@ class EnvRunner:
             set_env_state(env, state)
         self._has_reset = bool(snapshot["has_reset"])
         self._seeds = snapshot["seeds"]
-        for key, array in self._obs.items():
-            array[...] = snapshot["observation"][key]
-        for key, array in self._carried.items():
-            array[...] = snapshot["carried"][key]
+        self.load_policy_state(snapshot)
         self._traj_ids[...] = snapshot["traj_ids"]
         self._next_traj_id = int(snapshot["next_traj_id"])
         self._group.episode_lengths[...] = snapshot["episode_lengths"]
@@ -207,12 +287,11 @@ class EnvRunner:
         environment's own random stream.
         """
         seeds = self._seeds if not self._has_reset else None
-        for i, obs in self._reset_envs(seeds):
+        for i, obs in self._group.reset_each(seeds):
             self._store_obs(i, obs)
         self._start_trajectories(list(range(self.num_envs)))
         self._has_reset = True
-        for key, array in self._carried.items():
-            array[...] = key == IS_INIT  # every env starts an episode: is_init True, states zero
+        self._start_episodes()
 
     def rollout(
         self,
@@ -249,29 +328,23 @@ class EnvRunner:
             actions = run.act(t)
             if after_policy is not None:
                 after_policy()
-            self.end_step(run, t, self._step(run, t, actions))
+            group = self._group
+            batched = run.batched_actions(actions) if group.batched else None
+            self.end_step(run, t, group.step_column(t, run.env_actions(actions), batched))
         run.finish()
         return run.policy_version
 
     def begin(self, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int) -> _Rollout:
-        """Bind a rollout to ``out`` (resetting the envs first, the first time); see :meth:`rollout`.
-
-        A caller that drives the steps itself (the central engine, which interleaves groups)
-        calls, for each step ``t``: the rollout's ``act(t)``, its own way of stepping, then
-        :meth:`end_step`; and the rollout's ``finish()`` after the last.
-        """
-        if not self._has_reset:
-            self.reset()
-        run = _Rollout(self, out, random_actions, policy_version)
-        if self.envs:  # a runner whose envs step elsewhere (the central engine's) has none here
-            self._group.bind_rollout(
-                [o.next_obs for o in run.obs_out],
-                run.rewards,
-                run.terminated,
-                run.truncated,
-                run.info_out,
-                native=self.native and not run.structured_action,
-            )
+        """Bind a rollout to ``out``, and the envs' group to its arrays (resetting the envs first, the first time)."""
+        run = super().begin(out, random_actions, policy_version)
+        self._group.bind_rollout(
+            [o.next_obs for o in run.obs_out],
+            run.rewards,
+            run.terminated,
+            run.truncated,
+            run.info_out,
+            native=self.native and not run.structured_action,
+        )
         return run
 
     def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
@@ -290,22 +363,8 @@ class EnvRunner:
         for env in self.envs:
             env.close()
 
-    # -- where the envs are: overridden by a runner whose envs step elsewhere ---------------
-    # (the central engine's, pycollect._engines.central, steps them in worker processes)
-
-    def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
-        """Reset every env (with ``seeds``, if given); each env's index and raw observation."""
-        return self._group.reset_each(seeds)
-
-    def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
-        """Step every env with ``actions`` and store step ``t``; the envs whose episode ended, in env order."""
-        group = self._group
-        return group.step_column(t, run.env_actions(actions), run.batched_actions(actions) if group.batched else None)
-
-    def _reset_env(self, i: int) -> Any:
-        """Reset env ``i``, whose episode ended; its raw observation."""
-        raw, _ = self.envs[i].reset()
-        return raw
+    def _trajectory_ids(self) -> np.ndarray:
+        return self._traj_ids
 
     def _episode_ends(self, run: _Rollout, t: int, ended: list[int]) -> list[int]:
         """The envs whose episode ended at step ``t``, in env order; the trajectory limit marked in their own flags.
@@ -336,7 +395,7 @@ class EnvRunner:
         observations = self._group.reset_ended(ended, t)
         if observations is None:
             for i in ended:
-                run.store_reset(i, t, self._reset_env(i))
+                run.store_reset(i, t, self.envs[i].reset()[0])
         else:
             run.store_resets(ended, t, observations)
         self._start_trajectories(ended)
@@ -344,10 +403,6 @@ class EnvRunner:
             run.traj_out[ended, t + 1 :] = self._traj_ids[ended, None]
         for key, array in self._carried.items():
             array[ended] = key == IS_INIT
-
-    def _store_obs(self, i: int, raw: Any) -> None:
-        for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):
-            self._obs[key][i] = self._checks.observation(field, self._checks.leaf(raw, path, field, i, 0), i, 0)
 
     def _start_trajectories(self, envs: list[int]) -> None:
         """New trajectory ids for ``envs``, handed out in their order."""
@@ -380,14 +435,14 @@ class _Rollout:
     for the rollout's steps.
 
     Args:
-        runner: The runner whose environments, observation and carried state this rollout uses.
+        runner: The runner whose observation, carried state and checks this rollout uses.
         out: The rollout's arrays (see :meth:`EnvRunner.rollout`).
         random_actions: Sample actions uniformly instead of calling the policy.
         policy_version: The version of the policy weights the rollout starts with.
     """
 
     def __init__(
-        self, runner: EnvRunner, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int
+        self, runner: PolicyRunner, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int
     ) -> None:
         self.steps = next(iter(out.values())).shape[1]
         self.checks = runner._checks
@@ -400,7 +455,7 @@ class _Rollout:
         ]
         self.action_outs, self.traj_out = [out[spec.key] for spec in runner.specs.action_fields], out[TRAJ_IDS]
         self.structured_action = runner.specs.structured_action
-        self.action_space: Any = runner.envs[0].action_space if runner.envs else None
+        self.action_space: Any = runner.action_space
         self.env_action = runner.specs.env_action
         self.own_flags = [out[key] for key in runner._own_flags]
         self.reward_out, self.term_out, self.trunc_out = out[REWARD], out[NEXT_TERMINATED], out[NEXT_TRUNCATED]
@@ -419,9 +474,9 @@ class _Rollout:
         # The current observation is what the policy reads: without a policy call it is needed
         # only at the end, where the next rollout starts from it.
         self.track_current = not random_actions
-        self.random_actions = self._start(random_actions, runner._traj_ids)
+        self.random_actions = self._start(random_actions, runner._trajectory_ids())
 
-    def _start(self, random_actions: bool, traj_ids: np.ndarray) -> Any:
+    def _start(self, random_actions: bool, traj_ids: np.ndarray | None) -> Any:
         """Write what is known before the first step; return the random actions ``[T, K, ...]``, if any."""
         # Each observation is written once, from the env into ("next", obs)[t]. Of obs, only
         # step 0 and the reset observations after an episode's end are written here; the rest
@@ -432,8 +487,10 @@ class _Rollout:
         if self.version_out is not None:
             self.version_out[...] = self.policy_version
         # Trajectory ids change only where an episode starts: the rollout is filled with the
-        # current ones here, and each reset rewrites the rest of its env's row.
-        self.traj_out[...] = traj_ids[:, None]
+        # current ones here, and each reset rewrites the rest of its env's row (a runner
+        # without ids of its own leaves them to its caller).
+        if traj_ids is not None:
+            self.traj_out[...] = traj_ids[:, None]
         if not random_actions:
             return None
         # Drawn for the whole rollout at once; no policy call, so no extra outputs.

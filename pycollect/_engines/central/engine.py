@@ -253,7 +253,6 @@ class CentralEngine(Engine):
         )
         self.backend.reset(seeds, None, None)
         for runner in self.runners:
-            runner.read_observations()
             runner.reset()
         self._ids.start()
 
@@ -397,7 +396,7 @@ class CentralEngine(Engine):
         if self.config.takes_snapshots and not self._reset_needed and not self._closed and self._restarts_seen():
             snapshot = {
                 "envs": self._saved_env_states(),
-                "groups": [runner.group_state() for runner in self.runners],
+                "groups": [runner.policy_state() for runner in self.runners],
                 "streams": self.streams.state() if self.streams is not None else None,
                 "draws": self._draws.state(),
                 "rounds": self._rounds,
@@ -423,7 +422,7 @@ class CentralEngine(Engine):
         self.backend.load_env_states(snapshot["envs"], self.states_per_request)
         self._env_states = list(snapshot["envs"])
         for runner, group in zip(self.runners, snapshot["groups"], strict=True):
-            runner.load_group_state(group)
+            runner.load_policy_state(group)
         if self.streams is not None and snapshot["streams"] is not None:
             self.streams.load_state(snapshot["streams"])
         self._draws.load_state(snapshot["draws"])

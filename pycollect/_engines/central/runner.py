@@ -7,7 +7,7 @@ and collects it, storing the results natively (``_core.StepRecorder``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._keys import IS_INIT, NEXT_OBS_PREFIX, Key
 from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
-from pycollect._rollout.runner import EnvRunner
+from pycollect._rollout.runner import PolicyRunner
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
 from pycollect.config import CollectorConfig
 from pycollect.exceptions import ConfigError
@@ -72,13 +72,14 @@ class CentralActions:
         return self._draws.columns(steps, self._envs)
 
 
-class CentralRunner(EnvRunner):
-    """:class:`EnvRunner` over one group's envs: envs ``envs`` of every worker of the step backend.
+class CentralRunner(PolicyRunner):
+    """A runner of one group's envs: envs ``envs`` of every worker of the step backend.
 
-    The policy call, carried state and the reward range check are the base class's. Here a
-    step writes the group's actions into its rows of the backend's action arrays and posts a
-    STEP of those envs to every worker (:meth:`post`), then waits for the answers and stores its
-    rows natively (:meth:`collect`); the engine runs other groups' policy calls in between. The
+    The policy call, carried state and the reward range check are the base class's, as a
+    collector's :class:`~pycollect._rollout.runner.EnvRunner` has them. Here a step writes the
+    group's actions into its rows of the backend's action arrays and posts a STEP of those envs
+    to every worker (:meth:`post`), then waits for the answers and stores its rows natively
+    (:meth:`collect`); the engine runs other groups' policy calls in between. The
     envs' results were checked by the workers' :class:`~pycollect._steps.group.EnvGroup` (which
     also truncates at ``max_frames_per_traj`` and resets ended envs in the same step, so
     :meth:`end_step` only carries ``is_init`` and recurrent state). The group's env ``i`` is
@@ -98,8 +99,6 @@ class CentralRunner(EnvRunner):
         ConfigError: The env backend's fields do not match the workers' space layout.
     """
 
-    native = False  # the envs step in the workers (natively there where they can)
-
     def __init__(
         self,
         backend: WorkerStepBackend,
@@ -116,6 +115,7 @@ class CentralRunner(EnvRunner):
         workers, k = config.num_workers, config.envs_per_worker
         self._workers, self._kg = workers, len(envs)
         self._count = workers * self._kg
+        super().__init__(self._count, specs, actions, env_name=env_name, info=info)
         # The group's rows in the backend's [N * K] arrays (every row, in order, for one group).
         self._every_env = self._kg == k
         self.rows = np.array([w * k + j for w in range(workers) for j in envs], np.int64)
@@ -123,7 +123,6 @@ class CentralRunner(EnvRunner):
         self.cuts: list[tuple[int, int, int]] = []  # (step, worker, generation) of this round's restarts
         self._posted_cut: list[int] = []  # the workers the posted step left out (restarted meanwhile)
         self._recorder: _core.StepRecorder | None = None  # the native recorder of the rollout begun last
-        super().__init__([], specs, actions, None, env_name=env_name, info=info)
         # A field's leaf is found by where it sits in the raw observation (a backend's keys may differ)
         leaves = {leaf.field.key: n for n, leaf in enumerate(backend.observation.leaves)}
         self._leaves: list[int] = []
@@ -136,64 +135,31 @@ class CentralRunner(EnvRunner):
                     "backend's fields to be the gymnasium space's leaves"
                 )
             self._leaves.append(n)
-        self._now: list[np.ndarray] = []  # the group's observations after the engine's last reset, per leaf
-
-    @property
-    def num_envs(self) -> int:
-        """``N * K_g``."""
-        return self._count
 
     @property
     def seen(self) -> list[int]:
         """The generation of each worker the group's envs last stepped in (a later one: a restart not seen yet)."""
         return list(self._seen)
 
-    def group_state(self) -> dict[str, Any]:
-        """What the group's next policy call reads, between rounds: observations and carried (recurrent) state."""
-        return {
-            "observation": {key: array.copy() for key, array in self._obs.items()},
-            "carried": {key: array.copy() for key, array in self._carried.items()},
-        }
-
-    def load_group_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`group_state` (the workers' envs restored too, generations as they are now)."""
-        for key, array in self._obs.items():
-            array[...] = state["observation"][key]
-        for key, array in self._carried.items():
-            array[...] = state["carried"][key]
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`policy_state` (the workers' envs restored too, generations as they are now)."""
+        super().load_policy_state(state)
         self._seen = [self.backend.generation(w) for w in range(self._workers)]
         self._has_reset = True  # the envs go on from their restored states, not from a reset
 
     def close(self) -> None:
         """Let go of any view of the workers' segment (the engine closes the backend)."""
-        self._now = []
         self._recorder = None
 
-    def read_observations(self) -> None:
-        """Take the group's rows of the observations (after the engine reset the envs)."""
-        self._now = [self._gather(self.backend.observations[n]) for n in self._leaves]
+    def reset(self) -> None:
+        """Take the group's rows of the observations, checked, after the engine reset the envs; start their episodes."""
+        rows = [array.copy() if self._every_env else array[self.rows] for array in self.backend.observations]
+        single = self.backend.observation.single
+        for i in range(self._count):
+            self._store_obs(i, single(rows, i))
         self._seen = [self.backend.generation(w) for w in range(self._workers)]
-
-    def _gather(self, array: np.ndarray) -> np.ndarray:
-        """The group's rows of one of the backend's ``[N * K, ...]`` arrays (a copy)."""
-        return array.copy() if self._every_env else array[self.rows]
-
-    def _reset_envs(self, seeds: Sequence[int] | None) -> Iterable[tuple[int, Any]]:
-        """The group's envs as the engine reset them (:meth:`read_observations`)."""
-        return ((i, self._observation(i)) for i in range(self._count))
-
-    def _observation(self, i: int) -> Any:
-        return self.backend.observation.single([self._now[p] for p in self._positions()], i)
-
-    def _positions(self) -> list[int]:
-        """Where each of the backend's observation leaves is in :attr:`_now`."""
-        order = {n: p for p, n in enumerate(self._leaves)}
-        return [order[n] for n in range(len(self.backend.observation.leaves))]
-
-    def _step(self, run: _Rollout, t: int, actions: Any) -> list[int]:
-        """Step ``t`` of the group's envs, with nothing in between: :meth:`post`, then :meth:`collect`."""
-        self.post(actions)
-        return self.collect(run, t)
+        self._has_reset = True
+        self._start_episodes()
 
     def post(self, actions: Any) -> None:
         """Write the group's actions into its rows of the workers' action arrays and post the step.
