@@ -393,23 +393,35 @@ class EnvRunner(PolicyRunner):
         other env one by one, in env order.
         """
         observations = self._group.reset_ended(ended, t)
-        if observations is None:
+        if observations is None:  # one by one, with scalar indexing: single envs end a few at a step
             for i in ended:
                 run.store_reset(i, t, self.envs[i].reset()[0])
-        else:
-            run.store_resets(ended, t, observations)
+                self._start_trajectory(i)
+                if t + 1 < run.steps:
+                    run.traj_out[i, t + 1 :] = self._traj_ids[i]
+                for key, array in self._carried.items():
+                    array[i] = key == IS_INIT
+            return
+        run.store_resets(ended, t, observations)
         self._start_trajectories(ended)
         if t + 1 < run.steps:
             run.traj_out[ended, t + 1 :] = self._traj_ids[ended, None]
         for key, array in self._carried.items():
             array[ended] = key == IS_INIT
 
+    def _start_trajectory(self, i: int) -> None:
+        """A new trajectory id for env ``i``."""
+        self._traj_ids[i] = self._next_traj_id
+        self._next_traj_id += self._traj_stride
+        if self.max_frames_per_traj is not None:  # the group counts the new episode's steps from here
+            self._group.start_episodes(i)
+
     def _start_trajectories(self, envs: list[int]) -> None:
-        """New trajectory ids for ``envs``, handed out in their order."""
+        """New trajectory ids for ``envs``, handed out in their order (as :meth:`_start_trajectory` one by one)."""
         stride = self._traj_stride
         self._traj_ids[envs] = self._next_traj_id + stride * np.arange(len(envs))
         self._next_traj_id += stride * len(envs)
-        if self.max_frames_per_traj is not None:  # the group counts the new episodes' steps from here
+        if self.max_frames_per_traj is not None:
             self._group.start_episodes(envs)
 
 

@@ -412,8 +412,8 @@ class EnvGroup:
         """
         return self._lengths
 
-    def start_episodes(self, envs: Sequence[int]) -> None:
-        """``envs`` were reset by the rollout's runner: their episodes' steps count from zero again."""
+    def start_episodes(self, envs: int | Sequence[int]) -> None:
+        """``envs`` (one or several) were reset by the rollout's runner: their episodes' steps count from zero again."""
         self._lengths[envs] = 0
 
     def step_column(self, t: int, actions: Any, batched: Any = None) -> list[int]:
