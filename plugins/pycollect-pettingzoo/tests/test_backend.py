@@ -265,3 +265,29 @@ def test_unsupported_spaces_are_named() -> None:
 
     with pytest.raises(UnsupportedSpaceError, match="agent 'walker_0'"):
         PettingZoo(TextAgents)()
+
+
+@pytest.mark.timeout(180)
+def test_the_central_engine_marks_each_agents_flags_where_the_trajectory_limit_cuts_as_the_workers_do() -> None:
+    """``max_frames_per_traj``: the central engine's workers cut the episodes; the trainer marks the agents' flags."""
+
+    def batches(engine: str) -> list[TensorDictBase]:
+        env = PettingZoo(f.hetero, use_mask=True, done_on_any=False, group_map="one_group_per_type")
+        with Collector(
+            env,
+            f.hetero_policy(),
+            frames_per_batch=2 * 2 * 20,
+            num_workers=2,
+            envs_per_worker=2,
+            seed=5,
+            engine=engine,
+            max_frames_per_traj=7,
+        ) as collector:
+            return [collector.next_batch() for _ in range(3)]  # the limit counted across rollouts
+
+    workers, central = batches("workers"), batches("central")
+    for ours, theirs in zip(central, workers, strict=True):
+        for key in theirs.keys(True, True):
+            assert torch.equal(ours[key], theirs[key]), key
+    cut = sum(int(b["next", "tank", "truncated"].sum()) for b in workers)
+    assert cut > 0  # the limit cut episodes, and the agents' own flags say so

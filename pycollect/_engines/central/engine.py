@@ -396,7 +396,7 @@ class CentralEngine(Engine):
         if self.config.takes_snapshots and not self._reset_needed and not self._closed and self._restarts_seen():
             snapshot = {
                 "envs": self._saved_env_states(),
-                "groups": [runner.policy_state() for runner in self.runners],
+                "groups": [runner.snapshot() for runner in self.runners],
                 "streams": self.streams.state() if self.streams is not None else None,
                 "draws": self._draws.state(),
                 "rounds": self._rounds,
@@ -422,7 +422,7 @@ class CentralEngine(Engine):
         self.backend.load_env_states(snapshot["envs"], self.states_per_request)
         self._env_states = list(snapshot["envs"])
         for runner, group in zip(self.runners, snapshot["groups"], strict=True):
-            runner.load_policy_state(group)
+            runner.restore(group)
         if self.streams is not None and snapshot["streams"] is not None:
             self.streams.load_state(snapshot["streams"])
         self._draws.load_state(snapshot["draws"])

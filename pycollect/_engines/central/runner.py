@@ -123,6 +123,11 @@ class CentralRunner(PolicyRunner):
         self.cuts: list[tuple[int, int, int]] = []  # (step, worker, generation) of this round's restarts
         self._posted_cut: list[int] = []  # the workers the posted step left out (restarted meanwhile)
         self._recorder: _core.StepRecorder | None = None  # the native recorder of the rollout begun last
+        # Each env's steps since its episode began, where the trajectory limit cuts an env that
+        # keeps done flags of its own (a multi-agent env's per-agent flags): the workers' groups
+        # cut the episode, and the trainer marks those flags, as a collector's runner does.
+        self._limit = config.max_frames_per_traj if self._own_flags else None
+        self._lengths = np.zeros(self._count, np.int64)
         # A field's leaf is found by where it sits in the raw observation (a backend's keys may differ)
         leaves = {leaf.field.key: n for n, leaf in enumerate(backend.observation.leaves)}
         self._leaves: list[int] = []
@@ -141,9 +146,14 @@ class CentralRunner(PolicyRunner):
         """The generation of each worker the group's envs last stepped in (a later one: a restart not seen yet)."""
         return list(self._seen)
 
-    def load_policy_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`policy_state` (the workers' envs restored too, generations as they are now)."""
-        super().load_policy_state(state)
+    def snapshot(self) -> dict[str, Any]:
+        """What the group's next step depends on, between rounds: :meth:`policy_state` and each episode's length."""
+        return {**self.policy_state(), "episode_lengths": self._lengths.tolist()}
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Continue from :meth:`snapshot` (the workers' envs restored too, generations as they are now)."""
+        self.load_policy_state(snapshot)
+        self._lengths[...] = snapshot["episode_lengths"]
         self._seen = [self.backend.generation(w) for w in range(self._workers)]
         self._has_reset = True  # the envs go on from their restored states, not from a reset
 
@@ -160,6 +170,7 @@ class CentralRunner(PolicyRunner):
         self._seen = [self.backend.generation(w) for w in range(self._workers)]
         self._has_reset = True
         self._start_episodes()
+        self._lengths[...] = 0
 
     def post(self, actions: Any) -> None:
         """Write the group's actions into its rows of the workers' action arrays and post the step.
@@ -241,18 +252,37 @@ class CentralRunner(PolicyRunner):
             parts = backend.step_wait()
             cut = sorted({*cut, *backend.last_restarted})
         ended = recorder.record(t)
+        if self._limit is not None:
+            self._mark_limit(run, t, ended)
         for w in cut:  # the group's envs of these workers were cut (truncated) at this step
             generation = backend.generation(w)
             self._seen[w] = generation
             self.cuts.append((t, w, generation))
             self.actions._draws.restart(w, generation)
+            envs = slice(w * self._kg, (w + 1) * self._kg)
             for flags in run.own_flags:  # the env's own (per-agent) flags are cut too
-                flags[w * self._kg : (w + 1) * self._kg, t] = True
+                flags[envs, t] = True
+            self._lengths[envs] = 0  # a new generation's envs start new episodes
         if run.info_out:
             done = np.zeros(self._count, bool)
             done[ended] = True
             self._store_infos(run, t, self._infos(parts, done))
         return ended
+
+    def _mark_limit(self, run: _Rollout, t: int, ended: list[int]) -> None:
+        """The env's own done flags where the trajectory limit cut its episode at step ``t``.
+
+        The workers' groups cut it (``max_episode_steps``) and reset the env; they cannot know
+        where an env keeps flags of its own, so those are marked here, for the envs that ended
+        after ``max_frames_per_traj`` steps, as a collector's runner marks them.
+        """
+        lengths = self._lengths
+        lengths += 1
+        if ended:
+            reached = [i for i in ended if lengths[i] >= self._limit]
+            for flags in run.own_flags:
+                flags[reached, t] = True
+            lengths[ended] = 0
 
     def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
         """After step ``t``: ``is_init`` and the recurrent state where an episode starts, for all envs at once.
