@@ -291,3 +291,32 @@ def test_the_central_engine_marks_each_agents_flags_where_the_trajectory_limit_c
             assert torch.equal(ours[key], theirs[key]), key
     cut = sum(int(b["next", "tank", "truncated"].sum()) for b in workers)
     assert cut > 0  # the limit cut episodes, and the agents' own flags say so
+
+
+@pytest.mark.timeout(240)
+def test_a_resumed_central_run_marks_the_agents_flags_at_the_trajectory_limit_as_the_uninterrupted_one() -> None:
+    """The trainer's count of each episode's steps is in the checkpoint: episodes cross the resume."""
+    settings: dict[str, Any] = {
+        "frames_per_batch": 2 * 2 * 10,
+        "num_workers": 2,
+        "envs_per_worker": 2,
+        "seed": 3,
+        "engine": "central",
+        "snapshots": True,
+        "max_frames_per_traj": 7,  # cuts every episode (max_cycles 25), across batches of 10 steps
+    }
+
+    def collector(**extra: Any) -> Collector:
+        return Collector(PettingZoo(f.spread), **settings, **extra)
+
+    with collector() as whole:
+        expected = [whole.next_batch() for _ in range(4)]
+    with collector() as first:
+        [first.next_batch() for _ in range(2)]
+        state = first.state_dict(env_states=True)
+    with collector(resume=state) as resumed:
+        got = [resumed.next_batch() for _ in range(2)]
+    for ours, theirs in zip(got, expected[2:], strict=True):
+        for key in theirs.keys(True, True):
+            assert torch.equal(ours[key], theirs[key]), key
+    assert int(expected[3]["next", "agents", "truncated"].sum()) > 0  # the limit marked the agents' flags
