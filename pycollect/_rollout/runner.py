@@ -155,6 +155,11 @@ class PolicyRunner(abc.ABC):
         """Each env's trajectory id now, written into a rollout before its first step (``None``: the caller's)."""
         return None
 
+    @staticmethod
+    def _mark_limit(run: _Rollout, t: int, ended: Sequence[int], lengths: np.ndarray, limit: int) -> None:
+        """Mark the own done flags at step ``t`` of the envs of ``ended`` whose episode reached ``limit`` steps."""
+        run.cut_own_flags([i for i in ended if lengths[i] >= limit], t)
+
     def _store_obs(self, i: int, raw: Any) -> None:
         """Env ``i``'s first observation (raw, as the env returned it), checked: what the policy reads first."""
         for (key, path), (field, _, _) in zip(self._paths, self._expected, strict=True):
@@ -320,6 +325,7 @@ class EnvRunner(PolicyRunner):
             The version of the weights in use at the end of the rollout.
         """
         run = self.begin(out, random_actions, policy_version)
+        group = self._group
         if random_actions:
             after_policy = None
         for t in range(run.steps):
@@ -328,7 +334,6 @@ class EnvRunner(PolicyRunner):
             actions = run.act(t)
             if after_policy is not None:
                 after_policy()
-            group = self._group
             batched = run.batched_actions(actions) if group.batched else None
             self.end_step(run, t, group.step_column(t, run.env_actions(actions), batched))
         run.finish()
@@ -379,10 +384,7 @@ class EnvRunner(PolicyRunner):
         limit = self.max_frames_per_traj
         if limit is None or not ended or not run.own_flags:
             return ended
-        lengths = self._group.episode_lengths
-        reached = [i for i in ended if lengths[i] >= limit]
-        for flags in run.own_flags:
-            flags[reached, t] = True
+        self._mark_limit(run, t, ended, self._group.episode_lengths, limit)
         return ended
 
     def _restart(self, run: _Rollout, ended: list[int], t: int) -> None:
@@ -576,6 +578,11 @@ class _Rollout:
                 obs[i, t + 1] = value  # the one frame of obs that ("next", obs) lacks
                 if self.track_current:
                     current[i] = value  # what the policy reads next (without one, only the last step's is read)
+
+    def cut_own_flags(self, envs: Any, t: int) -> None:
+        """Set the own (per-agent) done flags of ``envs`` (indices or a slice) at step ``t``: their episode was cut."""
+        for flags in self.own_flags:
+            flags[envs, t] = True
 
     def store_resets(self, envs: list[int], t: int, observations: Sequence[np.ndarray]) -> None:
         """Store ``envs``' reset observations after step ``t``: a checked ``[len(envs), *shape]`` array per field."""

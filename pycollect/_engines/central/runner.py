@@ -253,15 +253,14 @@ class CentralRunner(PolicyRunner):
             cut = sorted({*cut, *backend.last_restarted})
         ended = recorder.record(t)
         if self._limit is not None:
-            self._mark_limit(run, t, ended)
+            self._count_episode_steps(run, t, ended, self._limit)
         for w in cut:  # the group's envs of these workers were cut (truncated) at this step
             generation = backend.generation(w)
             self._seen[w] = generation
             self.cuts.append((t, w, generation))
             self.actions._draws.restart(w, generation)
             envs = slice(w * self._kg, (w + 1) * self._kg)
-            for flags in run.own_flags:  # the env's own (per-agent) flags are cut too
-                flags[envs, t] = True
+            run.cut_own_flags(envs, t)  # the env's own (per-agent) flags are cut too
             self._lengths[envs] = 0  # a new generation's envs start new episodes
         if run.info_out:
             done = np.zeros(self._count, bool)
@@ -269,8 +268,8 @@ class CentralRunner(PolicyRunner):
             self._store_infos(run, t, self._infos(parts, done))
         return ended
 
-    def _mark_limit(self, run: _Rollout, t: int, ended: list[int]) -> None:
-        """The env's own done flags where the trajectory limit cut its episode at step ``t``.
+    def _count_episode_steps(self, run: _Rollout, t: int, ended: list[int], limit: int) -> None:
+        """Count step ``t`` in each episode; the env's own done flags where the trajectory limit cut one.
 
         The workers' groups cut it (``max_episode_steps``) and reset the env; they cannot know
         where an env keeps flags of its own, so those are marked here, for the envs that ended
@@ -279,9 +278,7 @@ class CentralRunner(PolicyRunner):
         lengths = self._lengths
         lengths += 1
         if ended:
-            reached = [i for i in ended if lengths[i] >= self._limit]
-            for flags in run.own_flags:
-                flags[reached, t] = True
+            self._mark_limit(run, t, ended, lengths, limit)
             lengths[ended] = 0
 
     def end_step(self, run: _Rollout, t: int, ended: list[int]) -> None:
