@@ -262,7 +262,15 @@ def test_replay_delivers_the_batches_of_a_run_without_the_crash() -> None:
 
 
 def test_a_worker_killed_mid_run_is_replayed_every_batch_identical() -> None:
-    settings: dict[str, Any] = {"num_workers": 2, "recovery": "replay", "max_restarts": 40, "restart_window_s": 600}
+    # 13 kills: the restarts' backoff, doubling from 0.1 s to 5 s, would be most of the test's time.
+    settings: dict[str, Any] = {
+        "num_workers": 2,
+        "recovery": "replay",
+        "max_restarts": 40,
+        "restart_window_s": 600,
+        "backoff_max_s": 0.05,
+        "backoff_initial_s": 0.01,
+    }
     with _collector(num_workers=2) as calm:
         expected = _run(calm, 50)
     with _collector(**settings) as killed:
