@@ -370,7 +370,7 @@ def main() -> None:
     )
     if not args.no_plot:
         _plot(out.with_suffix(".png"), summary, args.workload)
-    print(f"wrote {out}.json" + ("" if args.no_plot else f" and {out}.png"))
+    print(f"wrote {out.with_suffix('.json')}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
 
 
 def _targets(workload: str, summary: dict[str, dict[str, Any]]) -> list[tuple[str, float, float]]:

@@ -483,7 +483,7 @@ def main() -> None:
     )
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), summary, args.envs, workload)
-    print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+    print(f"wrote {stem.with_suffix('.json')}" + ("" if args.no_plot else f" and {stem.with_suffix('.png')}"))
 
 
 def default_groups_for(pong: bool, k: int) -> int:

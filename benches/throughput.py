@@ -1237,7 +1237,7 @@ def main() -> None:
     )
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), workloads, summaries, k, rounds)
-    print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+    print(f"wrote {stem.with_suffix('.json')}" + ("" if args.no_plot else f" and {stem.with_suffix('.png')}"))
     leftovers = [
         p.pid
         for p in psutil.Process().children(recursive=True)

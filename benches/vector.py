@@ -208,7 +208,7 @@ def main() -> None:
     )
     if not args.no_plot:
         _plot(stem.with_suffix(".png"), summary)
-    print(f"wrote {stem}.json" + ("" if args.no_plot else f" and {stem}.png"))
+    print(f"wrote {stem.with_suffix('.json')}" + ("" if args.no_plot else f" and {stem.with_suffix('.png')}"))
 
 
 def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
