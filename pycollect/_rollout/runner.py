@@ -21,9 +21,11 @@ limit, ``max_frames_per_traj``, as a vector env's group applies its ``max_episod
 counts each episode's steps (natively where it steps natively), truncates one that reaches the
 limit, and hands back every env whose episode ended, by its own flags or the limit.
 
-What makes a trajectory is this loop's: the ended envs are reset one by one in env order (the
-group told, so that it counts the new episode from zero) and handed new trajectory ids, and an
-env's own per-agent flags are marked where the limit cut it (``EnvRunner._episode_ends``).
+What makes a trajectory is this loop's: the ended envs are reset (the group told, so that it
+counts the new episode from zero), an env's own per-agent flags are marked where the limit cut
+it (``EnvRunner._episode_ends``), and after the rollout each episode end gets a new trajectory
+id, step after step, envs in order (:func:`~pycollect._rollout.trajectories.hand_out_ids`, the
+central engine's numbering too).
 
 The policy's side of a rollout is :class:`PolicyRunner`'s, the base of every runner, wherever
 its envs step: the observations the policy reads next, the carried (recurrent) state, the output
@@ -54,6 +56,7 @@ from pycollect._keys import (
     Key,
 )
 from pycollect._rollout.actions import ActionSource, step_of
+from pycollect._rollout.trajectories import hand_out_ids
 from pycollect._steps.checks import OutputChecks
 from pycollect._steps.group import EnvGroup
 from pycollect.envs.backend import GymLikeEnv
@@ -150,10 +153,6 @@ class PolicyRunner(abc.ABC):
         if not self._has_reset:
             self.reset()
         return _Rollout(self, out, random_actions, policy_version)
-
-    def _trajectory_ids(self) -> np.ndarray | None:
-        """Each env's trajectory id now, written into a rollout before its first step (``None``: the caller's)."""
-        return None
 
     @staticmethod
     def _mark_limit(run: _Rollout, t: int, ended: Sequence[int], lengths: np.ndarray, limit: int) -> None:
@@ -337,6 +336,8 @@ class EnvRunner(PolicyRunner):
             batched = run.batched_actions(actions) if group.batched else None
             self.end_step(run, t, group.step_column(t, run.env_actions(actions), batched))
         run.finish()
+        ended = run.terminated | run.truncated  # [T, K]: the episode ends, the trajectory limit's included
+        self._next_traj_id = hand_out_ids(run.traj_out, ended, self._traj_ids, self._next_traj_id, self._traj_stride)
         return run.policy_version
 
     def begin(self, out: Mapping[Key, np.ndarray], random_actions: bool, policy_version: int) -> _Rollout:
@@ -368,9 +369,6 @@ class EnvRunner(PolicyRunner):
         for env in self.envs:
             env.close()
 
-    def _trajectory_ids(self) -> np.ndarray:
-        return self._traj_ids
-
     def _episode_ends(self, run: _Rollout, t: int, ended: list[int]) -> list[int]:
         """The envs whose episode ended at step ``t``, in env order; the trajectory limit marked in their own flags.
 
@@ -388,35 +386,25 @@ class EnvRunner(PolicyRunner):
         return ended
 
     def _restart(self, run: _Rollout, ended: list[int], t: int) -> None:
-        """Reset the envs ``ended`` (in env order), whose episode ended at step ``t``: new trajectories from ``t + 1``.
+        """Reset the envs ``ended`` (in env order), whose episode ended at step ``t``: new episodes from ``t + 1``.
 
         A batched env's sub-envs stored whole are reset together by the group
         (:meth:`EnvGroup.reset_ended <pycollect._steps.group.EnvGroup.reset_ended>`), every
-        other env one by one, in env order.
+        other env one by one, in env order. Their new trajectory ids are handed out after the
+        rollout, from its episode ends (:func:`~pycollect._rollout.trajectories.hand_out_ids`).
         """
         observations = self._group.reset_ended(ended, t)
         if observations is None:  # one by one, with scalar indexing: single envs end a few at a step
             for i in ended:
                 run.store_reset(i, t, self.envs[i].reset()[0])
-                self._start_trajectory(i)
-                if t + 1 < run.steps:
-                    run.traj_out[i, t + 1 :] = self._traj_ids[i]
                 for key, array in self._carried.items():
                     array[i] = key == IS_INIT
-            return
-        run.store_resets(ended, t, observations)
-        self._start_trajectories(ended)
-        if t + 1 < run.steps:
-            run.traj_out[ended, t + 1 :] = self._traj_ids[ended, None]
-        for key, array in self._carried.items():
-            array[ended] = key == IS_INIT
-
-    def _start_trajectory(self, i: int) -> None:
-        """A new trajectory id for env ``i``."""
-        self._traj_ids[i] = self._next_traj_id
-        self._next_traj_id += self._traj_stride
-        if self.max_frames_per_traj is not None:  # the group counts the new episode's steps from here
-            self._group.start_episodes(i)
+        else:
+            run.store_resets(ended, t, observations)
+            for key, array in self._carried.items():
+                array[ended] = key == IS_INIT
+        if self.max_frames_per_traj is not None:  # the group counts the new episodes' steps from here
+            self._group.start_episodes(ended)
 
     def _start_trajectories(self, envs: list[int]) -> None:
         """New trajectory ids for ``envs``, handed out in their order (as :meth:`_start_trajectory` one by one)."""
@@ -488,9 +476,9 @@ class _Rollout:
         # The current observation is what the policy reads: without a policy call it is needed
         # only at the end, where the next rollout starts from it.
         self.track_current = not random_actions
-        self.random_actions = self._start(random_actions, runner._trajectory_ids())
+        self.random_actions = self._start(random_actions)
 
-    def _start(self, random_actions: bool, traj_ids: np.ndarray | None) -> Any:
+    def _start(self, random_actions: bool) -> Any:
         """Write what is known before the first step; return the random actions ``[T, K, ...]``, if any."""
         # Each observation is written once, from the env into ("next", obs)[t]. Of obs, only
         # step 0 and the reset observations after an episode's end are written here; the rest
@@ -500,11 +488,6 @@ class _Rollout:
             obs_out.obs[:, 0] = obs_out.current
         if self.version_out is not None:
             self.version_out[...] = self.policy_version
-        # Trajectory ids change only where an episode starts: the rollout is filled with the
-        # current ones here, and each reset rewrites the rest of its env's row (a runner
-        # without ids of its own leaves them to its caller).
-        if traj_ids is not None:
-            self.traj_out[...] = traj_ids[:, None]
         if not random_actions:
             return None
         # Drawn for the whole rollout at once; no policy call, so no extra outputs.
