@@ -498,3 +498,49 @@ def test_sub_envs_reset_together_are_stored_as_its_single_envs_resets(
         for key in want.keys(True, True):
             assert torch.equal(got[key], want[key]), key
     assert sum(together) >= 5, together  # the batched run's ends, reset together (single envs' one by one)
+
+
+class _ResetInfoEnv(CountingEnv):
+    """A CountingEnv whose reset info holds its base (drawn from its seed), its episodes 2 to 4 steps by it."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        obs, _ = super().reset(seed=seed, options=options)
+        self.length = 2 + int(self._base) % 3  # sub-envs end at different steps: some reset, not all
+        return obs, {"base": self._base}
+
+
+class _ResetRowsOnly(VectorEnvAdapter):
+    """A batched env whose resets by mask return the reset sub-envs' rows only (observations, infos), as EnvPool's."""
+
+    def reset_batch(self, seeds: Any, mask: Any, options: Any = None) -> tuple[Any, Any]:
+        observations, infos = super().reset_batch(seeds, mask, options)
+        if mask is None:
+            return observations, infos
+        return observations[mask], {key: np.asarray(value)[mask] for key, value in infos.items()}
+
+
+@pytest.mark.parametrize("rows", ["every-sub-env", "reset-ones-only"])
+def test_make_vec_gives_a_batched_env_s_reset_infos_as_its_single_envs(rows: str) -> None:
+    """SAME_STEP over a NEXT_STEP batched env: the sub-envs that ended are reset by mask, their infos each theirs."""
+
+    def batched() -> BatchedEnv:
+        env = _sync_of(_ResetInfoEnv, K, AutoresetMode.NEXT_STEP)
+        return _ResetRowsOnly(env) if rows == "reset-ones-only" else VectorEnvAdapter(env)
+
+    same_step = AutoresetMode.SAME_STEP
+    ours = make_vec(batched, K, num_workers=0, autoreset_mode=same_step)
+    theirs = make_vec(_ResetInfoEnv, K, num_workers=0, autoreset_mode=same_step)
+    reset_infos, partial = 0, 0
+    try:
+        assert_same(ours.reset(seed=3), theirs.reset(seed=3), "reset")
+        for step in range(12):
+            actions = np.full(K, step % 3, np.int64)
+            got, want = ours.step(actions), theirs.step(actions)
+            assert_same(got, want, f"step {step}")
+            reset = int(np.count_nonzero(want[4].get("_base", ())))
+            reset_infos += reset
+            partial += 0 < reset < K
+    finally:
+        ours.close()
+        theirs.close()
+    assert reset_infos >= 2 * K and partial >= 3, (reset_infos, partial)  # some sub-envs reset, not all, with infos

@@ -44,7 +44,7 @@ not be its space's leaves).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -515,26 +515,45 @@ class EnvGroup:
             array[np.searchsorted(which, reset_by_env)] = value
         if not to_reset.any():
             return out
-        observations, _ = batch.reset_batch(None, to_reset)
+        resets = self._reset_masked(to_reset, t + 1)
+        at = np.searchsorted(which, resets.envs)
+        for array, value in zip(out, resets.observations, strict=True):
+            array[at] = value
+        return out
+
+    def _reset_masked(self, to_reset: np.ndarray, when: int) -> _Resets:
+        """One reset of the batched env by mask (``to_reset``): the reset sub-envs' observations, checked.
+
+        Each observation leaf that is an array of its field's dtype and shape (every sub-env's
+        rows, or the reset ones' only) is taken whole; any other leaf is split into rows and
+        checked row by row (``when``: the step the checks' messages name).
+        """
+        batch = self._batch
+        assert batch is not None
+        observations, infos = batch.reset_batch(None, to_reset)
         batch.settle(np.zeros(len(self.envs), bool))
         reset = np.flatnonzero(to_reset)
-        at = np.searchsorted(which, reset)
+        out: list[np.ndarray] = []
+        every = False
         rows: list[Any] | None = None  # per sub-env, only where a leaf is not the field's array
-        for (path, n, dtype, shape, _), array in zip(self._out, out, strict=True):
+        for path, n, dtype, shape, _ in self._out:
             value = _leaf_of(observations, path)
             if type(value) is np.ndarray and value.dtype == dtype and value.shape[1:] == shape:
                 if value.shape[0] == len(self.envs):  # every sub-env's observation came back
-                    array[at] = value[reset]
+                    out.append(value[reset])
+                    every = True
                     continue
                 if value.shape[0] == reset.size:  # the reset ones' only
-                    array[at] = value
+                    out.append(value.copy())
                     continue
             if rows is None:
-                rows = batch.rows_of(observations, reset.tolist())
+                rows, every = batch.rows_of(observations, reset.tolist())
+            array = np.empty((reset.size, *shape), dtype)
             for m, (i, raw) in enumerate(zip(reset.tolist(), rows, strict=True)):
-                leaf = self._checks.leaf(raw, path, n, i, t + 1) if path else raw
-                array[at[m]] = self._checks.observation(n, leaf, i, t + 1)
-        return out
+                leaf = self._checks.leaf(raw, path, n, i, when) if path else raw
+                array[m] = self._checks.observation(n, leaf, i, when)
+            out.append(array)
+        return _Resets(reset, out, infos, every)
 
     def reset_each(self, seeds: Sequence[int] | None) -> Iterator[tuple[int, Any]]:
         """Reset every env (a batched env's batch first), with ``seeds`` if given: each env's index and raw observation.
@@ -707,11 +726,13 @@ class EnvGroup:
                 for (*_, final), (*_, array) in zip(self._final_out, self._out, strict=True):
                     final[i] = array[i]
         if to_reset.any():
-            rows, reset_infos, which = batch.reset_some(to_reset)
-            for n, (i, raw) in enumerate(zip(which, rows, strict=True)):
-                self._store(self._out, i, raw, -step)
-                if batch.infos_wanted and reset_infos:
-                    material = self._add(material, i, batch.info_row(reset_infos, i, n), None, -step)
+            resets = self._reset_masked(to_reset, -step)
+            for (*_, array), value in zip(self._out, resets.observations, strict=True):
+                array[resets.envs] = value
+            if batch.infos_wanted and resets.infos:
+                for n, i in enumerate(resets.envs.tolist()):
+                    info = batch.info_row(resets.infos, i if resets.every_row else n)
+                    material = self._add(material, i, info, None, -step)
         batch.settle(np.zeros(len(self.envs), bool))
         return material
 
@@ -945,6 +966,15 @@ class EnvGroup:
 
 def _get(env: Any, name: str) -> Any:
     return env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") else getattr(env, name)
+
+
+class _Resets(NamedTuple):
+    """What a reset of a batched env by mask gave (:meth:`EnvGroup._reset_masked`)."""
+
+    envs: np.ndarray  # the reset sub-envs, in order
+    observations: list[np.ndarray]  # one [len(envs), *shape] array per observation field, checked
+    infos: Mapping[str, Any]  # the reset's infos, as the env returned them
+    every_row: bool  # whether the env returned every sub-env's rows (infos indexed by sub-env) or theirs only
 
 
 def _leaf_of(observations: Any, path: Any) -> Any:

@@ -92,7 +92,6 @@ class BatchedEnv(abc.ABC):
         self._resets: list[tuple[Any, dict[str, Any]] | None] = []
         self._ended: np.ndarray = np.zeros(0, bool)  # ended at the last step, not reset since (by anyone)
         self._views: list[SubEnv] = []
-        self._every_info = True
         self._closed = False
 
     # -- what a batched simulator implements ---------------------------------------------
@@ -264,35 +263,24 @@ class BatchedEnv(abc.ABC):
             self._resets[i] = (rows[i] if every else rows[n], _env_info(infos, i if every else n) if wanted else {})
             self._ended[i] = False
 
-    def rows_of(self, observations: Any, which: Sequence[int]) -> list[Any]:
-        """Sub-envs ``which``'s observations from a :meth:`reset_batch` result (every sub-env's, or theirs only)."""
+    def rows_of(self, observations: Any, which: Sequence[int]) -> tuple[list[Any], bool]:
+        """Sub-envs ``which``'s observations from a :meth:`reset_batch` result; whether it held every sub-env's.
+
+        Raises:
+            EnvOutputError: The result holds neither every sub-env's observation nor theirs only.
+        """
         rows = _rows(observations, None, self.describe())
         if len(rows) == self.num_envs:
-            return [rows[i] for i in which]
+            return [rows[i] for i in which], True
         if len(rows) != len(which):
             raise EnvOutputError(
                 f"batched env {self.describe()} reset {len(which)} sub-envs and returned {len(rows)} observations"
             )
-        return rows
+        return rows, False
 
-    def reset_some(self, mask: np.ndarray) -> tuple[list[Any], Mapping[str, Any], list[int]]:
-        """Reset the sub-envs of ``mask`` (by mask, with no seed): their observations, the infos, their indices.
-
-        For a caller that stores the batch's results itself (a group's whole-batch store): the
-        observations are one per reset sub-env, in order, and ``infos`` are indexed as the env
-        returned them (every sub-env, or the reset ones only: see :meth:`info_row`).
-        """
-        observations, infos = self.reset_batch(None, mask)
-        which = np.flatnonzero(mask).tolist()
-        rows = _rows(observations, None, self.describe())
-        every = len(rows) == self.num_envs
-        self._ended[mask] = False
-        self._every_info = every
-        return ([rows[i] for i in which] if every else rows), infos, which
-
-    def info_row(self, infos: Mapping[str, Any], i: int, n: int) -> dict[str, Any]:
-        """Sub-env ``i``'s info of the last :meth:`reset_some` (the ``n``-th it reset)."""
-        return _env_info(infos, i if self._every_info else n)
+    def info_row(self, infos: Mapping[str, Any], index: int) -> dict[str, Any]:
+        """Row ``index`` of a vector info dict of :meth:`reset_batch`: a sub-env's, or the ``index``-th reset one's."""
+        return _env_info(infos, index)
 
     @property
     def resets_pending(self) -> bool:
