@@ -407,7 +407,7 @@ class EnvRunner(PolicyRunner):
             self._group.start_episodes(ended)
 
     def _start_trajectories(self, envs: list[int]) -> None:
-        """New trajectory ids for ``envs``, handed out in their order (as :meth:`_start_trajectory` one by one)."""
+        """New trajectory ids for ``envs`` (a reset of every env), handed out in their order."""
         stride = self._traj_stride
         self._traj_ids[envs] = self._next_traj_id + stride * np.arange(len(envs))
         self._next_traj_id += stride * len(envs)

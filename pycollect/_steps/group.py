@@ -543,8 +543,8 @@ class EnvGroup:
                     out.append(value[reset])
                     every = True
                     continue
-                if value.shape[0] == reset.size:  # the reset ones' only
-                    out.append(value.copy())
+                if value.shape[0] == reset.size:  # the reset ones' only (each caller copies them at once)
+                    out.append(value)
                     continue
             if rows is None:
                 rows, every = batch.rows_of(observations, reset.tolist())
