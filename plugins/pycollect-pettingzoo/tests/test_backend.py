@@ -106,7 +106,8 @@ def test_info_entries_a_group_cannot_stack_are_left_out_and_a_changed_one_is_an_
     assert batch["next", "agents", "info", "grows"].shape == (1, 8, 3, 2)
     assert batch["agents", "info"].batch_size == (1, 8, 3)
     with pytest.raises(EnvOutputError, match=r"agent 'walker_0' .* info entry 'grows' .* float32 of shape \(2,\)"):
-        _one_batch(PettingZoo(f.OddInfosEnv, use_mask=True), frames_per_batch=8, env_kwargs={"grow_at": 3})
+        # Seeded: unseeded, the dying agents' random episodes left it unraised in 1 run of 18.
+        _one_batch(PettingZoo(f.OddInfosEnv, use_mask=True), frames_per_batch=8, seed=0, env_kwargs={"grow_at": 3})
 
 
 def test_an_agent_leaving_without_use_mask_is_an_error_naming_it() -> None:
