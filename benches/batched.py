@@ -30,6 +30,9 @@ target; it measures a collector's resets of many sub-envs at once). Contenders:
 * ``EnvPool alone``: ``envpool.make("CartPole-v1", num_envs=512, num_threads=2)`` in a plain loop.
 * ``pycollect workers over EnvPool``: ``Collector("envpool:CartPole-v1", envs_per_worker=256,
   num_workers=2, env_kwargs={"num_threads": 1})``, ``[512, 32]`` batches.
+* ``pycollect make_vec over EnvPool``: ``make_vec("envpool:CartPole-v1", 512, num_workers=2,
+  env_kwargs={"num_threads": 1})`` stepped in a plain loop, EnvPool's infos (``env_id``,
+  ``elapsed_step``, ``players``) kept as by default, and the same with ``info_keys=()``.
 
 ``jax``: gymnax's CartPole (the ``pycollect-jax`` plugin), 4,096 envs on the CPU, stepped in
 this process. Contenders:
@@ -91,6 +94,8 @@ RAW_VECTOR = "two raw loops of CartPoleVectorEnv(256) in parallel"
 MAKE_VEC = "pycollect make_vec over gymnasium-vector (2 x 256)"
 ENVPOOL_CARTPOLE = "EnvPool alone (CartPole, 512 envs, 2 threads)"
 OVER_ENVPOOL_CARTPOLE = "pycollect workers over EnvPool (CartPole, 2 x 256)"
+MAKE_VEC_ENVPOOL = "pycollect make_vec over EnvPool (CartPole, 2 x 256, infos kept)"
+MAKE_VEC_ENVPOOL_BARE = "pycollect make_vec over EnvPool (CartPole, 2 x 256, info_keys=())"
 JAX_ENVS = 4096  # gymnax CartPoles, in one batched env
 RAW_JAX = "raw jitted gymnax loop (4096 CartPoles)"
 DEVICE_JAX = "pycollect engine='device' over gymnax (4096)"
@@ -212,9 +217,24 @@ def raw_vector_loops(frames: int) -> tp.Result:
 
 def make_vec_over_vector(frames: int) -> tp.Result:
     """``make_vec("gymnasium-vector:CartPole-v1", 512, num_workers=2)`` with random actions."""
+    return _make_vec_loop("gymnasium-vector:CartPole-v1", frames, info_keys=())
+
+
+def make_vec_over_envpool(frames: int) -> tp.Result:
+    """``make_vec("envpool:CartPole-v1", 512, num_workers=2)``: EnvPool's infos kept, as by default."""
+    return _make_vec_loop("envpool:CartPole-v1", frames, env_kwargs={"num_threads": 1})
+
+
+def make_vec_over_envpool_bare(frames: int) -> tp.Result:
+    """The same with ``info_keys=()``: no infos."""
+    return _make_vec_loop("envpool:CartPole-v1", frames, env_kwargs={"num_threads": 1}, info_keys=())
+
+
+def _make_vec_loop(env: str, frames: int, **kwargs: Any) -> tp.Result:
+    """``make_vec(env, 512, num_workers=2, **kwargs)`` stepped in a plain loop with random actions."""
     n = WORKERS * CARTPOLE_ENVS
     t0 = time.perf_counter()
-    envs = pycollect.make_vec("gymnasium-vector:CartPole-v1", n, num_workers=WORKERS, info_keys=())
+    envs = pycollect.make_vec(env, n, num_workers=WORKERS, **kwargs)
 
     def prepare() -> Callable[[int], Any]:
         actions = list(np.random.default_rng(0).integers(0, 2, size=(64, n)))
@@ -295,7 +315,12 @@ def inprocess_over_gymnax(frames: int) -> tp.Result:
 WORKLOADS: dict[str, dict[str, Callable[[int], tp.Result]]] = {
     "pong": {ENVPOOL: envpool_alone, OVER_ENVPOOL: over_envpool, OVER_GYM: over_gym},
     "cartpole": {RAW_VECTOR: raw_vector_loops, MAKE_VEC: make_vec_over_vector},
-    "envpool-cartpole": {ENVPOOL_CARTPOLE: envpool_cartpole_alone, OVER_ENVPOOL_CARTPOLE: over_envpool_cartpole},
+    "envpool-cartpole": {
+        ENVPOOL_CARTPOLE: envpool_cartpole_alone,
+        OVER_ENVPOOL_CARTPOLE: over_envpool_cartpole,
+        MAKE_VEC_ENVPOOL: make_vec_over_envpool,
+        MAKE_VEC_ENVPOOL_BARE: make_vec_over_envpool_bare,
+    },
     "jax": {RAW_JAX: raw_jax_loop, DEVICE_JAX: device_over_gymnax, HOST_JAX: inprocess_over_gymnax},
 }
 FRAMES = {"pong": 16_000, "cartpole": 4_000_000, "envpool-cartpole": 4_000_000, "jax": 8_388_608}

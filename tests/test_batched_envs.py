@@ -544,3 +544,203 @@ def test_make_vec_gives_a_batched_env_s_reset_infos_as_its_single_envs(rows: str
         ours.close()
         theirs.close()
     assert reset_infos >= 2 * K and partial >= 3, (reset_infos, partial)  # some sub-envs reset, not all, with infos
+
+
+class _RichInfoEnv(CountingEnv):
+    """A CountingEnv whose infos hold what EnvPool's and gymnasium's do: numbers, bools, arrays, nesting.
+
+    Some entries come only at some steps (masks with gaps), the reset's info shares a nested
+    entry with the step's, and its episodes end at different steps by its base (some sub-envs
+    end, not all). ``text``: a string entry too, which cannot be kept whole.
+    """
+
+    def __init__(self, text: bool = False) -> None:
+        super().__init__()
+        self.text = text
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        obs, _ = super().reset(seed=seed, options=options)
+        self.length = 2 + int(self._base) % 4
+        return obs, {"base": self._base, "nested": {"a": np.int16(-1)}}  # another dtype than the step's
+
+    def step(self, action: int) -> Any:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        t = self._t
+        info: dict[str, Any] = {
+            "t": np.int32(t),
+            "score": self._base + t,
+            "even": t % 2 == 0,
+            "pos": np.array([t, self._base], np.float32),
+            "nested": {"a": np.int64(t), **({"b": np.uint8(t)} if t % 3 == 0 else {})},
+        }
+        if t % 4 == 1:
+            info["rare"] = np.float32(t / 2)
+        if self.text:
+            info["phase"] = "odd" if t % 2 else "even"
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize(("own", "mode"), SERVED, ids=[f"{o.name}-as-{m.name}" for o, m in SERVED])
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("infos", ["all", "some", "with-text"])
+def test_a_batched_env_s_infos_are_kept_whole_and_equal_gymnasiums_sync_vector_env_of_the_singles(
+    own: AutoresetMode, mode: AutoresetMode, num_workers: int, infos: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept whole (no Python per sub-env) where the entries are numbers, bools and arrays; row by row otherwise."""
+    from pycollect._steps.group import EnvGroup
+    from pycollect.envs._vector_infos import WholeInfos
+
+    whole: list[bool] = []
+    store = EnvGroup._store_batch
+
+    def spy(group: EnvGroup, result: Any) -> Any:
+        stored = store(group, result)
+        whole.append(stored[0] and (stored[1] is None or isinstance(stored[1], WholeInfos)))
+        return stored
+
+    monkeypatch.setattr(EnvGroup, "_store_batch", spy)  # seen in this process (num_workers=0)
+    text = infos == "with-text"
+    per_worker = K // max(1, num_workers)
+    keys = ("nested", "t", "base", "rare") if infos == "some" else None
+    factory = functools.partial(_sync_of, _RichInfoEnv, per_worker, own, text=text)
+    ours = make_vec(factory, K, num_workers=num_workers, autoreset_mode=mode, info_keys=keys)
+    theirs = _sync_of(_RichInfoEnv, K, mode, text=text)
+
+    def kept(step: tuple[Any, ...]) -> tuple[Any, ...]:
+        if keys is None:
+            return step
+        entries = {k: v for key in keys for k, v in step[-1].items() if k in (key, f"_{key}")}
+        if "final_info" in step[-1]:
+            final = step[-1]["final_info"]
+            finals = {k: v for key in keys for k, v in final.items() if k in (key, f"_{key}")}
+            entries |= {k: v for k, v in step[-1].items() if k.endswith("final_obs")}
+            entries |= {"final_info": finals, "_final_info": step[-1]["_final_info"]}
+        return (*step[:-1], entries)
+
+    ended_seen = 0
+    try:
+        assert_same(ours.reset(seed=2), kept(theirs.reset(seed=2)), "reset")
+        ended = np.zeros(K, bool)
+        for step in range(24):
+            if mode is AutoresetMode.DISABLED and ended.any():
+                reset = {"reset_mask": ended}
+                assert_same(ours.reset(options=reset), kept(theirs.reset(options=reset)), f"reset at {step}")
+            actions = np.full(K, step % 3, np.int64)
+            got = ours.step(actions)
+            assert_same(got, kept(theirs.step(actions)), f"step {step}")
+            ended = got[2] | got[3]
+            ended_seen += int(0 < ended.sum() < K)
+    finally:
+        ours.close()
+        theirs.close()
+    assert ended_seen >= 4, ended_seen  # some sub-envs ended, not all: masks with gaps, partial resets
+    if num_workers == 0:
+        assert whole and all(whole) != text, whole  # whole unless an entry is a string
+
+
+def test_the_central_engine_keeps_a_batched_env_s_info_entries_as_its_single_envs() -> None:
+    """Central reads the workers' infos env by env: whole infos give it the entries per-env material gives."""
+
+    def batches(env: Any) -> list[Any]:
+        collector = pycollect.Collector(
+            env,
+            None,
+            frames_per_batch=2 * K * 10,
+            envs_per_worker=K,
+            num_workers=2,
+            engine="central",
+            seed=7,
+            info_keys=["t", "score", "even"],
+            max_frames_per_traj=4,
+        )
+        try:
+            return [collector.next_batch() for _ in range(2)]
+        finally:
+            collector.shutdown()
+
+    single = batches(_RichInfoEnv)
+    batched = batches(functools.partial(_sync_of, _RichInfoEnv, K, AutoresetMode.NEXT_STEP))
+    for ours, theirs in zip(batched, single, strict=True):
+        for key in theirs.keys(True, True):
+            assert torch.equal(ours[key], theirs[key]), key
+    assert int(single[0]["next", "t"].max()) > 1 and bool(single[0]["next", "even"].any())
+
+
+def _typed(value: Any) -> Any:
+    """``value`` with each number as ``(dtype, value)``: a float like a numpy float64, an int16 unlike an int64."""
+    if isinstance(value, dict):
+        return {key: _typed(entry) for key, entry in value.items()}
+    if isinstance(value, list | tuple):
+        return [_typed(entry) for entry in value]
+    if isinstance(value, np.ndarray):
+        return (value.dtype.name, value.tolist())
+    if isinstance(value, np.generic | bool | int | float):
+        return (np.asarray(value).dtype.name, value.item() if isinstance(value, np.generic) else value)
+    return value
+
+
+def test_sb3_vec_env_gives_a_batched_env_s_infos_as_over_the_single_envs() -> None:
+    """Each env's own info values (a reset's int16 beside a step's int64), not one array's for all."""
+    from pycollect.vector import SB3VecEnv
+
+    def run(env: Any) -> list[Any]:
+        vec = SB3VecEnv(env, K, num_workers=2)
+        try:
+            vec.seed(6)
+            steps = [([vec.reset()], _typed(vec.reset_infos))]
+            for t in range(16):
+                observations, rewards, dones, infos = vec.step(np.full(K, t % 3, np.int64))
+                steps.append(([observations, rewards, dones], _typed([infos, vec.reset_infos])))
+            return steps
+        finally:
+            vec.close()
+
+    single = run(_RichInfoEnv)
+    batched = run(functools.partial(_sync_of, _RichInfoEnv, K // 2, AutoresetMode.NEXT_STEP))
+    for n, ((arrays, infos), (their_arrays, their_infos)) in enumerate(zip(batched, single, strict=True)):
+        for array, theirs in zip(arrays, their_arrays, strict=True):
+            np.testing.assert_array_equal(array, theirs)
+        assert infos == their_infos, n
+    assert any("terminal_observation" in info for _, (infos, _) in single[1:] for info in infos)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("gaps", [True, False], ids=["gaps", "every-entry-everywhere"])
+def test_combine_joins_groups_infos_as_gymnasiums_add_info_of_every_env(seed: int, gaps: bool) -> None:
+    """Groups' vector infos, each merged by gymnasium over its envs, joined: gymnasium's merge of all the envs.
+
+    Without gaps every group has the same entries, in the same order (joined end to end where
+    their dtypes agree too); with gaps some envs lack some entries.
+    """
+    from pycollect._steps.infos import InfoMerger
+    from pycollect.envs._vector_infos import combine
+
+    rng = np.random.default_rng(seed)
+    sizes = [int(n) for n in rng.integers(1, 5, size=3)]
+    count = sum(sizes)
+    # Each entry's type per group: a group's rows share a dtype, as a batched env's do.
+    dtypes = {key: rng.choice(["int16", "int64", "float32", "bool"], size=len(sizes)) for key in ("a", "b", "c")}
+    envs = []
+    for group, size in enumerate(sizes):
+        for _ in range(size):
+            info: dict[str, Any] = {}
+            for key, kinds in dtypes.items():
+                if not gaps or rng.random() < 0.7:
+                    value = np.asarray(rng.integers(0, 9)).astype(kinds[group])[()]
+                    info[key] = bool(value) if kinds[group] == "bool" else value
+            if not gaps or rng.random() < 0.5:
+                info["nested"] = (
+                    {"x": np.array([rng.random(), 1.0], np.float64)} if not gaps or rng.random() < 0.8 else {}
+                )
+            envs.append(info)
+
+    def merged(infos: list[dict[str, Any]]) -> dict[str, Any]:
+        merger, out = InfoMerger(len(infos)), {}
+        for i, info in enumerate(infos):
+            out = merger._add_info(out, info, i)
+        return out
+
+    offsets = np.cumsum([0, *sizes[:-1]]).tolist()
+    parts = [(offset, merged(envs[offset : offset + size])) for offset, size in zip(offsets, sizes, strict=True)]
+    assert_same(combine(parts, count), merged(envs), "combined")  # in order: joined end to end where they agree
+    assert_same(combine(parts[::-1], count), merged(envs), "combined")  # any order: the first env's dtype wins

@@ -55,6 +55,7 @@ from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import SpaceLayout
 from pycollect._steps.stepper import StepperSpec, native_stepper
 from pycollect.config import parse_autoreset_mode as autoreset_mode  # its old home's name, still importable here
+from pycollect.envs._vector_infos import WholeInfos, gather, info_row
 from pycollect.envs.backend import GymLikeEnv
 from pycollect.envs.batched import batch_of
 from pycollect.exceptions import ActionError, ConfigError, EnvOutputError
@@ -69,6 +70,7 @@ __all__ = [
     "Material",
     "autoreset_mode",
     "disabled_message",
+    "material_entries",
 ]
 
 InfoEntry: TypeAlias = tuple[int, dict[str, Any], dict[str, Any] | None]
@@ -80,8 +82,19 @@ field; then ``info`` is what of the info of the reset that followed fits none. (
 ended the flags say: an ended episode whose final info fit the fields has no entry here.)
 """
 
-Material: TypeAlias = list[InfoEntry]
-"""The info material of one group's step or reset, in env order."""
+Material: TypeAlias = "list[InfoEntry] | WholeInfos"
+"""The info material of one group's step or reset: its entries in env order, or its infos kept whole.
+
+A batched env's step whose infos are numeric arrays (EnvPool's, a gymnasium vector env's) keeps
+them whole (:class:`~pycollect.envs._vector_infos.WholeInfos`, no Python per env); read either
+kind env by env with :func:`material_entries`.
+"""
+
+
+def material_entries(material: Material) -> list[InfoEntry]:
+    """``material``'s entries, one per env with something, in env order (whole infos read row by row)."""
+    return material.entries() if isinstance(material, WholeInfos) else material
+
 
 EnvSlotState: TypeAlias = tuple[Any, int, bool]
 """One env of a group, saved between steps: ``(the env's state, steps of its episode, whether it ended)``."""
@@ -97,9 +110,6 @@ instead of stepped (``NEXT_STEP``), reward and flags written, its raw ``reset`` 
 ``LEFT_ENDED_RESET``: its episode ended (``SAME_STEP``), that step stored, then reset: its raw
 ``reset`` result.
 """
-
-_FINAL_KEYS = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})
-"""The keys of a ``SAME_STEP`` vector env's infos that say where episodes ended (not kept as infos)."""
 
 _MODE_CODES = {
     AutoresetMode.NEXT_STEP: _core.AUTORESET_NEXT_STEP,
@@ -587,7 +597,7 @@ class EnvGroup:
             seeds = [None] * count
         if len(seeds) != count or (mask is not None and len(mask) != count):
             raise ConfigError(f"reset of a group of {count} envs got {len(seeds)} seeds and a mask of {mask!r}")
-        material: Material | None = None
+        material: list[InfoEntry] | None = None
         if self._batch is not None:  # one batched reset; each sub-env's reset below takes its row
             self._batch.reset_rows(seeds, options, mask)
         for i, env in enumerate(self.envs):
@@ -647,14 +657,10 @@ class EnvGroup:
         """A batched env's step as arrays to store whole: the observation leaves, rewards and flags; else ``None``.
 
         They are, when every observation leaf is exactly a ``[K, *shape]`` array of its field's
-        dtype, the rewards numeric and the flags bool, each of shape ``[K]``, and the step returned
-        no info entry the batch would keep but the final observations.
+        dtype, the rewards numeric and the flags bool, each of shape ``[K]`` (the infos are the
+        caller's: a rollout keeping none, :meth:`_whole_step_infos` for a vector env).
         """
-        batch = self._batch
-        assert batch is not None
-        observations, rewards, terminated, truncated, infos = result
-        if batch.infos_wanted and any(key not in _FINAL_KEYS for key in infos):
-            return None
+        observations, rewards, terminated, truncated, _ = result
         count = len(self.envs)
         values = []
         for path, _, dtype, shape, _ in self._out:
@@ -673,36 +679,109 @@ class EnvGroup:
     def _store_batch(self, result: tuple[Any, Any, Any, Any, Mapping[str, Any]]) -> tuple[bool, Material | None]:
         """Store a batched env's step whole, one copy per array: whether it did, and the info material.
 
-        The common case: arrays that can be stored whole (:meth:`_whole`) and no info field. The
-        sub-envs whose episode ends are then handled one by one, as few as they are: their final
-        observation stored and, in ``SAME_STEP`` mode, their reset (by mask, all at once).
-        Anything else is not stored here (``False``) and takes the sub-env by sub-env path, with its checks.
+        The common case: arrays that can be stored whole (:meth:`_whole`) and infos that can be
+        kept whole (:meth:`_whole_step_infos`; the info fields then hold nothing of this
+        group's, the material holds it all). The sub-envs whose episode ends are then handled
+        one by one, as few as they are: their final observation stored and, in ``SAME_STEP``
+        mode, their reset (by mask, all at once). Anything else is not stored here (``False``)
+        and takes the sub-env by sub-env path, with its checks.
         """
         batch = self._batch
         assert batch is not None
-        if self.info.fields:
-            return False, None
         whole = self._whole(result)
         if whole is None:
             return False, None
         values, rewards, terminated, truncated = whole
-        infos = result[4]
+        infos = result[4] if batch.infos_wanted else {}
+        by_env = terminated | truncated
+        same_step = self.mode is AutoresetMode.SAME_STEP
+        own_resets = by_env if same_step and batch.autoreset_mode is AutoresetMode.SAME_STEP else np.zeros_like(by_env)
+        ended = by_env
+        if same_step and self.max_episode_steps is not None:
+            ended = by_env | (self._lengths + 1 >= self.max_episode_steps)
+        step_infos = self._whole_step_infos(infos, ended & ~own_resets if same_step else None, own_resets)
+        if step_infos is None:
+            return False, None
         for (*_, array), value in zip(self._out, values, strict=True):
             array[...] = value
         self.rewards[...] = rewards
         self.terminated[...] = terminated
         self.truncated[...] = truncated
-        if self.mode is not AutoresetMode.SAME_STEP:
-            self._ended[...] = terminated | truncated  # NEXT_STEP: the env resets them at the next step
+        self.info.clear_rows(slice(None))  # the material holds this step's infos whole
+        if not same_step:
+            self._ended[...] = by_env  # NEXT_STEP: the env resets them at the next step
             batch.settle(self._ended)
-            return True, None
-        return True, self._reset_ended_batch(infos, terminated | truncated)
+            main, _ = step_infos
+            return True, self._whole_material(main, [])
+        return True, self._reset_ended_batch(infos, own_resets, step_infos)
 
-    def _reset_ended_batch(self, infos: Mapping[str, Any], reset_by_env: np.ndarray) -> Material | None:
+    def _whole_step_infos(
+        self, infos: Mapping[str, Any], to_reset: np.ndarray | None, own_resets: np.ndarray
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """A batched env's step infos kept whole: the parts of the step's infos and of its final infos.
+
+        ``to_reset``: ``SAME_STEP`` mode, the sub-envs whose episode ended and that this group
+        resets (their info is that reset's, added by :meth:`_reset_ended_batch`; the step's
+        info is their final one); ``None``: no mode that resets here. ``own_resets``: the
+        sub-envs a ``SAME_STEP`` env reset itself (their info in ``infos`` is the reset's,
+        their final one in ``infos["final_info"]``). ``None`` where the infos cannot be kept
+        whole (:func:`~pycollect.envs._vector_infos.gather`).
+        """
+        count, keys = len(self.envs), self.info_keys
+        if to_reset is None:
+            main = gather(infos, np.ones(count, np.bool_), count, keys=keys)
+            return None if main is None else ([main], [])
+        parts = (
+            gather(infos, ~to_reset, count, keys=keys),
+            gather(infos.get("final_info"), own_resets, count, keys=keys),
+            gather(infos, to_reset, count, keys=keys),
+        )
+        if any(part is None for part in parts):
+            return None
+        main, own_finals, cut_finals = parts
+        assert main is not None and own_finals is not None and cut_finals is not None
+        return [main], [own_finals, cut_finals]
+
+    def _whole_material(
+        self,
+        main: list[dict[str, Any]],
+        finals: list[dict[str, Any]] | None,
+        rows: dict[int, dict[str, Any]] | None = None,
+    ) -> Material | None:
+        """The material of infos kept whole, ``None`` if there are none.
+
+        ``main``: parts of the step's infos, of disjoint envs; ``finals``: parts of the ended
+        envs' final infos (``None``: none ended); ``rows``: infos of other envs read row by row
+        (a reset's that could not be kept whole), which make per-env material of them all.
+        """
+        count = len(self.envs)
+        if not rows:
+            parts = tuple(part for part in main if part)
+            final_parts = None if finals is None else tuple(part for part in finals if part)
+            if not parts and not final_parts:
+                return None
+            return WholeInfos(count, parts, final_parts)
+        entries: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        for i, row in rows.items():
+            entries[i] = (dict(row), {})
+        for i, info, final in WholeInfos(count, tuple(main), tuple(finals or ())).entries():
+            mine = entries.setdefault(i, ({}, {}))
+            mine[0].update(info)
+            mine[1].update(final or {})
+        material = [(i, info, final or None) for i, (info, final) in sorted(entries.items()) if info or final]
+        return material or None
+
+    def _reset_ended_batch(
+        self,
+        infos: Mapping[str, Any],
+        own_resets: np.ndarray,
+        step_infos: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    ) -> Material | None:
         """``SAME_STEP``, after a whole-batch store: the trajectory limit, final observations, resets of ended sub-envs.
 
-        ``reset_by_env``: the sub-envs whose episode the env ended; a ``SAME_STEP`` batched env
-        reset them itself (their final observations are in ``infos``), any other is reset here.
+        ``own_resets``: the sub-envs a ``SAME_STEP`` batched env reset itself (their final
+        observations are in ``infos``); any other ended sub-env is reset here. ``step_infos``:
+        the step's infos kept whole (:meth:`_whole_step_infos`), to which the resets' are added.
         """
         batch, step = self._batch, self._steps_taken
         assert batch is not None and self._final_out is not None
@@ -711,30 +790,49 @@ class EnvGroup:
             lengths += 1
             self.truncated |= lengths >= self.max_episode_steps
         ended = self.terminated | self.truncated
-        material: Material | None = None
+        main, finals = step_infos
+        rows: dict[int, dict[str, Any]] | None = None
         if not ended.any():
-            return None
+            return self._whole_material(main, None)
         lengths[ended] = 0
-        env_resets = batch.autoreset_mode is AutoresetMode.SAME_STEP
-        finals = infos.get("final_obs") if env_resets else None
-        to_reset = ended & ~reset_by_env if env_resets else ended
+        finals_obs = infos.get("final_obs") if own_resets.any() else None
         for i in np.flatnonzero(ended).tolist():
-            if env_resets and reset_by_env[i]:
-                assert finals is not None, "a same_step batched env reported no final_obs"
-                self._store(self._final_out, i, finals[i], step)
+            if own_resets[i]:
+                assert finals_obs is not None, "a same_step batched env reported no final_obs"
+                self._store(self._final_out, i, finals_obs[i], step)
             else:  # its final observation is the one just stored
                 for (*_, final), (*_, array) in zip(self._final_out, self._out, strict=True):
                     final[i] = array[i]
+        to_reset = ended & ~own_resets
         if to_reset.any():
             resets = self._reset_masked(to_reset, -step)
             for (*_, array), value in zip(self._out, resets.observations, strict=True):
                 array[resets.envs] = value
             if batch.infos_wanted and resets.infos:
-                for n, i in enumerate(resets.envs.tolist()):
-                    info = batch.info_row(resets.infos, i if resets.every_row else n)
-                    material = self._add(material, i, info, None, -step)
+                whole = self._gather_reset_infos(resets)
+                if whole is None:  # entries that cannot be kept whole: each reset env's row
+                    rows = self._reset_rows_infos(resets)
+                else:
+                    main = [*main, whole]
         batch.settle(np.zeros(len(self.envs), bool))
-        return material
+        return self._whole_material(main, finals, rows)
+
+    def _gather_reset_infos(self, resets: _Resets) -> dict[str, Any] | None:
+        """The infos of a reset by mask kept whole, over the group's envs (``None`` where they cannot be)."""
+        count = len(self.envs)
+        if resets.every_row:
+            take, at = np.zeros(count, np.bool_), None
+            take[resets.envs] = True
+        else:
+            take, at = np.ones(resets.envs.size, np.bool_), resets.envs
+        return gather(resets.infos, take, count, at, keys=self.info_keys)
+
+    def _reset_rows_infos(self, resets: _Resets) -> dict[int, dict[str, Any]]:
+        """The infos of a reset by mask, each reset env's row (kept to ``info_keys``), by env."""
+        return {
+            i: self._kept(info_row(resets.infos, i if resets.every_row else n), i, -self._steps_taken)
+            for n, i in enumerate(resets.envs.tolist())
+        }
 
     @property
     def native(self) -> Any:
@@ -787,7 +885,7 @@ class EnvGroup:
             The info material of their entries that fit no info field (``None``: none).
         """
         step = self._steps_taken if t is None else t + 1
-        material: Material | None = None
+        material: list[InfoEntry] | None = None
         for i, kind, raw in left:
             if kind == LEFT_STEPPED:
                 material = self._finish_step(i, raw, step, material, t)
@@ -798,8 +896,8 @@ class EnvGroup:
         return material
 
     def _finish_step(
-        self, i: int, result: Any, step: int, material: Material | None, t: int | None = None
-    ) -> Material | None:
+        self, i: int, result: Any, step: int, material: list[InfoEntry] | None, t: int | None = None
+    ) -> list[InfoEntry] | None:
         """Store env ``i``'s step ``result`` (checked and converted), resetting it in ``SAME_STEP`` mode if it ended.
 
         ``t``: a rollout's step column (``None``: a vector env's row), where its kept info
@@ -839,8 +937,8 @@ class EnvGroup:
         return entries
 
     def _add(
-        self, material: Material | None, i: int, info: Any, final: dict[str, Any] | None, when: int
-    ) -> Material | None:
+        self, material: list[InfoEntry] | None, i: int, info: Any, final: dict[str, Any] | None, when: int
+    ) -> list[InfoEntry] | None:
         """``material`` with env ``i``'s entry added: what of its info (kept to ``info_keys``) fits no field.
 
         ``final``: the rest of its final info (``SAME_STEP`` mode, an episode that ended), or

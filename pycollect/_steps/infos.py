@@ -18,14 +18,15 @@ info of the reset that followed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from pycollect._steps.group import Material
+from pycollect._steps.group import Material, material_entries
 from pycollect._steps.info_fields import InfoArrays
+from pycollect.envs._vector_infos import WholeInfos, combine
 
 __all__ = ["InfoMerger"]
 
@@ -45,7 +46,7 @@ class InfoMerger(gym.vector.VectorEnv[Any, Any, np.ndarray]):
 
     def merge(
         self,
-        parts: Iterable[tuple[int, Material]],
+        parts: Sequence[tuple[int, Material]],
         final_obs: Callable[[int], Any] | None = None,
         fields: InfoArrays | None = None,
         ended: np.ndarray | None = None,
@@ -65,22 +66,21 @@ class InfoMerger(gym.vector.VectorEnv[Any, Any, np.ndarray]):
         """
         if not parts and ended is None and (fields is None or not fields.fields):
             return {}  # no material, no field, no final observation: the common step of an env without infos
+        if any(isinstance(material, WholeInfos) for _, material in parts):
+            whole = self._whole(parts, final_obs, fields, ended, rows)
+            if whole is not None:
+                return whole
+            parts = [(offset, material_entries(material)) for offset, material in parts]
         infos: dict[str, Any] = fields.infos(rows=rows) if fields is not None else {}
         from_fields = {False: set(infos), True: set()}
         if ended is not None and ended.any():
-            if final_obs is None:
-                raise ValueError("an env's episode ended in SAME_STEP mode but there are no final observations")
-            observations = np.full(self.num_envs, None, dtype=object)
-            for env in np.flatnonzero(ended).tolist():
-                observations[env] = final_obs(env)
             finals: dict[str, Any] = fields.infos(final=True, rows=rows) if fields is not None else {}
             from_fields[True] = set(finals)
-            infos["final_obs"], infos["_final_obs"] = observations, ended.copy()
-            infos["final_info"], infos["_final_info"] = finals, ended.copy()
+            self._add_finals(infos, finals, final_obs, ended)
         # Entries that reached the trainer both ways, by (final, key): env -> value.
         both: dict[tuple[bool, str], dict[int, Any]] = {}
         for offset, material in parts:
-            for index, info, final in material:
+            for index, info, final in material_entries(material):
                 env = offset + index
                 if final is not None and ended is None:  # the material alone says the episode ended
                     if final_obs is None:
@@ -95,6 +95,50 @@ class InfoMerger(gym.vector.VectorEnv[Any, Any, np.ndarray]):
             target = infos["final_info"] if of_final else infos
             self._rebuild(target, key, values, fields)
         return infos
+
+    def _whole(
+        self,
+        parts: Sequence[tuple[int, Material]],
+        final_obs: Callable[[int], Any] | None,
+        fields: InfoArrays | None,
+        ended: np.ndarray | None,
+        rows: np.ndarray | slice | None,
+    ) -> dict[str, Any] | None:
+        """The infos of groups that all kept theirs whole, joined with array operations; ``None`` where they cannot be.
+
+        They cannot where a group returned per-env entries, the info fields hold entries of
+        this step (other groups' envs), the parts do not join (see
+        :func:`~pycollect.envs._vector_infos.combine`), or a final info comes with no ``ended``:
+        then every part is read env by env, with the same result.
+        """
+        wholes = [(offset, material) for offset, material in parts if isinstance(material, WholeInfos)]
+        if len(wholes) != len(parts):
+            return None
+        if fields is not None and (fields.infos(rows=rows) or fields.infos(final=True, rows=rows)):
+            return None
+        infos = combine([(offset, part) for offset, whole in wholes for part in whole.parts], self.num_envs)
+        if infos is None:
+            return None
+        if ended is None:
+            return None if any(whole.finals for _, whole in wholes) else infos
+        if ended.any():
+            finals = combine([(offset, part) for offset, whole in wholes for part in whole.finals or ()], self.num_envs)
+            if finals is None:
+                return None
+            self._add_finals(infos, finals, final_obs, ended)
+        return infos
+
+    def _add_finals(
+        self, infos: dict[str, Any], finals: dict[str, Any], final_obs: Callable[[int], Any] | None, ended: np.ndarray
+    ) -> None:
+        """Add ``SAME_STEP``'s ``final_obs`` (each ended env's) and ``final_info`` (``finals``), with their masks."""
+        if final_obs is None:
+            raise ValueError("an env's episode ended in SAME_STEP mode but there are no final observations")
+        observations = np.full(self.num_envs, None, dtype=object)
+        for env in np.flatnonzero(ended).tolist():
+            observations[env] = final_obs(env)
+        infos["final_obs"], infos["_final_obs"] = observations, ended.copy()
+        infos["final_info"], infos["_final_info"] = finals, ended.copy()
 
     def _add(
         self,

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from pycollect.envs._vector_infos import info_row
 from pycollect.exceptions import ConfigError, EnvOutputError
 
 __all__ = [
@@ -202,7 +203,7 @@ class BatchedEnv(abc.ABC):
         wanted = self.infos_wanted and bool(infos)
         ended = np.logical_or(terminated, truncated)
         for i in range(count):
-            info = _env_info(infos, i) if wanted else {}
+            info = info_row(infos, i) if wanted else {}
             if reset_at is not None and reset_at[i]:
                 # NEXT_STEP: the sub-env reset instead of stepping; its view's reset() hands this over
                 self._resets[i] = (rows[i], info)
@@ -211,7 +212,7 @@ class BatchedEnv(abc.ABC):
             if own is AutoresetMode.SAME_STEP and ended[i]:
                 # Reset by the env in this step: the step's row is the final one, its view's reset() the rest
                 self._resets[i] = (rows[i], info)
-                final_info = _env_info(final_infos, i) if wanted and final_infos is not None else {}
+                final_info = info_row(final_infos, i) if wanted and final_infos is not None else {}
                 row = finals[i] if finals is not None else rows[i]
                 self._rows[i] = (row, float(rewards[i]), bool(terminated[i]), bool(truncated[i]), final_info)
                 continue
@@ -260,7 +261,7 @@ class BatchedEnv(abc.ABC):
         rows = _rows(observations, None, self.describe())
         every = len(rows) == count  # the env returned every sub-env's observation, or the reset ones only
         for n, i in enumerate(which):
-            self._resets[i] = (rows[i] if every else rows[n], _env_info(infos, i if every else n) if wanted else {})
+            self._resets[i] = (rows[i] if every else rows[n], info_row(infos, i if every else n) if wanted else {})
             self._ended[i] = False
 
     def rows_of(self, observations: Any, which: Sequence[int]) -> tuple[list[Any], bool]:
@@ -277,10 +278,6 @@ class BatchedEnv(abc.ABC):
                 f"batched env {self.describe()} reset {len(which)} sub-envs and returned {len(rows)} observations"
             )
         return rows, False
-
-    def info_row(self, infos: Mapping[str, Any], index: int) -> dict[str, Any]:
-        """Row ``index`` of a vector info dict of :meth:`reset_batch`: a sub-env's, or the ``index``-th reset one's."""
-        return _env_info(infos, index)
 
     @property
     def resets_pending(self) -> bool:
@@ -606,26 +603,3 @@ def _rows(observations: Any, count: int | None, what: str) -> list[Any]:
             f"batched env {what} returned observations of shape {array.shape}, not one row per sub-env ({count})"
         )
     return list(array)
-
-
-def _env_info(infos: Any, i: int) -> dict[str, Any]:
-    """Sub-env ``i``'s entries of a gymnasium vector info dict (``{key: values, "_key": mask}``), nested too."""
-    entry: dict[str, Any] = {}
-    if not isinstance(infos, Mapping):
-        return entry
-    for key, values in infos.items():
-        if key.startswith("_") or key in ("final_obs", "final_info"):
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is not None and not mask[i]:
-            continue
-        if isinstance(values, Mapping):
-            entry[key] = _env_info(values, i)
-        else:
-            try:
-                value = values[i]
-            except (TypeError, IndexError):
-                value = values  # a value for the whole batch
-            # numpy's bool is no number to gymnasium's info merge (it would make an object array)
-            entry[key] = bool(value) if isinstance(value, np.bool_) else value
-    return entry

@@ -27,6 +27,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from pycollect._steps.backend import StepBackend
+from pycollect._steps.group import material_entries
 from pycollect._steps.spaces import ActionChecker
 from pycollect.config import SupervisionConfig, VectorConfig
 from pycollect.envs.source import EnvSource
@@ -166,7 +167,7 @@ class SB3VecEnv(VecEnv):
             for n in range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist():
                 self.reset_infos[n] = self._backend.info.env_info(n)
             for offset, material in parts:
-                for index, info, _ in material:
+                for index, info, _ in material_entries(material):
                     self.reset_infos[offset + index].update(info)
         self._was_reset = True
         # Seeds and options are used once (DummyVecEnv's rule).
@@ -222,7 +223,7 @@ class SB3VecEnv(VecEnv):
         for n in np.flatnonzero(dones).tolist():
             self.reset_infos[n] = fields.env_info(n)
         for offset, material in parts:
-            for index, info, final in material:
+            for index, info, final in material_entries(material):
                 n = offset + index
                 if dones[n]:
                     infos[n].update(deepcopy(final or {}))

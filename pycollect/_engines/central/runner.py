@@ -18,6 +18,7 @@ from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.runner import PolicyRunner
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
+from pycollect._steps.group import material_entries
 from pycollect.config import CollectorConfig
 from pycollect.exceptions import ConfigError
 
@@ -314,7 +315,7 @@ class CentralRunner(PolicyRunner):
                     entries[i] = entry
         for offset, material in parts:
             w = offset // k
-            for j, info, final_info in material:
+            for j, info, final_info in material_entries(material):
                 if j in self.envs_range:
                     i = w * kg + (j - start)
                     entries.setdefault(i, {}).update((final_info or {}) if ended[i] else info)
