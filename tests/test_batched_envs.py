@@ -744,3 +744,10 @@ def test_combine_joins_groups_infos_as_gymnasiums_add_info_of_every_env(seed: in
     parts = [(offset, merged(envs[offset : offset + size])) for offset, size in zip(offsets, sizes, strict=True)]
     assert_same(combine(parts, count), merged(envs), "combined")  # in order: joined end to end where they agree
     assert_same(combine(parts[::-1], count), merged(envs), "combined")  # any order: the first env's dtype wins
+    # A group's infos in two parts of disjoint envs (a step's and a reset's), each over all the group's envs.
+    halves = []
+    for offset, size in zip(offsets, sizes, strict=True):
+        for half in (0, 1):
+            rows = [info if i % 2 == half else {} for i, info in enumerate(envs[offset : offset + size])]
+            halves.append((offset, merged(rows)))
+    assert_same(combine(halves, count), merged(envs), "combined halves")

@@ -130,6 +130,8 @@ def combine(parts: Sequence[tuple[int, Mapping[str, Any]]], count: int) -> dict[
         operation; take the row by row way).
     """
     present = [(offset, part) for offset, part in parts if part]
+    if len(present) > 1 and (overlaid := _overlaid_by_envs(present)) is not None:
+        present = overlaid  # a step's and a reset's infos of one group, as one part
     if len(present) == 1 and present[0][0] == 0 and _envs(present[0][1]) == count:
         return dict(present[0][1])
     if _tiled(present, count) and (joined := _concatenated([part for _, part in present])) is not None:
@@ -163,6 +165,58 @@ def combine(parts: Sequence[tuple[int, Mapping[str, Any]]], count: int) -> dict[
         for offset, _, mask in having:
             where[offset : offset + mask.shape[0]] |= mask
         out[f"_{key}"] = where
+    return out
+
+
+def _overlaid_by_envs(parts: Sequence[tuple[int, Mapping[str, Any]]]) -> list[tuple[int, Mapping[str, Any]]] | None:
+    """The parts, each run of parts over the same envs (a group's) laid over each other; ``None`` if one cannot be."""
+    out: list[tuple[int, Mapping[str, Any]]] = []
+    same: list[Mapping[str, Any]] = []
+    for n, (offset, part) in enumerate(parts):
+        same.append(part)
+        if n + 1 < len(parts) and parts[n + 1][0] == offset and _envs(parts[n + 1][1]) == _envs(part):
+            continue
+        overlaid = same[0] if len(same) == 1 else _overlaid(same)
+        if overlaid is None:
+            return None
+        out.append((offset, overlaid))
+        same = []
+    return out
+
+
+def _overlaid(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Dicts over the same envs, of disjoint envs, as one, where each entry has one dtype and row shape; else ``None``.
+
+    Each part's arrays hold zeros outside its mask (as :func:`gather` makes them), so one
+    part's array with the others' masked rows written over it is the joined array.
+    """
+    keys: dict[str, None] = {}  # in the order the parts bring them
+    for part in parts:
+        keys.update((key, None) for key in part if not key.startswith("_"))
+    out: dict[str, Any] = {}
+    for key in keys:
+        having = [(part[key], part[f"_{key}"]) for part in parts if key in part]
+        first, where = having[0]
+        if len(having) == 1:
+            out[key], out[f"_{key}"] = first, where
+            continue
+        values = [value for value, _ in having]
+        if all(isinstance(value, Mapping) for value in values):
+            nested = _overlaid(values)
+            if nested is None:
+                return None
+            out[key] = nested
+        elif all(
+            isinstance(value, np.ndarray) and value.dtype == first.dtype and value.shape == first.shape
+            for value in values
+        ):
+            array = first.copy()
+            for value, mask in having[1:]:
+                array[mask] = value[mask]
+            out[key] = array
+        else:
+            return None
+        out[f"_{key}"] = np.logical_or.reduce([mask for _, mask in having])
     return out
 
 
