@@ -462,9 +462,18 @@ class CollectorConfig:
                 f"{', '.join(EXPLORATION_TYPES)}"
             )
         object.__setattr__(self, "exploration_type", exploration.lower())
-        if isinstance(self.info_keys, str) or not all(isinstance(k, str) and k for k in self.info_keys):
-            raise ConfigError(f"info_keys must be a sequence of non-empty strings, got {self.info_keys!r}")
-        object.__setattr__(self, "info_keys", tuple(self.info_keys))
+        if self.info_keys is None:
+            raise ConfigError(
+                "info_keys must be a sequence of non-empty strings, got None: a collector's batch keeps the "
+                "entries you name (info_keys=('lives',)), each a field of fixed shape; name the entries to keep"
+            )
+        bad_keys = ConfigError(f"info_keys must be a sequence of non-empty strings, got {self.info_keys!r}")
+        if isinstance(self.info_keys, str) or not isinstance(self.info_keys, Iterable):
+            raise bad_keys
+        keys = tuple(self.info_keys)
+        if not all(isinstance(k, str) and k for k in keys):
+            raise bad_keys
+        object.__setattr__(self, "info_keys", keys)
         if self.cat_results not in (0, "stack") or isinstance(self.cat_results, bool):
             raise ConfigError(f"cat_results must be 0 (concatenate) or 'stack', got {self.cat_results!r}")
         if self.cat_results == "stack" and not (self.num_workers and self.sync):

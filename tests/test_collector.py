@@ -233,6 +233,11 @@ def test_continuous_actions_random_policy_within_bounds() -> None:
         ({"frames_per_batch": 8, "seed": -3}, "seed .* got -3"),
         ({"frames_per_batch": 8, "device": "tpu"}, "device='tpu'"),
         ({"frames_per_batch": 8, "storing_device": "cuda:7"}, "storing_device='cuda:7'"),
+        ({"frames_per_batch": 8, "info_keys": "lives"}, "info_keys must be a sequence .* got 'lives'"),
+        ({"frames_per_batch": 8, "info_keys": ["lives", ""]}, r"info_keys .* got \['lives', ''\]"),
+        # make_vec's "every entry"; a collector's batch keeps named entries only
+        ({"frames_per_batch": 8, "info_keys": None}, r"info_keys .* got None.*name the entries"),
+        ({"frames_per_batch": 8, "info_keys": 3}, "info_keys must be a sequence .* got 3"),
     ],
 )
 def test_bad_arguments_fail_before_anything_runs(kwargs: dict, match: str) -> None:
