@@ -751,3 +751,78 @@ def test_combine_joins_groups_infos_as_gymnasiums_add_info_of_every_env(seed: in
             rows = [info if i % 2 == half else {} for i, info in enumerate(envs[offset : offset + size])]
             halves.append((offset, merged(rows)))
     assert_same(combine(halves, count), merged(envs), "combined halves")
+
+
+class _JunkBehindMasks(VectorEnvAdapter):
+    """A batched env whose info arrays hold junk where their masks say a sub-env has no entry (gymnasium: zeros)."""
+
+    def step_batch(self, actions: Any) -> tuple[Any, Any, Any, Any, Any]:
+        *result, infos = super().step_batch(actions)
+        return (*result, _junk_behind_masks(infos))
+
+
+def _junk_behind_masks(infos: Any) -> Any:
+    out = {}
+    for key, values in infos.items():
+        mask = infos.get(f"_{key}")
+        if isinstance(values, dict):
+            values = _junk_behind_masks(values)
+        elif isinstance(mask, np.ndarray) and isinstance(values, np.ndarray) and values.dtype != object:
+            values = values.copy()
+            values[~mask] = 7
+        out[key] = values
+    return out
+
+
+@pytest.mark.parametrize(
+    ("engine", "own"),
+    [("inprocess", own) for own in COLLECTED] + [("workers", AutoresetMode.NEXT_STEP)],
+    ids=lambda value: value if isinstance(value, str) else value.name,
+)
+def test_a_collector_keeps_a_batched_env_s_info_entries_whole_as_its_single_envs(
+    engine: str, own: AutoresetMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept info entries (numbers, bools, an array, one with gaps) go into the step column whole, as the singles'."""
+    from pycollect._steps.group import EnvGroup
+
+    wholes: list[bool] = []
+    store = EnvGroup._store_column
+
+    def spy(group: EnvGroup, result: Any, t: int) -> list[int] | None:
+        ended = store(group, result, t)
+        wholes.append(ended is not None)
+        return ended
+
+    monkeypatch.setattr(EnvGroup, "_store_column", spy)
+    workers = 0 if engine == "inprocess" else 2
+
+    def batches(env: Any) -> list[Any]:
+        collector = pycollect.Collector(
+            env,
+            None,
+            frames_per_batch=max(1, workers) * K * 12,
+            envs_per_worker=K,
+            num_workers=workers,
+            seed=3,
+            max_frames_per_traj=4,
+            info_keys=["t", "score", "even", "pos", "rare"],
+        )
+        try:
+            return [collector.next_batch() for _ in range(2)]
+        finally:
+            collector.shutdown()
+
+    def batched_env() -> BatchedEnv:
+        return _JunkBehindMasks(_sync_of(_RichInfoEnv, K, own))
+
+    single = batches(_RichInfoEnv)
+    batched = batches(batched_env)
+    for ours, theirs in zip(batched, single, strict=True):
+        assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
+        for key in theirs.keys(True, True):
+            assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), key
+    rare = torch.cat([b["next", "rare"] for b in single])
+    assert (rare == 0).any() and (rare != 0).any()  # an entry some steps lack: the default there
+    assert bool(torch.cat([b["next", "truncated"] for b in single]).any())  # the limit cut episodes
+    if engine == "inprocess":
+        assert wholes and all(wholes), (wholes.count(True), len(wholes))

@@ -460,16 +460,16 @@ class EnvGroup:
         """Store a batched env's step whole as column ``t`` of the bound rollout: the sub-envs whose episode ended.
 
         The common step of a collector's rollout: arrays that can be stored whole (:meth:`_whole`,
-        one copy per array), no info kept, none waiting for a reset. The sub-envs whose episode
-        ends at this step, by their flags or the trajectory limit, are handed back for the
-        runner to reset together (:meth:`reset_ended`): a ``SAME_STEP`` env's own resets are
-        kept for that (the step's rows of them), their final observations (``final_obs``)
-        stored here, checked. Anything else (``None``) takes the sub-env by sub-env path, with
-        its checks and a reset per env.
+        one copy per array), kept info entries that can be stored whole (:meth:`_info_column`),
+        none waiting for a reset. The sub-envs whose episode ends at this step, by their flags
+        or the trajectory limit, are handed back for the runner to reset together
+        (:meth:`reset_ended`): a ``SAME_STEP`` env's own resets are kept for that (the step's
+        rows of them), their final observations (``final_obs``) stored here, checked. Anything
+        else (``None``) takes the sub-env by sub-env path, with its checks and a reset per env.
         """
         batch = self._batch
         assert batch is not None
-        if self._info_columns or self._ended.any() or batch.resets_pending:
+        if self._ended.any() or batch.resets_pending:
             return None
         whole = self._whole(result)
         if whole is None:
@@ -480,8 +480,21 @@ class EnvGroup:
         finals = result[4].get("final_obs") if env_resets else None
         if env_resets and finals is None:
             return None  # the sub-env path names what is missing
+        infos = result[4]
+        final_infos = infos.get("final_info") if env_resets else None  # the step's infos of the envs it reset
+        columns = []
+        for _, array, name, default in self._info_columns:
+            column = self._info_column(infos, name, array, default)
+            if column is not None and env_resets:
+                final = self._info_column(final_infos, name, array, default)
+                column = None if final is None else np.where(_rows_mask(by_env, final.ndim), final, column)
+            if column is None:
+                return None
+            columns.append(column)
         for (*_, array), value in zip(self._out, values, strict=True):
             array[:, t] = value
+        for (_, array, _, _), column in zip(self._info_columns, columns, strict=True):
+            array[:, t] = column
         self.rewards[t] = rewards
         self.terminated[t] = terminated
         self.truncated[t] = truncated
@@ -503,6 +516,29 @@ class EnvGroup:
         self._resets_due = (which, reset_by_env, [value[reset_by_env] for value in values], to_reset)
         batch.settle(to_reset)
         return which.tolist()
+
+    def _info_column(self, infos: Any, name: str, array: np.ndarray, default: np.ndarray) -> np.ndarray | None:
+        """A kept info entry of a batched env's step as one ``[K, *shape]`` column; ``None`` where it cannot be whole.
+
+        What the sub-env by sub-env path stores: the entry's row where the sub-env returned it
+        (its ``_name`` mask), the default where not. Whole where the entry is a ``[K, *shape]``
+        numpy array of a dtype the column's holds without loss (numpy's safe casts, which the
+        row checks pass as they are); any other value takes that path, which checks, converts
+        or names it.
+        """
+        count, shape = len(self.envs), array.shape[2:]
+        if not isinstance(infos, Mapping) or name not in infos:
+            return np.broadcast_to(default, (count, *shape))
+        values, mask = infos[name], infos.get(f"_{name}")
+        if type(values) is not np.ndarray or values.shape != (count, *shape):
+            return None
+        if values.dtype.kind not in "biuf" or not np.can_cast(values.dtype, array.dtype, "safe"):
+            return None
+        if mask is None:
+            return values
+        if type(mask) is not np.ndarray or mask.dtype != np.bool_ or mask.shape != (count,):
+            return None
+        return np.where(_rows_mask(mask, values.ndim), values, default)
 
     def reset_ended(self, ended: Sequence[int], t: int) -> list[np.ndarray] | None:
         """Reset together the sub-envs a whole store of step ``t`` handed back: their observations, checked.
@@ -1084,6 +1120,11 @@ def _leaf_of(observations: Any, path: Any) -> Any:
         except (KeyError, IndexError, TypeError):
             return None
     return value
+
+
+def _rows_mask(mask: np.ndarray, ndim: int) -> np.ndarray:
+    """A ``[K]`` mask shaped to select whole rows of a ``[K, ...]`` array of ``ndim`` dimensions."""
+    return mask.reshape(mask.shape[0], *(1,) * (ndim - 1))
 
 
 def disabled_message(envs: Sequence[int], offset: int = 0) -> str:
