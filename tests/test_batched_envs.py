@@ -688,9 +688,12 @@ def test_sb3_vec_env_gives_a_batched_env_s_infos_as_over_the_single_envs() -> No
         try:
             vec.seed(6)
             steps = [([vec.reset()], _typed(vec.reset_infos))]
+            kept = []  # the infos as returned: later steps must not change them
             for t in range(16):
                 observations, rewards, dones, infos = vec.step(np.full(K, t % 3, np.int64))
                 steps.append(([observations, rewards, dones], _typed([infos, vec.reset_infos])))
+                kept.append(infos)
+            assert [_typed([infos]) for infos in kept] == [step[1][:1] for step in steps[1:]]
             return steps
         finally:
             vec.close()

@@ -280,15 +280,38 @@ class WholeInfos:
     finals: tuple[dict[str, Any], ...] | None = None
 
     def entries(self) -> list[tuple[int, dict[str, Any], dict[str, Any] | None]]:
-        """The per-env material of the same infos: ``(env, info, final info or None)`` of each env with something."""
+        """The per-env material of the same infos: ``(env, info, final info or None)`` of each env with something.
+
+        Each env's info is what :func:`info_row` reads of it (built entry by entry, not env by
+        env); its dicts are new and its arrays rows of copies, which the caller may keep.
+        """
+        infos: dict[int, dict[str, Any]] = {}
+        finals: dict[int, dict[str, Any]] = {}
+        for part in self.parts:
+            _rows_of(part, infos)
+        for part in self.finals or ():
+            _rows_of(part, finals)
         out = []
-        for i in range(self.count):
-            info: dict[str, Any] = {}
-            final: dict[str, Any] = {}
-            for part in self.parts:
-                info.update(info_row(part, i))
-            for part in self.finals or ():
-                final.update(info_row(part, i))
+        for i in sorted(infos.keys() | finals.keys()):
+            info, final = infos.get(i, {}), finals.get(i)
             if info or final:
                 out.append((i, info, final or None))
         return out
+
+
+def _rows_of(infos: Mapping[str, Any], rows: dict[int, dict[str, Any]]) -> None:
+    """Add each env's row of a vector info dict made by :func:`gather` to ``rows`` (env -> info), as ``info_row``."""
+    for key, values in infos.items():
+        if key.startswith("_"):
+            continue
+        envs = np.flatnonzero(infos[f"_{key}"]).tolist()
+        if isinstance(values, Mapping):
+            nested: dict[int, dict[str, Any]] = {i: {} for i in envs}
+            _rows_of(values, nested)
+            picked: list[Any] = [nested[i] for i in envs]
+        elif values.dtype == np.bool_ and values.ndim == 1:
+            picked = values[envs].tolist()  # Python bools, as info_row gives them
+        else:
+            picked = list(values[envs])  # numpy scalars, or rows of a copy
+        for i, value in zip(envs, picked, strict=True):
+            rows.setdefault(i, {})[key] = value

@@ -30,6 +30,7 @@ from pycollect._steps.backend import StepBackend
 from pycollect._steps.group import material_entries
 from pycollect._steps.spaces import ActionChecker
 from pycollect.config import SupervisionConfig, VectorConfig
+from pycollect.envs._vector_infos import WholeInfos
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, UnsupportedSpaceError, VectorEnvClosedError
 from pycollect.metrics import StepCounter
@@ -37,6 +38,11 @@ from pycollect.vector._env_calls import GetAttr, IsWrapped, Render, SetAttr
 from pycollect.vector.env import VectorEnvStats, start_backend
 
 __all__ = ["SB3VecEnv"]
+
+
+def _as_is(info: dict[str, Any]) -> dict[str, Any]:
+    return info
+
 
 _ARGUMENTS = ("num_workers", "env_kwargs", "info_keys", "supervision", "step_backend")
 
@@ -223,13 +229,16 @@ class SB3VecEnv(VecEnv):
         for n in np.flatnonzero(dones).tolist():
             self.reset_infos[n] = fields.env_info(n)
         for offset, material in parts:
+            # An env's own info objects are copied (the env may change them later); infos kept
+            # whole are read into new ones.
+            copy: Callable[[dict[str, Any]], dict[str, Any]] = _as_is if isinstance(material, WholeInfos) else deepcopy
             for index, info, final in material_entries(material):
                 n = offset + index
                 if dones[n]:
-                    infos[n].update(deepcopy(final or {}))
+                    infos[n].update(copy(final or {}))
                     self.reset_infos[n].update(info)
                 else:
-                    infos[n].update(deepcopy(info))
+                    infos[n].update(copy(info))
         time_limit = truncated & ~terminated
         for n, info in enumerate(infos):
             info["TimeLimit.truncated"] = bool(time_limit[n])
