@@ -393,10 +393,19 @@ def test_an_env_factory_that_raises_names_the_batched_backend() -> None:
 
 @pytest.mark.parametrize(("own", "mode"), SERVED, ids=[f"{o.name}-as-{m.name}" for o, m in SERVED])
 @pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("info_keys", [None, ()], ids=["infos-kept", "no-infos"])
 def test_a_batch_stored_whole_equals_its_single_envs_step_for_step(
-    own: AutoresetMode, mode: AutoresetMode, num_workers: int, monkeypatch: pytest.MonkeyPatch
+    own: AutoresetMode,
+    mode: AutoresetMode,
+    num_workers: int,
+    info_keys: tuple[str, ...] | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Infos empty, observations exact: the group stores the batch's arrays whole (no per-env Python)."""
+    """Infos empty, observations exact: the group stores the batch's arrays whole (no per-env Python).
+
+    With ``info_keys=()`` no info is kept, but a same-step env's final observations (in its
+    infos) still are.
+    """
     from pycollect._steps.group import EnvGroup
 
     wholes: list[bool] = []
@@ -410,8 +419,10 @@ def test_a_batch_stored_whole_equals_its_single_envs_step_for_step(
     monkeypatch.setattr(EnvGroup, "_store_batch", spy)  # seen in this process (num_workers=0)
     per_worker = K // max(1, num_workers)
     factory = functools.partial(_sync_of, CountingEnv, per_worker, own, length=3)
-    ours = make_vec(factory, K, num_workers=num_workers, autoreset_mode=mode)
-    theirs = make_vec(functools.partial(CountingEnv, length=3), K, num_workers=0, autoreset_mode=mode)
+    ours = make_vec(factory, K, num_workers=num_workers, autoreset_mode=mode, info_keys=info_keys)
+    theirs = make_vec(
+        functools.partial(CountingEnv, length=3), K, num_workers=0, autoreset_mode=mode, info_keys=info_keys
+    )
     try:
         np.testing.assert_array_equal(ours.reset(seed=8)[0], theirs.reset(seed=8)[0])
         ended = np.zeros(K, bool)

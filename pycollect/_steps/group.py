@@ -728,7 +728,7 @@ class EnvGroup:
         if whole is None:
             return False, None
         values, rewards, terminated, truncated = whole
-        infos = result[4] if batch.infos_wanted else {}
+        infos = result[4] if batch.infos_wanted else {}  # the raw infos hold a same-step env's final_obs, kept or not
         by_env = terminated | truncated
         same_step = self.mode is AutoresetMode.SAME_STEP
         own_resets = by_env if same_step and batch.autoreset_mode is AutoresetMode.SAME_STEP else np.zeros_like(by_env)
@@ -749,7 +749,7 @@ class EnvGroup:
             batch.settle(self._ended)
             main, _ = step_infos
             return True, self._whole_material(main, [])
-        return True, self._reset_ended_batch(infos, own_resets, step_infos)
+        return True, self._reset_ended_batch(result[4], own_resets, step_infos)
 
     def _whole_step_infos(
         self, infos: Mapping[str, Any], to_reset: np.ndarray | None, own_resets: np.ndarray
