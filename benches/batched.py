@@ -34,6 +34,17 @@ target; it measures a collector's resets of many sub-envs at once). Contenders:
   env_kwargs={"num_threads": 1})`` stepped in a plain loop, EnvPool's infos (``env_id``,
   ``elapsed_step``, ``players``) kept as by default, and the same with ``info_keys=()``.
 
+``envpool-infos``: what keeping EnvPool's infos costs, EnvPool's CartPole with 256 envs (no target).
+Contenders, in this process unless said:
+
+* ``EnvPool alone``: ``envpool.make("CartPole-v1", num_envs=256, num_threads=1)`` in a plain loop.
+* ``make_vec``: ``make_vec("envpool:CartPole-v1", 256, num_workers=0)`` in a plain loop, in
+  ``next_step`` (the default) and ``same_step`` mode, each with EnvPool's infos kept (the
+  default) and with ``info_keys=()``.
+* ``Collector``: ``Collector("envpool:CartPole-v1", envs_per_worker=256, num_workers=0)``,
+  ``[256, 32]`` batches, keeping ``info_keys=["elapsed_step"]`` and keeping none.
+* ``SB3VecEnv``: ``SB3VecEnv("envpool:CartPole-v1", 512, num_workers=2)``, infos kept (2 x 256).
+
 ``jax``: gymnax's CartPole (the ``pycollect-jax`` plugin), 4,096 envs on the CPU, stepped in
 this process. Contenders:
 
@@ -59,6 +70,7 @@ Usage::
     python benches/batched.py                      # Pong: 3 rounds
     python benches/batched.py --workload cartpole
     python benches/batched.py --workload envpool-cartpole
+    python benches/batched.py --workload envpool-infos
     python benches/batched.py --workload jax       # needs pycollect-jax (plugins/pycollect-jax)
     python benches/batched.py --quick              # fewer frames, 2 rounds
 """
@@ -96,6 +108,17 @@ ENVPOOL_CARTPOLE = "EnvPool alone (CartPole, 512 envs, 2 threads)"
 OVER_ENVPOOL_CARTPOLE = "pycollect workers over EnvPool (CartPole, 2 x 256)"
 MAKE_VEC_ENVPOOL = "pycollect make_vec over EnvPool (CartPole, 2 x 256, infos kept)"
 MAKE_VEC_ENVPOOL_BARE = "pycollect make_vec over EnvPool (CartPole, 2 x 256, info_keys=())"
+INFO_ENVS = 256  # EnvPool CartPoles of the envpool-infos workload
+ENVPOOL_ONE = "EnvPool alone (CartPole, 256 envs, 1 thread)"
+INFO_CONTENDERS = {  # name: (how it is made, keyword arguments)
+    "pycollect make_vec, next_step, infos kept": ("make_vec", {}),
+    "pycollect make_vec, next_step, info_keys=()": ("make_vec", {"info_keys": ()}),
+    "pycollect make_vec, same_step, infos kept": ("make_vec", {"autoreset_mode": "same_step"}),
+    "pycollect make_vec, same_step, info_keys=()": ("make_vec", {"autoreset_mode": "same_step", "info_keys": ()}),
+    "pycollect Collector, info_keys=['elapsed_step']": ("collector", {"info_keys": ["elapsed_step"]}),
+    "pycollect Collector, no info kept": ("collector", {}),
+    "pycollect SB3VecEnv, 2 workers x 256, infos kept": ("sb3", {}),
+}
 JAX_ENVS = 4096  # gymnax CartPoles, in one batched env
 RAW_JAX = "raw jitted gymnax loop (4096 CartPoles)"
 DEVICE_JAX = "pycollect engine='device' over gymnax (4096)"
@@ -114,14 +137,16 @@ PONG_KWARGS = {
 }
 
 
-def envpool_alone(frames: int, task: str = "Pong-v5", per_worker: int = PONG_ENVS, actions: int = 6) -> tp.Result:
+def envpool_alone(
+    frames: int, task: str = "Pong-v5", per_worker: int = PONG_ENVS, actions: int = 6, threads: int = WORKERS
+) -> tp.Result:
     """EnvPool's ``task`` (Pong: 8 envs) on 2 threads, stepped with random actions in this process."""
     import envpool
 
     n = WORKERS * per_worker
     kwargs = PONG_KWARGS if task == "Pong-v5" else {}
     t0 = time.perf_counter()
-    envs = envpool.make(task, env_type="gymnasium", num_envs=n, num_threads=WORKERS, seed=0, **kwargs)
+    envs = envpool.make(task, env_type="gymnasium", num_envs=n, num_threads=threads, seed=0, **kwargs)
 
     def prepare() -> Callable[[int], Any]:
         drawn = list(np.random.default_rng(0).integers(0, actions, size=(64, n), dtype=np.int32))
@@ -129,6 +154,33 @@ def envpool_alone(frames: int, task: str = "Pong-v5", per_worker: int = PONG_ENV
         return functools.partial(tp._step_loop, envs, drawn)
 
     return tp._timed_steps(t0, envs, n, frames, prepare)
+
+
+def envpool_one_thread(frames: int) -> tp.Result:
+    """EnvPool's CartPole, 256 envs on 1 thread, in this process."""
+    return envpool_alone(frames, "CartPole-v1", INFO_ENVS // WORKERS, 2, threads=1)
+
+
+def _info_contender(how: str, kwargs: dict[str, Any], frames: int) -> tp.Result:
+    """One contender of the envpool-infos workload (see :data:`INFO_CONTENDERS`)."""
+    env = "envpool:CartPole-v1"
+    if how == "make_vec":
+        return _make_vec_loop(env, frames, num_envs=INFO_ENVS, num_workers=0, env_kwargs={"num_threads": 1}, **kwargs)
+    if how == "collector":
+        return _collector(env, frames, INFO_ENVS, workers=0, num_threads=1, **kwargs)
+    from pycollect.vector import SB3VecEnv
+
+    n = WORKERS * INFO_ENVS
+    t0 = time.perf_counter()
+    vec = SB3VecEnv(env, n, num_workers=WORKERS, env_kwargs={"num_threads": 1})
+
+    def prepare() -> Callable[[int], Any]:
+        actions = list(np.random.default_rng(0).integers(0, 2, size=(64, n)))
+        vec.seed(0)
+        vec.reset()
+        return functools.partial(tp._step_loop, vec, actions)
+
+    return tp._timed_steps(t0, vec, n, frames, prepare)
 
 
 def envpool_cartpole_alone(frames: int) -> tp.Result:
@@ -141,15 +193,23 @@ def over_envpool_cartpole(frames: int) -> tp.Result:
     return _collector("envpool:CartPole-v1", frames, CARTPOLE_ENVS, num_threads=1)
 
 
-def _collector(env: str, frames: int, per_worker: int = PONG_ENVS, **env_kwargs: Any) -> tp.Result:
+def _collector(
+    env: str,
+    frames: int,
+    per_worker: int = PONG_ENVS,
+    workers: int = WORKERS,
+    info_keys: tuple[str, ...] | list[str] = (),
+    **env_kwargs: Any,
+) -> tp.Result:
     cpu0, t0 = tp.CPU.read(), time.perf_counter()
     collector = pycollect.Collector(
         env,
         None,
-        frames_per_batch=WORKERS * per_worker * STEPS,
+        frames_per_batch=max(1, workers) * per_worker * STEPS,
         envs_per_worker=per_worker,
-        num_workers=WORKERS,
+        num_workers=workers,
         seed=0,
+        info_keys=info_keys,
         env_kwargs=env_kwargs or None,
     )
     batches = max(1, round(frames / collector.frames_per_batch))
@@ -230,11 +290,13 @@ def make_vec_over_envpool_bare(frames: int) -> tp.Result:
     return _make_vec_loop("envpool:CartPole-v1", frames, env_kwargs={"num_threads": 1}, info_keys=())
 
 
-def _make_vec_loop(env: str, frames: int, **kwargs: Any) -> tp.Result:
-    """``make_vec(env, 512, num_workers=2, **kwargs)`` stepped in a plain loop with random actions."""
-    n = WORKERS * CARTPOLE_ENVS
+def _make_vec_loop(
+    env: str, frames: int, num_envs: int = WORKERS * CARTPOLE_ENVS, num_workers: int = WORKERS, **kwargs: Any
+) -> tp.Result:
+    """``make_vec(env, num_envs, num_workers=num_workers, **kwargs)`` stepped in a plain loop with random actions."""
+    n = num_envs
     t0 = time.perf_counter()
-    envs = pycollect.make_vec(env, n, num_workers=WORKERS, **kwargs)
+    envs = pycollect.make_vec(env, n, num_workers=num_workers, **kwargs)
 
     def prepare() -> Callable[[int], Any]:
         actions = list(np.random.default_rng(0).integers(0, 2, size=(64, n)))
@@ -321,10 +383,26 @@ WORKLOADS: dict[str, dict[str, Callable[[int], tp.Result]]] = {
         MAKE_VEC_ENVPOOL: make_vec_over_envpool,
         MAKE_VEC_ENVPOOL_BARE: make_vec_over_envpool_bare,
     },
+    "envpool-infos": {
+        ENVPOOL_ONE: envpool_one_thread,
+        **{name: functools.partial(_info_contender, how, kwargs) for name, (how, kwargs) in INFO_CONTENDERS.items()},
+    },
     "jax": {RAW_JAX: raw_jax_loop, DEVICE_JAX: device_over_gymnax, HOST_JAX: inprocess_over_gymnax},
 }
-FRAMES = {"pong": 16_000, "cartpole": 4_000_000, "envpool-cartpole": 4_000_000, "jax": 8_388_608}
-BASELINES = {"pong": ENVPOOL, "cartpole": RAW_VECTOR, "envpool-cartpole": ENVPOOL_CARTPOLE, "jax": RAW_JAX}
+FRAMES = {
+    "pong": 16_000,
+    "cartpole": 4_000_000,
+    "envpool-cartpole": 4_000_000,
+    "envpool-infos": 1_500_000,
+    "jax": 8_388_608,
+}
+BASELINES = {
+    "pong": ENVPOOL,
+    "cartpole": RAW_VECTOR,
+    "envpool-cartpole": ENVPOOL_CARTPOLE,
+    "envpool-infos": ENVPOOL_ONE,
+    "jax": RAW_JAX,
+}
 
 
 def main() -> None:
@@ -338,7 +416,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="path stem for .json and .png (default results/batched-<workload>)")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
-    if problem := tp._missing("envpool") if args.workload in ("pong", "envpool-cartpole") else None:
+    if problem := tp._missing("envpool") if args.workload.startswith("envpool") or args.workload == "pong" else None:
         parser.error(f"{args.workload} needs EnvPool (pip install envpool): {problem}")
     if args.workload == "pong" and (problem := tp._missing("ale_py") or tp._missing("cv2")):
         parser.error(f"Pong needs ale-py and opencv-python-headless (pip install -e '.[bench]'): {problem}")
@@ -407,8 +485,8 @@ def _targets(workload: str, summary: dict[str, dict[str, Any]]) -> list[tuple[st
         ]
     if workload == "jax":
         return [("engine='device' over gymnax vs the raw jitted loop", summary[DEVICE_JAX]["x baseline"], 0.9)]
-    if workload == "envpool-cartpole":
-        return []  # no target: the figures say what a collector's resets of many sub-envs cost
+    if workload in ("envpool-cartpole", "envpool-infos"):
+        return []  # no target: the figures say what resets of many sub-envs, or infos, cost
     return [("make_vec over gymnasium-vector vs two raw loops", summary[MAKE_VEC]["x baseline"], 0.9)]
 
 
@@ -435,6 +513,7 @@ def _plot(path: Path, summary: dict[str, dict[str, Any]], workload: str) -> None
         "pong": "Pong",
         "cartpole": "CartPole",
         "envpool-cartpole": "EnvPool CartPole, 512 envs",
+        "envpool-infos": "EnvPool CartPole, 256 envs",
         "jax": "gymnax CartPole, 4,096 envs",
     }[workload]
     ax.set_xlabel(f"frames/s, {env} (random actions)")
