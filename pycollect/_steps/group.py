@@ -748,7 +748,7 @@ class EnvGroup:
             self._ended[...] = by_env  # NEXT_STEP: the env resets them at the next step
             batch.settle(self._ended)
             main, _ = step_infos
-            return True, self._whole_material(main, [])
+            return True, self._whole_material(main, None)
         return True, self._reset_ended_batch(result[4], own_resets, step_infos)
 
     def _whole_step_infos(

@@ -10,6 +10,12 @@ nesting and the ``_key`` masks. Each key's array depends only on that key's valu
 fields' arrays are gymnasium's as they are; where an entry reached the trainer both ways in
 one step (a value of another kind than its field's), that key is rebuilt env by env.
 
+A batched env's group may keep its infos whole instead (a
+:class:`~pycollect.envs._vector_infos.WholeInfos`: vector info dicts over its envs, as
+gymnasium would have merged them); when every group did and the fields hold nothing of this
+step, the groups' dicts are joined with array operations
+(:func:`~pycollect.envs._vector_infos.combine`), else read env by env as any material.
+
 In ``SAME_STEP`` mode an env whose episode ended adds, as ``SyncVectorEnv`` does,
 ``infos["final_obs"]`` (an object array of observations in the single observation space's
 structure) and ``infos["final_info"]`` (a nested info dict), each with its mask, and then the
