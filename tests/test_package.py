@@ -152,6 +152,7 @@ def test_core_stub_signatures_match_the_binary() -> None:
 TORCH_FREE = [
     "pycollect.worker",
     "pycollect._engines.workers.main",
+    "pycollect._engines.workers.rollouts",
     "pycollect._engines.workers.spec",
     "pycollect._engines.workers.contract",
     "pycollect._rollout.runner",

@@ -386,8 +386,9 @@ def _preload() -> None:
     import torch
 
     torch.set_num_threads(1)
-    # Worker modules (see main._collect); importing them touches no CUDA.
+    # Worker modules (see rollouts.collect_rollouts); importing them touches no CUDA.
     import pycollect._engines.workers.main
+    import pycollect._engines.workers.rollouts
     import pycollect._engines.workers.spec
     import pycollect._rollout.actions
     import pycollect._rollout.runner
