@@ -731,11 +731,15 @@ class EnvGroup:
         infos = result[4] if batch.infos_wanted else {}  # the raw infos hold a same-step env's final_obs, kept or not
         by_env = terminated | truncated
         same_step = self.mode is AutoresetMode.SAME_STEP
-        own_resets = by_env if same_step and batch.autoreset_mode is AutoresetMode.SAME_STEP else np.zeros_like(by_env)
-        ended = by_env
-        if same_step and self.max_episode_steps is not None:
-            ended = by_env | (self._lengths + 1 >= self.max_episode_steps)
-        step_infos = self._whole_step_infos(infos, ended & ~own_resets if same_step else None, own_resets)
+        own_resets = by_env if same_step and batch.autoreset_mode is AutoresetMode.SAME_STEP else None
+        step_infos: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = ([], [])
+        if infos and not same_step:
+            step_infos = self._whole_step_infos(infos, None, None)
+        elif infos:
+            ended = by_env
+            if self.max_episode_steps is not None:
+                ended = by_env | (self._lengths + 1 >= self.max_episode_steps)
+            step_infos = self._whole_step_infos(infos, ended if own_resets is None else ended & ~own_resets, own_resets)
         if step_infos is None:
             return False, None
         for (*_, array), value in zip(self._out, values, strict=True):
@@ -743,16 +747,17 @@ class EnvGroup:
         self.rewards[...] = rewards
         self.terminated[...] = terminated
         self.truncated[...] = truncated
-        self.info.clear_rows(slice(None))  # the material holds this step's infos whole
+        if self.info.fields:
+            self.info.clear_rows(slice(None))  # the material holds this step's infos whole
         if not same_step:
             self._ended[...] = by_env  # NEXT_STEP: the env resets them at the next step
             batch.settle(self._ended)
             main, _ = step_infos
-            return True, self._whole_material(main, None)
+            return True, self._whole_material(main, None) if main else None
         return True, self._reset_ended_batch(result[4], own_resets, step_infos)
 
     def _whole_step_infos(
-        self, infos: Mapping[str, Any], to_reset: np.ndarray | None, own_resets: np.ndarray
+        self, infos: Mapping[str, Any], to_reset: np.ndarray | None, own_resets: np.ndarray | None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
         """A batched env's step infos kept whole: the parts of the step's infos and of its final infos.
 
@@ -760,8 +765,8 @@ class EnvGroup:
         resets (their info is that reset's, added by :meth:`_reset_ended_batch`; the step's
         info is their final one); ``None``: no mode that resets here. ``own_resets``: the
         sub-envs a ``SAME_STEP`` env reset itself (their info in ``infos`` is the reset's,
-        their final one in ``infos["final_info"]``). ``None`` where the infos cannot be kept
-        whole (:func:`~pycollect.envs._vector_infos.gather`).
+        their final one in ``infos["final_info"]``; ``None``: an env of another mode). ``None``
+        where the infos cannot be kept whole (:func:`~pycollect.envs._vector_infos.gather`).
         """
         count, keys = len(self.envs), self.info_keys
         if to_reset is None:
@@ -769,7 +774,7 @@ class EnvGroup:
             return None if main is None else ([main], [])
         parts = (
             gather(infos, ~to_reset, count, keys=keys),
-            gather(infos.get("final_info"), own_resets, count, keys=keys),
+            {} if own_resets is None else gather(infos.get("final_info"), own_resets, count, keys=keys),
             gather(infos, to_reset, count, keys=keys),
         )
         if any(part is None for part in parts):
@@ -810,13 +815,14 @@ class EnvGroup:
     def _reset_ended_batch(
         self,
         infos: Mapping[str, Any],
-        own_resets: np.ndarray,
+        own_resets: np.ndarray | None,
         step_infos: tuple[list[dict[str, Any]], list[dict[str, Any]]],
     ) -> Material | None:
         """``SAME_STEP``, after a whole-batch store: the trajectory limit, final observations, resets of ended sub-envs.
 
         ``own_resets``: the sub-envs a ``SAME_STEP`` batched env reset itself (their final
-        observations are in ``infos``); any other ended sub-env is reset here. ``step_infos``:
+        observations are in ``infos``; ``None``: an env of another mode); any other ended
+        sub-env is reset here. ``step_infos``:
         the step's infos kept whole (:meth:`_whole_step_infos`), to which the resets' are added.
         """
         batch, step = self._batch, self._steps_taken
@@ -831,6 +837,8 @@ class EnvGroup:
         if not ended.any():
             return self._whole_material(main, None)
         lengths[ended] = 0
+        if own_resets is None:
+            own_resets = np.zeros_like(ended)
         finals_obs = infos.get("final_obs") if own_resets.any() else None
         for i in np.flatnonzero(ended).tolist():
             if own_resets[i]:
