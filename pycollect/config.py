@@ -467,13 +467,14 @@ class CollectorConfig:
                 "info_keys must be a sequence of non-empty strings, got None: a collector's batch keeps the "
                 "entries you name (info_keys=('lives',)), each a field of fixed shape; name the entries to keep"
             )
-        bad_keys = ConfigError(f"info_keys must be a sequence of non-empty strings, got {self.info_keys!r}")
-        if isinstance(self.info_keys, str) or not isinstance(self.info_keys, Iterable):
-            raise bad_keys
-        keys = tuple(self.info_keys)
-        if not all(isinstance(k, str) and k for k in keys):
-            raise bad_keys
-        object.__setattr__(self, "info_keys", keys)
+        given = self.info_keys
+        if (
+            isinstance(given, str)
+            or not isinstance(given, Iterable)
+            or not all(isinstance(k, str) and k for k in given)
+        ):
+            raise ConfigError(f"info_keys must be a sequence of non-empty strings, got {given!r}")
+        object.__setattr__(self, "info_keys", tuple(given))
         if self.cat_results not in (0, "stack") or isinstance(self.cat_results, bool):
             raise ConfigError(f"cat_results must be 0 (concatenate) or 'stack', got {self.cat_results!r}")
         if self.cat_results == "stack" and not (self.num_workers and self.sync):

@@ -732,13 +732,13 @@ class EnvGroup:
         by_env = terminated | truncated
         same_step = self.mode is AutoresetMode.SAME_STEP
         own_resets = by_env if same_step and batch.autoreset_mode is AutoresetMode.SAME_STEP else None
+        # SAME_STEP: the sub-envs the trajectory limit cuts at this step (their steps are counted after the store)
+        cut = self._lengths + 1 >= self.max_episode_steps if same_step and self.max_episode_steps is not None else None
         step_infos: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = ([], [])
         if infos and not same_step:
             step_infos = self._whole_step_infos(infos, None, None)
         elif infos:
-            ended = by_env
-            if self.max_episode_steps is not None:
-                ended = by_env | (self._lengths + 1 >= self.max_episode_steps)
+            ended = by_env if cut is None else by_env | cut
             step_infos = self._whole_step_infos(infos, ended if own_resets is None else ended & ~own_resets, own_resets)
         if step_infos is None:
             return False, None
@@ -754,7 +754,7 @@ class EnvGroup:
             batch.settle(self._ended)
             main, _ = step_infos
             return True, self._whole_material(main, None) if main else None
-        return True, self._reset_ended_batch(result[4], own_resets, step_infos)
+        return True, self._reset_ended_batch(result[4], own_resets, cut, step_infos)
 
     def _whole_step_infos(
         self, infos: Mapping[str, Any], to_reset: np.ndarray | None, own_resets: np.ndarray | None
@@ -816,21 +816,23 @@ class EnvGroup:
         self,
         infos: Mapping[str, Any],
         own_resets: np.ndarray | None,
+        cut: np.ndarray | None,
         step_infos: tuple[list[dict[str, Any]], list[dict[str, Any]]],
     ) -> Material | None:
         """``SAME_STEP``, after a whole-batch store: the trajectory limit, final observations, resets of ended sub-envs.
 
         ``own_resets``: the sub-envs a ``SAME_STEP`` batched env reset itself (their final
         observations are in ``infos``; ``None``: an env of another mode); any other ended
-        sub-env is reset here. ``step_infos``:
-        the step's infos kept whole (:meth:`_whole_step_infos`), to which the resets' are added.
+        sub-env is reset here. ``cut``: the sub-envs the trajectory limit cuts at this step
+        (``None``: no limit). ``step_infos``: the step's infos kept whole
+        (:meth:`_whole_step_infos`), to which the resets' are added.
         """
         batch, step = self._batch, self._steps_taken
         assert batch is not None and self._final_out is not None
         lengths = self._lengths
-        if self.max_episode_steps is not None:
+        if cut is not None:
             lengths += 1
-            self.truncated |= lengths >= self.max_episode_steps
+            self.truncated |= cut
         ended = self.terminated | self.truncated
         main, finals = step_infos
         rows: dict[int, dict[str, Any]] | None = None

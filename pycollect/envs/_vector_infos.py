@@ -201,15 +201,13 @@ def _overlaid(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             out[key], out[f"_{key}"] = first, where
             continue
         values = [value for value, _ in having]
-        if all(isinstance(value, Mapping) for value in values):
+        kind = _kind(values)  # the parts are over the same envs: arrays of one row shape are of one shape
+        if kind == "dicts":
             nested = _overlaid(values)
             if nested is None:
                 return None
             out[key] = nested
-        elif all(
-            isinstance(value, np.ndarray) and value.dtype == first.dtype and value.shape == first.shape
-            for value in values
-        ):
+        elif kind == "arrays":
             array = first.copy()
             for value, mask in having[1:]:
                 array[mask] = value[mask]
@@ -238,19 +236,30 @@ def _concatenated(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for key in keys:
         values = [part[key] for part in parts]
-        if all(isinstance(value, Mapping) for value in values):
+        kind = _kind(values)
+        if kind == "dicts":
             nested = _concatenated(values)
             if nested is None:
                 return None
             out[key] = nested
-        elif all(
-            isinstance(value, np.ndarray) and value.dtype == values[0].dtype and value.shape[1:] == values[0].shape[1:]
-            for value in values
-        ):
+        elif kind == "arrays":
             out[key] = np.concatenate(values)
         else:
             return None
     return out
+
+
+def _kind(values: Sequence[Any]) -> str | None:
+    """``"dicts"`` if every value is a dict, ``"arrays"`` if each is an array of the first's dtype and row shape."""
+    if all(isinstance(value, Mapping) for value in values):
+        return "dicts"
+    first = values[0]
+    if all(
+        isinstance(value, np.ndarray) and value.dtype == first.dtype and value.shape[1:] == first.shape[1:]
+        for value in values
+    ):
+        return "arrays"
+    return None
 
 
 def _envs(infos: Mapping[str, Any]) -> int:
