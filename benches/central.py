@@ -136,7 +136,7 @@ class Waits:
 
 def count_waits() -> None:
     """Count the CPU time of every step wait in this process (:class:`Waits`)."""
-    from pycollect._engines.workers.step_backend import WorkerStepBackend
+    from pycollect._step_backends.workers import WorkerStepBackend
 
     wait = WorkerStepBackend.step_wait
 

@@ -56,7 +56,7 @@ import synthetic_env
 from pycollect import Collector
 from pycollect._batch.episodes import EpisodeRecord
 from pycollect._engines import inprocess
-from pycollect._engines.workers import pool
+from pycollect._engines import workers as pool
 from pycollect._rollout import runner
 from pycollect._steps.checks import OutputChecks
 from pycollect._steps.group import EnvGroup

@@ -67,7 +67,7 @@ def _measure(mode: str) -> float:
 
     import pycollect
     from pycollect import Collector  # starts no process
-    from pycollect._engines.workers import forkserver
+    from pycollect._workers import forkserver
 
     if mode == "warm":
         pycollect.prestart()

@@ -76,8 +76,8 @@ from pycollect.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from pycollect._batch.episodes import EpisodeRecord
-    from pycollect._engines.workers._prestart import prestart
     from pycollect._rollout.seeding import env_seeds
+    from pycollect._workers._prestart import prestart
     from pycollect.collector import Collector, CollectorStats
     from pycollect.config import CollectorConfig, SupervisionConfig, VectorConfig
     from pycollect.default_plugins import (
@@ -112,7 +112,7 @@ _LAZY = {
     "WeightSyncScheme": "pycollect.weights",
     "EpisodeRecord": "pycollect._batch.episodes",
     "env_seeds": "pycollect._rollout.seeding",
-    "prestart": "pycollect._engines.workers._prestart",
+    "prestart": "pycollect._workers._prestart",
     "make_vec": "pycollect.vector",
     # The built-in plugins' classes, to configure them (SharedMemoryScheme(mode="view")).
     **{name: "pycollect.default_plugins" for name in ("CpuPolicy", "ExplicitPolicy", "RoundRobinPolicy")},

@@ -665,7 +665,7 @@ def _summary(args: argparse.Namespace, collected: _Collected) -> dict[str, Any]:
 def _one_line(exc: PyCollectError) -> str:
     """An error while collecting, on one line: a crashed worker's traceback is on stderr already."""
     if isinstance(exc, WorkerCrashedError):
-        from pycollect._engines.workers.supervision import crash_summary
+        from pycollect._workers.supervision import crash_summary
 
         return crash_summary(exc)
     return str(exc)

@@ -360,7 +360,7 @@ class _CrashOnceEnv(CountingEnv):
         super().__init__(length=100)
         import os
 
-        from pycollect._engines.workers import contract
+        from pycollect._workers import contract
 
         here = int(os.environ.get(contract.ENV_WORKER, "-1")), int(os.environ.get(contract.ENV_GENERATION, "0"))
         self.armed = here == (1, 1)

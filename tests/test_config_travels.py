@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from pycollect import Collector, CollectorConfig, ConfigError, SupervisionConfig, UnknownEngineError
-from pycollect._engines.workers.spec import read_spec
+from pycollect._workers.spec import read_spec
 from pycollect.testing.envs import CountingEnv
 from pycollect.testing.settings import changed_supervision, same_setting, unchanged_settings
 

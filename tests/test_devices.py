@@ -15,7 +15,7 @@ from pycollect._batch import device as device_module
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.recycle import RecycledMemory
 from pycollect._engines import inprocess
-from pycollect._engines.workers.pool import place_workers, storing_devices
+from pycollect._engines.workers import place_workers, storing_devices
 from pycollect._rollout.policy import parameters_device as policy_device
 from pycollect.cli import main
 from pycollect.config import CollectorConfig, resolve_device

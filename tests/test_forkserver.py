@@ -19,7 +19,7 @@ import pytest
 from trainer_process import start_trainer, wait_gone
 
 from pycollect import Collector
-from pycollect._engines.workers import forkserver
+from pycollect._workers import forkserver
 from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv
 from pycollect.testing.leaks import child_processes
@@ -197,7 +197,7 @@ def test_forked_workers_and_the_server_die_with_a_sigkilled_trainer() -> None:
 EXITING_TRAINER = """
 import os
 import pycollect
-from pycollect._engines.workers import forkserver
+from pycollect._workers import forkserver
 pycollect.prestart()
 assert forkserver.wait_ready(120.0)
 print(forkserver.server_pid(), flush=True)
@@ -287,7 +287,7 @@ def test_ctrl_c_interrupts_the_wait_for_a_server_that_does_not_answer(monkeypatc
 
 THREAD_TRAINER = """
 import os, sys, threading, time
-from pycollect._engines.workers import forkserver
+from pycollect._workers import forkserver
 thread = threading.Thread(target=forkserver.start)  # no parent-death signal for the server then
 thread.start()
 thread.join()

@@ -360,7 +360,7 @@ def test_a_process_an_env_starts_inherits_no_pycollect_descriptor() -> None:
 
 
 def test_the_spec_memfd_is_sealed_against_writes() -> None:
-    from pycollect._engines.workers.spec import write_spec
+    from pycollect._workers.spec import write_spec
 
     fd = write_spec(b"payload")  # type: ignore[arg-type]
     try:

@@ -151,10 +151,10 @@ def test_core_stub_signatures_match_the_binary() -> None:
 
 TORCH_FREE = [
     "pycollect.worker",
-    "pycollect._engines.workers.main",
-    "pycollect._engines.workers.rollouts",
-    "pycollect._engines.workers.spec",
-    "pycollect._engines.workers.contract",
+    "pycollect._workers.main",
+    "pycollect._workers.rollouts",
+    "pycollect._workers.spec",
+    "pycollect._workers.contract",
     "pycollect._rollout.runner",
     "pycollect._rollout.actions",
     "pycollect._rollout.action_source",
@@ -164,7 +164,7 @@ TORCH_FREE = [
     "pycollect._steps.spaces",
     "pycollect._steps.infos",
     "pycollect._steps.backend",
-    "pycollect._steps.inprocess",
+    "pycollect._step_backends.inprocess",
     "pycollect.vector",
     "pycollect.vector._env_calls",
     "pycollect.envs",

@@ -13,7 +13,7 @@ import pytest
 from test_vector_workers import CrashingEnv
 
 from pycollect import ActionError, ConfigError
-from pycollect._engines.workers import contract
+from pycollect._workers import contract
 from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv, MultiBinaryActionEnv
 from pycollect.vector import make_vec

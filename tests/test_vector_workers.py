@@ -22,7 +22,7 @@ from trainer_process import alive, start_trainer, wait_gone
 
 import pycollect
 from pycollect import ActionError, ConfigError, VectorEnvClosedError, WorkerCrashedError
-from pycollect._engines.workers import contract
+from pycollect._workers import contract
 from pycollect.testing import wait_until
 from pycollect.testing.envs import CountingEnv, HangingEnv, RaisingEnv
 from pycollect.testing.leaks import child_processes

@@ -170,7 +170,7 @@ FIRST_WORKERS_TRAINER = (
     + """
 import json, sys
 from pycollect import Collector
-from pycollect._engines.workers import forkserver
+from pycollect._workers import forkserver
 from pycollect.testing.envs import CountingEnv
 if sys.argv[1:] == ["prestart"]:
     import pycollect

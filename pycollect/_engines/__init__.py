@@ -6,6 +6,9 @@ through the registry like any other (:func:`pycollect.plugins.resolve`).
 
 Modules:
     inprocess: steps the environments in the trainer (``num_workers=0``).
-    workers: supervised worker processes and the shared-memory transport (``num_workers>=1``).
+    workers: rollouts in supervised worker processes, the policy in each (``num_workers>=1``);
+        the processes themselves are in :mod:`pycollect._workers`.
+    central: the envs in worker processes, the policy once per step in the trainer.
+    device: one device-resident batched env in the trainer, rollouts on its device.
     resources: checking that what an engine would allocate fits this machine.
 """

@@ -20,6 +20,6 @@ Modules:
     group: :class:`~.group.EnvGroup`, K envs stepped in one autoreset mode into given arrays;
         :func:`~.group.autoreset_mode`.
     infos: :class:`~.infos.InfoMerger`, gymnasium's vector infos from the groups' material.
-    backend: :class:`~.backend.StepBackend`, what a vector env steps through.
-    inprocess: :class:`~.inprocess.InProcessBackend`, every env in the trainer (``num_workers=0``).
+    backend: :class:`~.backend.StepBackend`, what a vector env steps through (the built-in
+        backends are :mod:`pycollect._step_backends`).
 """

@@ -3,7 +3,7 @@
 :class:`pycollect.vector.VectorEnv` checks its input, hands it to a backend, then builds what
 gymnasium returns (observations from the result arrays, infos from the material) itself; a
 backend only moves requests to where the envs are and results into its arrays. The in-process
-backend (:class:`~pycollect._steps.inprocess.InProcessBackend`, ``"inprocess"``) steps one
+backend (:class:`~pycollect._step_backends.inprocess.InProcessBackend`, ``"inprocess"``) steps one
 :class:`~pycollect._steps.group.EnvGroup` of every env in the trainer; the worker-process
 backend (``"workers"``) steps one group per worker, its result arrays in shared memory.
 

@@ -49,7 +49,7 @@ class Workers(EngineFactory):
 
     def start(self, config: CollectorConfig, env_source: EnvSource, policy: Any, weights_module: Any) -> Engine:
         """Check everything, then start the workers."""
-        from pycollect._engines.workers.pool import WorkerPool
+        from pycollect._engines.workers import WorkerPool
 
         return WorkerPool.start(config, env_source, policy, weights_module)
 

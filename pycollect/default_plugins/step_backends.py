@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pycollect._engines.workers.step_backend import WorkerStepBackend
+from pycollect._step_backends.inprocess import InProcessBackend
+from pycollect._step_backends.workers import WorkerStepBackend
 from pycollect._steps.backend import StepBackend
-from pycollect._steps.inprocess import InProcessBackend
 from pycollect.hookspecs import hookimpl
 
 __all__ = ["InProcessBackend", "WorkerStepBackend"]

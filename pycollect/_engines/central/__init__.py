@@ -2,7 +2,7 @@
 
 Worker processes only step environments; the trainer runs the policy once per step over the
 envs of every worker, on ``policy_device``, and writes the actions back. The workers are a
-vector env's (one :class:`~pycollect._engines.workers.step_backend.WorkerStepBackend`, each
+vector env's (one :class:`~pycollect._step_backends.workers.WorkerStepBackend`, each
 worker an :class:`~pycollect._steps.group.EnvGroup` of ``K`` envs in ``SAME_STEP`` autoreset
 mode, which also applies ``max_frames_per_traj``); the stepping loop is
 :class:`~pycollect._rollout.runner.EnvRunner`'s, with :class:`~.runner.CentralRunner` saying where the

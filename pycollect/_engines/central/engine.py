@@ -23,14 +23,14 @@ from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.central.runner import CentralActions, CentralRunner
 from pycollect._engines.inprocess import on_policy_device
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
-from pycollect._engines.workers import forkserver
-from pycollect._engines.workers.step_backend import MAILBOX_BYTES, WorkerStepBackend
 from pycollect._keys import NEXT_DONE, TRAJ_IDS, Key
 from pycollect._rollout.observations import observation_pairs
 from pycollect._rollout.policy import PolicyRunner, parameters_device
 from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
 from pycollect._rollout.trajectories import TrajectoryIds
+from pycollect._step_backends.workers import MAILBOX_BYTES, WorkerStepBackend
+from pycollect._workers import forkserver
 from pycollect.config import CollectorConfig, VectorConfig
 from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout, policy_device
 from pycollect.envs.batched import is_view

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pycollect._engines.workers.step_backend import WorkerStepBackend
 from pycollect._keys import IS_INIT, NEXT_OBS_PREFIX, Key
 from pycollect._native import _core
 from pycollect._rollout.actions import ActionSource, step_of
 from pycollect._rollout.runner import PolicyRunner
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
+from pycollect._step_backends.workers import WorkerStepBackend
 from pycollect._steps.group import material_entries
 from pycollect.config import CollectorConfig
 from pycollect.exceptions import ConfigError

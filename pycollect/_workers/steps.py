@@ -1,6 +1,6 @@
 """A vector env's worker: ``K`` envs, one request at a time from the trainer's step channel.
 
-The second kind of worker loop (the first, in :mod:`.main`, fills rollout slots with a policy
+The second kind of worker loop (the first, in :mod:`.rollouts`, fills rollout slots with a policy
 inside the worker). Here the trainer drives: it writes actions into this worker's rows of the
 action fields and posts a request (see :mod:`.step_protocol`); the worker steps its
 :class:`~pycollect._steps.group.EnvGroup` (gymnasium's autoreset semantics), whose results go
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from pycollect._engines.workers import step_protocol as protocol
-from pycollect._engines.workers.spec import StepLoop, WorkerSpec, info_arrays, step_fields
 from pycollect._steps.group import EnvGroup
+from pycollect._workers import step_protocol as protocol
+from pycollect._workers.spec import StepLoop, WorkerSpec, info_arrays, step_fields
 from pycollect.envs.backend import EnvBackend
 from pycollect.envs.pool import source_for
 from pycollect.exceptions import PyCollectError, TransportError

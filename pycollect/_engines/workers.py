@@ -1,6 +1,6 @@
 """The trainer's side of a collector's worker processes: weights, and batches out of the rings.
 
-A :class:`WorkerPool` composes one :class:`~.processes.WorkerProcesses` (the segment, the spec,
+A :class:`WorkerPool` composes one :class:`~pycollect._workers.processes.WorkerProcesses` (the segment, the spec,
 the supervisor) and owns the trainer's half of the weight-sync scheme. Each of its
 ``num_workers`` worker processes (``python -m pycollect.worker``) fills rollout slots in its
 own ring; the pool turns committed slots into ``TensorDict`` batches:
@@ -35,14 +35,14 @@ from tensordict import TensorDict
 from pycollect._batch.device import DeviceCopier, staging_memory
 from pycollect._batch.tensordict import allocate, to_tensordict
 from pycollect._engines.resources import BATCHES_HELD, batch_bytes, check_fits, check_fits_before_env
-from pycollect._engines.workers import forkserver
-from pycollect._engines.workers.processes import WorkerProcesses
-from pycollect._engines.workers.snapshots import RESUMED, read_snapshot, snapshot_capacity
-from pycollect._engines.workers.spec import RolloutLoop, WorkerSpec, field_name
-from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._keys import NEXT_DONE, NEXT_OBS_PREFIX, Key
 from pycollect._native import _core
 from pycollect._rollout.observations import fill_observations, observation_pairs
+from pycollect._workers import forkserver
+from pycollect._workers.processes import WorkerProcesses
+from pycollect._workers.snapshots import RESUMED, read_snapshot, snapshot_capacity
+from pycollect._workers.spec import RolloutLoop, WorkerSpec, field_name
+from pycollect._workers.supervision import SupervisionLog
 from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement

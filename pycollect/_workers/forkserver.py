@@ -42,7 +42,7 @@ worker's pidfd exactly as for an exec'd child (see ``rust/pycollect-core/src/sup
 forkserver.rs``). The worker (see :func:`_become_worker`) takes its own process group, its
 fds at their numbers (closing every other), the environment, waits until the trainer is its
 parent, arms its parent-death signal, waits for the supervisor's go byte on its lifeline and
-runs :func:`pycollect._engines.workers.main.run`.
+runs :func:`pycollect._workers.main.run`.
 
 A server that is not single-threaded when a request comes refuses it; a refusal, a dead
 server or no reply makes the supervisor fall back to fork+exec (``python -P -m pycollect.worker``).
@@ -69,7 +69,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pycollect._engines.workers import contract
+from pycollect._workers import contract
 
 __all__ = [
     "COMM_SERVER",
@@ -387,12 +387,12 @@ def _preload() -> None:
 
     torch.set_num_threads(1)
     # Worker modules (see rollouts.collect_rollouts); importing them touches no CUDA.
-    import pycollect._engines.workers.main
-    import pycollect._engines.workers.rollouts
-    import pycollect._engines.workers.spec
     import pycollect._rollout.actions
     import pycollect._rollout.runner
     import pycollect._rollout.seeding
+    import pycollect._workers.main
+    import pycollect._workers.rollouts
+    import pycollect._workers.spec
     import pycollect.weights.scheme  # noqa: F401
 
 
@@ -671,7 +671,7 @@ def _become_worker(
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(AttributeError, ValueError):
                     stream.reconfigure(write_through=True)  # type: ignore[union-attr]
-        from pycollect._engines.workers.main import run
+        from pycollect._workers.main import run
 
         status = run()
         sys.stdout.flush()

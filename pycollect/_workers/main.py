@@ -26,7 +26,7 @@ import time
 import traceback
 from typing import Any
 
-from pycollect._engines.workers import contract
+from pycollect._workers import contract
 
 __all__ = ["format_error", "run"]
 
@@ -83,7 +83,7 @@ def _watch_lifeline(fd: int) -> None:
 
 def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
     """Read the spec and run the loop it asks for: rollouts (a collector's) or steps (a vector env's)."""
-    from pycollect._engines.workers.spec import StepLoop, read_spec
+    from pycollect._workers.spec import StepLoop, read_spec
     from pycollect.exceptions import LayoutMismatchError
 
     spec_fd = int(os.environ[contract.ENV_SPEC_FD])
@@ -92,11 +92,11 @@ def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
     if segment.layout_hash != spec.layout_hash:
         raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
     if isinstance(spec.loop, StepLoop):
-        from pycollect._engines.workers.steps import serve_steps
+        from pycollect._workers.steps import serve_steps
 
         serve_steps(segment, control, worker, generation, spec)
     else:
-        from pycollect._engines.workers.rollouts import collect_rollouts
+        from pycollect._workers.rollouts import collect_rollouts
 
         collect_rollouts(segment, control, worker, generation, spec)
 

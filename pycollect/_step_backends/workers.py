@@ -3,14 +3,15 @@
 :class:`WorkerStepBackend`, the :class:`~pycollect.vector.StepBackend` registered as
 ``"workers"`` (the default for ``num_workers >= 1``), steps a vector env's envs in
 ``N`` supervised worker processes of ``K = num_envs / N`` envs each (the loop in
-:mod:`.steps`), started and stopped by a :class:`~.processes.WorkerProcesses`, whose
-shared-memory segment holds everything a step moves, one step deep: per field, the rows of
-every worker side by side, so the trainer's ``[num_envs, ...]`` result arrays are single views
-of it and the actions go in with one copy per action leaf.
-Each worker has a step channel (:mod:`.step_protocol`); a step posts one request to every
-worker, then waits for all the answers (spinning briefly, yielding, then sleeping on the
-futex; after a long wait the next one sleeps sooner: ``step_wait_policy`` in the core crate),
-looking at the supervisor's events between waits.
+:mod:`pycollect._workers.steps`), started and stopped by a
+:class:`~pycollect._workers.processes.WorkerProcesses`, whose shared-memory segment holds
+everything a step moves, one step deep: per field, the rows of every worker side by side, so
+the trainer's ``[num_envs, ...]`` result arrays are single views of it and the actions go in
+with one copy per action leaf. Each worker has a step channel
+(:mod:`pycollect._workers.step_protocol`); a step posts one request to every worker, then
+waits for all the answers (spinning briefly, yielding, then sleeping on the futex; after a long
+wait the next one sleeps sooner: ``step_wait_policy`` in the core crate), looking at the
+supervisor's events between waits.
 
 Faults follow the restart policy. A worker given up on (``restart="never"``, or past
 ``max_restarts``) makes the waiting call raise :class:`~pycollect.WorkerCrashedError` with
@@ -35,15 +36,15 @@ import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from pycollect._engines.workers import forkserver
-from pycollect._engines.workers import step_protocol as protocol
-from pycollect._engines.workers.processes import WorkerProcesses
-from pycollect._engines.workers.spec import StepLoop, WorkerSpec, info_arrays, step_fields
 from pycollect._native import _core
 from pycollect._steps.backend import InfoParts, StepBackend, check_indices
 from pycollect._steps.group import EnvSlotState, InfoEntry, Material
 from pycollect._steps.info_fields import probe_info_fields
 from pycollect._steps.spaces import SpaceLayout
+from pycollect._workers import forkserver
+from pycollect._workers import step_protocol as protocol
+from pycollect._workers.processes import WorkerProcesses
+from pycollect._workers.spec import StepLoop, WorkerSpec, info_arrays, step_fields
 from pycollect.config import WEIGHT_BUFFERS, VectorConfig
 from pycollect.engines import close_within
 from pycollect.envs.batched import check_probe

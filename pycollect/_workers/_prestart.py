@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pycollect._engines.workers import forkserver
+from pycollect._workers import forkserver
 
 __all__ = ["prestart"]
 

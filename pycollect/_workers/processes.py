@@ -1,8 +1,8 @@
 """Supervised worker processes on one shared-memory segment: what every owner of workers shares.
 
 A :class:`WorkerProcesses` is the part of worker processes that does not depend on what they
-do: a collector's :class:`~.pool.WorkerPool` (rollouts) and a vector env's
-:class:`~.step_backend.WorkerStepBackend` (steps; the ``central`` engine has one per group of
+do: a collector's :class:`~pycollect._engines.workers.WorkerPool` (rollouts) and a vector env's
+:class:`~pycollect._step_backends.workers.WorkerStepBackend` (steps; the ``central`` engine has one per group of
 its workers) each compose one. In order:
 
 1. Made: named segments left by crashed trainers are swept, and the segment is created (a
@@ -29,10 +29,10 @@ from dataclasses import replace
 from typing import Any
 
 from pycollect import _lifetime
-from pycollect._engines.workers import contract, forkserver
-from pycollect._engines.workers.spec import WorkerSpec, write_spec
-from pycollect._engines.workers.supervision import SupervisionLog
 from pycollect._native import _core
+from pycollect._workers import contract, forkserver
+from pycollect._workers.spec import WorkerSpec, write_spec
+from pycollect._workers.supervision import SupervisionLog
 from pycollect.config import SupervisionConfig
 
 __all__ = ["WorkerProcesses"]

@@ -2,8 +2,8 @@
 
 Every worker is told one :class:`WorkerSpec`: the envs it builds, the segment layout it must
 find, and the loop it runs with what that loop needs: :class:`RolloutLoop` (a collector's
-rollout worker, :func:`pycollect._engines.workers.rollouts.collect_rollouts`) or :class:`StepLoop` (a vector
-env's step-serving worker, the central engine's too, :func:`pycollect._engines.workers.steps.serve_steps`).
+rollout worker, :func:`pycollect._workers.rollouts.collect_rollouts`) or :class:`StepLoop` (a vector
+env's step-serving worker, the central engine's too, :func:`pycollect._workers.steps.serve_steps`).
 The trainer pickles it with cloudpickle, so lambdas and local classes work, into an anonymous
 memory file whose descriptor every worker inherits. It is trusted
 data from the parent, read once at start; what moves during the run (rollouts, weights) goes

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pycollect._engines.workers.spec import RolloutLoop, WorkerSpec
+    from pycollect._workers.spec import RolloutLoop, WorkerSpec
 
 __all__ = ["collect_rollouts"]
 
@@ -35,11 +35,11 @@ def collect_rollouts(segment: Any, control: Any, worker: int, generation: int, s
     log = logging.getLogger("pycollect.worker")
     import numpy as np
 
-    from pycollect._engines.workers.snapshots import RESUMED, write_snapshot
-    from pycollect._engines.workers.spec import field_name
     from pycollect._rollout.action_source import action_source
     from pycollect._rollout.runner import EnvRunner
     from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed, traj_id_start
+    from pycollect._workers.snapshots import RESUMED, write_snapshot
+    from pycollect._workers.spec import field_name
     from pycollect.envs.pool import source_for
 
     loop = spec.loop
@@ -200,7 +200,7 @@ def collect_rollouts(segment: Any, control: Any, worker: int, generation: int, s
 
 def _pickled_state(runner: Any, backend: Any, rollouts: int) -> bytes:
     """What the next rollout depends on, pickled (see :mod:`.snapshots`); torch's stream if torch runs."""
-    from pycollect._engines.workers.snapshots import pickle_state
+    from pycollect._workers.snapshots import pickle_state
 
     torch_state = None
     if "torch" in sys.modules:
@@ -221,7 +221,7 @@ def _state_to_restore(
     """
     import numpy as np
 
-    from pycollect._engines.workers.snapshots import read_snapshot
+    from pycollect._workers.snapshots import read_snapshot
 
     initial = loop.initial_states[worker] if loop.initial_states is not None else None
     if generation == 1:
@@ -236,7 +236,7 @@ def _state_to_restore(
 
 def _restore(runner: Any, data: bytes, backend: Any, worker: int) -> int:
     """Restore a worker's state (envs, runner, random streams); the rollouts it had made."""
-    from pycollect._engines.workers.snapshots import load_snapshot
+    from pycollect._workers.snapshots import load_snapshot
 
     state = load_snapshot(data, worker)
     runner.restore(state["runner"], backend.set_state)
