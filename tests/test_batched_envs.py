@@ -840,3 +840,84 @@ def test_a_collector_keeps_a_batched_env_s_info_entries_whole_as_its_single_envs
     assert bool(torch.cat([b["next", "truncated"] for b in single]).any())  # the limit cut episodes
     if engine == "inprocess":
         assert wholes and all(wholes), (wholes.count(True), len(wholes))
+
+
+# -- env states, sub-env by sub-env -------------------------------------------------------
+
+
+class _Ticks(BatchedEnv):
+    """N tick counters; ``sub_env_state`` only where ``saves`` (a subclass below)."""
+
+    single_observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    single_action_space = gym.spaces.Discrete(2)
+    partial_reset = True
+
+    def __init__(self, num_envs: int = 3) -> None:
+        super().__init__()
+        self.num_envs = num_envs
+        self.ticks = np.zeros(num_envs, np.float32)
+
+    def step_batch(self, actions: Any) -> Any:
+        self.ticks += 1
+        zeros = np.zeros(self.num_envs, bool)
+        return self.ticks[:, None].copy(), np.ones(self.num_envs), zeros, zeros, {}
+
+    def reset_batch(self, seeds: Any, mask: Any) -> Any:
+        self.ticks[np.ones(self.num_envs, bool) if mask is None else mask] = 0
+        return self.ticks[:, None].copy(), {}
+
+    def close_batch(self) -> None:
+        pass
+
+
+class _SavedTicks(_Ticks):
+    def sub_env_state(self, index: int) -> Any:
+        return float(self.ticks[index])
+
+    def set_sub_env_state(self, index: int, state: Any) -> None:
+        self.ticks[index] = state
+
+
+def test_a_batched_env_implementing_sub_env_state_saves_each_sub_env_apart() -> None:
+    from pycollect.envs.state import get_env_state, set_env_state, snapshot_refusal
+
+    ticks = _SavedTicks()
+    views = ticks.views()
+    assert snapshot_refusal(views[1]) is None
+    ticks.step_batch(None)
+    saved = get_env_state(views[1])
+    ticks.step_batch(None)
+    set_env_state(views[1], saved)
+    assert ticks.ticks.tolist() == [2, 1, 2]  # sub-env 1 only
+
+
+def test_a_batched_env_without_sub_env_states_is_refused_naming_it_and_the_way_out() -> None:
+    from pycollect.envs.state import get_env_state, snapshot_refusal
+
+    refusal = snapshot_refusal(_Ticks().views()[0])
+    assert refusal is not None and "batched env _Ticks of 3 sub-envs cannot save" in refusal
+    assert "sub_env_state(i)" in refusal
+    entry_point = as_batched(gym.make_vec("CartPole-v1", 2, vectorization_mode="vector_entry_point"))
+    assert "batched env CartPoleVectorEnv of 2 sub-envs cannot save" in str(snapshot_refusal(entry_point.views()[0]))
+    with pytest.raises(pycollect.EnvStateError, match="CartPoleVectorEnv"):
+        get_env_state(entry_point.views()[0])
+
+
+def test_a_sync_vector_envs_sub_env_restores_with_its_pending_autoreset() -> None:
+    from pycollect.envs.state import get_env_state, set_env_state
+
+    def make() -> VectorEnvAdapter:
+        return VectorEnvAdapter(SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)]))
+
+    source, target = make(), make()
+    source.env.reset(seed=[1, 2])
+    target.env.reset(seed=[8, 9])
+    actions = np.ones(2, np.int64)
+    while not source.env._autoreset_envs[0]:  # sub-env 0 ended: it resets at its next step
+        source.env.step(actions)
+    set_env_state(target.views()[0], get_env_state(source.views()[0]))
+    assert bool(target.env._autoreset_envs[0]) and not target.env._autoreset_envs[1]
+    expected, got = source.env.step(actions), target.env.step(actions)
+    np.testing.assert_array_equal(expected[0][0], got[0][0])  # the reset observation, from the same stream
+    for _ in range(5):
+        np.testing.assert_array_equal(source.env.step(actions)[0][0], target.env.step(actions)[0][0])

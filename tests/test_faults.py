@@ -50,10 +50,26 @@ def make_pong() -> gym.Env:
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
 
 
-ENVS = {"cartpole": ("CartPole-v1", 4, 64), "pong": ("callable:tests.test_faults:make_pong", 2, 16)}
+def make_cartpoles() -> gym.vector.VectorEnv:
+    """Four CartPoles in gymnasium's SyncVectorEnv (``next_step`` mode): a batched env pycollect saves."""
+    return gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
 
 
-@pytest.mark.parametrize("env", ["cartpole", "pong"])
+def make_same_step_cartpoles() -> gym.vector.VectorEnv:
+    """:func:`make_cartpoles` autoresetting in the same step."""
+    cartpoles = [lambda: gym.make("CartPole-v1") for _ in range(4)]
+    return gym.vector.SyncVectorEnv(cartpoles, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+ENVS = {
+    "cartpole": ("CartPole-v1", 4, 64),
+    "pong": ("callable:tests.test_faults:make_pong", 2, 16),
+    "batched": ("callable:tests.test_faults:make_cartpoles", 4, 64),
+    "batched-same-step": ("callable:tests.test_faults:make_same_step_cartpoles", 4, 64),
+}
+
+
+@pytest.mark.parametrize("env", sorted(ENVS))
 @pytest.mark.parametrize("engine", ["inprocess", "workers", "central"])
 def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(engine: str, env: str) -> None:
     target, envs, frames = ENVS[env]
@@ -93,7 +109,7 @@ class _FlatArgmax(torch.nn.Module):
 
 def _argmax_policy(env: str) -> _FlatArgmax:
     """A :class:`_FlatArgmax` for ``env``'s spaces."""
-    probe = make_pong() if ":" in env else gym.make(env)
+    probe = make_pong() if env.endswith("make_pong") else gym.make("CartPole-v1" if ":" in env else env)
     try:
         return _FlatArgmax(int(np.prod(probe.observation_space.shape)), int(probe.action_space.n))
     finally:
@@ -285,6 +301,43 @@ def test_a_worker_killed_mid_run_is_replayed_every_batch_identical() -> None:
         metrics = killed.stats().metrics
         assert metrics is not None and not any(w.restarts_cut for w in metrics.workers)
     assert got == expected
+
+
+@pytest.mark.parametrize("env", ["batched", "batched-same-step"])
+def test_a_batched_envs_killed_worker_is_replayed_every_batch_identical(env: str) -> None:
+    target, envs, frames = ENVS[env]
+    settings: dict[str, Any] = {
+        "env": target,
+        "num_workers": 2,
+        "envs_per_worker": envs,
+        "frames_per_batch": 2 * frames,
+    }
+    with _collector(**settings) as calm:
+        expected = _run(calm, 12)
+    replay = {"recovery": "replay", "max_restarts": 10, "backoff_max_s": 0.05, "backoff_initial_s": 0.01}
+    with _collector(**settings, **replay) as killed:
+        got = []
+        for b in range(12):
+            got.append(batch_digest(killed.next_batch()))
+            if b % 4 == 1:
+                pid = killed.stats().workers[b % 2].pid
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+        assert killed.stats().restarts >= 2
+        metrics = killed.stats().metrics
+        assert metrics is not None and not any(w.restarts_cut for w in metrics.workers)
+    assert got == expected
+
+
+def test_replay_is_refused_for_a_batched_env_whose_sub_envs_cannot_be_saved() -> None:
+    with pytest.raises(EnvStateError, match=r"batched env EnvPool \w+ of 4 sub-envs cannot save .*SyncVectorEnv"):
+        Collector("envpool:CartPole-v1", frames_per_batch=8, num_workers=1, envs_per_worker=4, recovery="replay")
+    with pytest.raises(EnvStateError, match=r"sub-env 0 of batched env SyncVectorEnv of 2 sub-envs .*UnsaveableEnv"):
+        Collector(_unsaveable_pair, frames_per_batch=8, num_workers=1, envs_per_worker=2, snapshots=True)
+
+
+def _unsaveable_pair() -> gym.vector.VectorEnv:
+    return gym.vector.SyncVectorEnv([UnsaveableEnv, UnsaveableEnv])
 
 
 def test_replay_is_refused_for_an_env_that_cannot_be_saved() -> None:

@@ -33,6 +33,14 @@ is, and ``SAME_STEP`` (what every collector needs) wherever it resets sub-envs b
 ``NEXT_STEP`` env without partial resets (gymnasium's ``CartPoleVectorEnv``) serves ``make_vec`` in
 ``NEXT_STEP`` mode only, and is refused elsewhere by name: its step after an episode's end ignores
 that sub-env's action, which no transition can hold.
+
+Env states (snapshots: checkpoints with env states, crash replay) are saved sub-env by sub-env,
+as each :class:`SubEnv` view's own (the :class:`~pycollect.envs.state.SnapshotEnv` protocol):
+a batched env that can save one sub-env apart from the others implements
+:meth:`BatchedEnv.sub_env_state` and :meth:`BatchedEnv.set_sub_env_state`. gymnasium's
+``SyncVectorEnv`` of single envs pycollect can save does; any other (EnvPool, a vector entry
+point, ``AsyncVectorEnv``, whose sub-envs live in processes of their own) is refused by name
+(:meth:`BatchedEnv.state_refusal`) before a feature that needs snapshots starts.
 """
 
 from __future__ import annotations
@@ -44,8 +52,9 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from pycollect.envs import state as env_state
 from pycollect.envs._vector_infos import info_row
-from pycollect.exceptions import ConfigError, EnvOutputError
+from pycollect.exceptions import ConfigError, EnvOutputError, EnvStateError
 
 __all__ = [
     "BatchedEnv",
@@ -164,6 +173,37 @@ class BatchedEnv(abc.ABC):
     def attribute(self, name: str) -> Any:
         """What ``get_attr(name)`` reads for each sub-env: the batched env's own attribute."""
         return getattr(self, name)
+
+    # -- env states, sub-env by sub-env (a subclass that can save them overrides these) ----
+
+    def state_refusal(self) -> str | None:
+        """Why the sub-envs' states cannot be saved one by one (``None``: they can), for snapshots."""
+        if type(self).sub_env_state is BatchedEnv.sub_env_state:
+            return self._unsaved()
+        return None
+
+    def _unsaved(self) -> str:
+        return (
+            f"batched env {self.describe()} cannot save its sub-envs' states one by one (pycollect saves "
+            "those of gymnasium's SyncVectorEnv of single envs it can save, and of a BatchedEnv implementing "
+            "sub_env_state(i) and set_sub_env_state(i, state))"
+        )
+
+    def sub_env_state(self, index: int) -> Any:
+        """Everything sub-env ``index``'s future depends on, picklable and not shared with the env.
+
+        Raises:
+            EnvStateError: This batched env cannot save its sub-envs (:meth:`state_refusal` says why).
+        """
+        raise EnvStateError(self.state_refusal() or f"batched env {self.describe()} saves no sub-env state")
+
+    def set_sub_env_state(self, index: int, state: Any) -> None:
+        """Put sub-env ``index`` back where :meth:`sub_env_state` found it; the other sub-envs are untouched.
+
+        Raises:
+            EnvStateError: This batched env cannot restore its sub-envs, or ``state`` does not fit.
+        """
+        raise EnvStateError(self.state_refusal() or f"batched env {self.describe()} restores no sub-env state")
 
     def describe(self) -> str:
         """A short name: the batched env's class and size."""
@@ -368,6 +408,18 @@ class SubEnv:
         """Close the batched env (once for all its sub-envs)."""
         self.batch.close()
 
+    def get_state(self) -> Any:
+        """This sub-env's state (:meth:`BatchedEnv.sub_env_state`): the SnapshotEnv protocol."""
+        return self.batch.sub_env_state(self.index)
+
+    def set_state(self, state: Any) -> None:
+        """Restore this sub-env's state (:meth:`BatchedEnv.set_sub_env_state`)."""
+        self.batch.set_sub_env_state(self.index, state)
+
+    def snapshot_refusal(self) -> str | None:
+        """Why this sub-env cannot be saved (:meth:`BatchedEnv.state_refusal`), or ``None``."""
+        return self.batch.state_refusal()
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("batch", "index"):
             raise AttributeError(name)
@@ -436,6 +488,39 @@ class VectorEnvAdapter(BatchedEnv):
     def close_batch(self) -> None:
         """``env.close()``."""
         self.env.close()
+
+    def state_refusal(self) -> str | None:
+        """``None`` for a ``SyncVectorEnv`` whose every sub-env pycollect can save; why not otherwise."""
+        from gymnasium.vector import SyncVectorEnv
+
+        if not isinstance(self.env, SyncVectorEnv):
+            return self._unsaved()
+        for index, env in enumerate(self.env.envs):
+            why = env_state.snapshot_refusal(env)
+            if why is not None:
+                return f"sub-env {index} of batched env {self.describe()} cannot be saved: {why}"
+        return None
+
+    def sub_env_state(self, index: int) -> Any:
+        """A ``SyncVectorEnv``'s sub-env ``index``: its env's state and whether it autoresets at the next step."""
+        if (why := self.state_refusal()) is not None:
+            raise EnvStateError(why)
+        autoreset = getattr(self.env, "_autoreset_envs", None)  # NEXT_STEP mode's: gymnasium 1.x
+        return {
+            "env": env_state.get_env_state(self.env.envs[index]),
+            "autoreset": None if autoreset is None else bool(autoreset[index]),
+        }
+
+    def set_sub_env_state(self, index: int, state: Any) -> None:
+        """Restore a ``SyncVectorEnv``'s sub-env ``index`` (its env, and its pending autoreset)."""
+        if (why := self.state_refusal()) is not None:
+            raise EnvStateError(why)
+        if not isinstance(state, dict) or set(state) != {"env", "autoreset"}:
+            raise EnvStateError(f"not a sub-env state of batched env {self.describe()}: got {type(state).__name__}")
+        env_state.set_env_state(self.env.envs[index], state["env"])
+        autoreset = getattr(self.env, "_autoreset_envs", None)
+        if autoreset is not None and state["autoreset"] is not None:
+            autoreset[index] = state["autoreset"]
 
 
 class EnvPoolAdapter(VectorEnvAdapter):
