@@ -105,3 +105,38 @@ def test_gymnax_and_gymnasium_cartpole_give_batches_of_one_layout_not_of_the_sam
     for key in ours.keys(True, True):
         assert (ours[key].shape, ours[key].dtype) == (theirs[key].shape, theirs[key].dtype), key
     assert not torch.equal(ours["observation"], theirs["observation"])
+
+
+@pytest.mark.parametrize("engine", ["inprocess", "workers", "central"])
+def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(engine: str) -> None:
+    workers = 0 if engine == "inprocess" else 2
+    settings: dict[str, Any] = {"num_workers": workers, "engine": engine, "seed": 5}
+    if workers:
+        settings["snapshots"] = True
+    whole = _batches(6, **settings)
+    with Collector(SPEC, None, envs_per_worker=K, frames_per_batch=max(workers, 1) * K * T, **settings) as first:
+        _assert_identical([first.next_batch() for _ in range(2)], whole[:2])
+        state = first.state_dict(env_states=True)  # every sub-env mid-episode, its key stream too
+    with Collector(
+        SPEC, None, envs_per_worker=K, frames_per_batch=max(workers, 1) * K * T, resume=state, **settings
+    ) as resumed:
+        _assert_identical([resumed.next_batch() for _ in range(4)], whole[2:])
+
+
+def test_a_killed_worker_is_replayed_every_batch_identical() -> None:
+    import os
+    import signal
+
+    settings: dict[str, Any] = {"num_workers": 2, "seed": 5}
+    whole = _batches(8, **settings)
+    replay = {"recovery": "replay", "max_restarts": 6, "backoff_initial_s": 0.01, "backoff_max_s": 0.05}
+    with Collector(SPEC, None, envs_per_worker=K, frames_per_batch=2 * K * T, **settings, **replay) as killed:
+        got = []
+        for b in range(8):
+            got.append(killed.next_batch())
+            if b in (1, 4):
+                pid = killed.stats().workers[b % 2].pid
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+        assert killed.stats().restarts >= 1
+    _assert_identical(got, whole)

@@ -10,7 +10,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from gymnax_helpers import cartpole, fell, is_reset
 
-from pycollect.exceptions import ConfigError
+from pycollect.exceptions import ConfigError, EnvStateError
 from pycollect_jax import GymnaxBackend, GymnaxBatchedEnv
 
 N = 8
@@ -263,3 +263,47 @@ def test_a_discrete_observation_and_a_box_action() -> None:
     ends = [pendulum.step_batch(np.zeros((4, 1)))[2:4] for _ in range(200)]  # float64 actions are cast
     assert not any(terminated.any() for terminated, _ in ends)  # Pendulum never terminates...
     assert all(truncated.all() == (t == 199) for t, (_, truncated) in enumerate(ends))  # ...and stops at 200
+
+
+# -- env states, sub-env by sub-env -------------------------------------------------------------
+
+
+def test_a_sub_envs_state_restores_its_future_the_others_untouched() -> None:
+    from pycollect.envs.state import get_env_state, set_env_state, snapshot_refusal
+
+    source, target = cartpole(), cartpole()
+    source.reset_batch(_seeds(), None)
+    target.reset_batch(_seeds(50), None)
+    _steps(source, _actions(7))
+    assert snapshot_refusal(source.views()[3]) is None
+    set_env_state(target.views()[3], get_env_state(source.views()[3]))
+    before = np.asarray(target.state.x).copy()
+    actions = _actions(40, seed=1)  # long enough for sub-env 3 to end and reset from its key stream
+    expected, got = _steps(source, actions), _steps(target, actions)
+    for want, have in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(want[0][3], have[0][3])
+        assert want[1][3] == have[1][3] and want[2][3] == have[2][3]
+    assert any(step[2][3] for step in expected)  # it did end and reset
+    target.reset_batch(_seeds(50), None)  # the other sub-envs were left where they were
+    assert not np.array_equal(np.delete(before, 3), np.delete(np.asarray(source.state.x), 3))
+
+
+def test_a_state_of_another_gymnax_env_is_refused_and_nothing_changes() -> None:
+    from pycollect.envs.state import get_env_state, set_env_state
+
+    acrobot = GymnaxBackend().make_batched("Acrobot-v1", {}, N)
+    acrobot.reset_batch(_seeds(), None)
+    env = cartpole()
+    env.reset_batch(_seeds(), None)
+    keys = np.asarray(env._keys).copy()
+    with pytest.raises(
+        EnvStateError, match=r"state of gymnax Acrobot-v1 cannot be restored into gymnax CartPole-v1 of 8"
+    ):
+        set_env_state(env.views()[0], get_env_state(acrobot.views()[0]))
+    np.testing.assert_array_equal(np.asarray(env._keys), keys)
+    tampered = get_env_state(env.views()[0])
+    part = tampered.parts[-1]
+    part["obs"] = [np.zeros(6, np.float32)]
+    with pytest.raises(EnvStateError, match=r"cannot hold this one: its obs rows are \[\(\(6,\)"):
+        set_env_state(env.views()[1], tampered)
+    np.testing.assert_array_equal(np.asarray(env._keys), keys)

@@ -37,7 +37,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from pycollect.envs.batched import BatchedEnv
-from pycollect.exceptions import ConfigError, EnvCreationError
+from pycollect.exceptions import ConfigError, EnvCreationError, EnvStateError
 
 __all__ = [
     "OPT_OUT",
@@ -437,6 +437,56 @@ class GymnaxBatchedEnv(BatchedEnv):
     def close_batch(self) -> None:
         """Drop the sub-envs' arrays (JAX frees them with the last reference)."""
         self._state = self._obs = self._keys = None
+
+    # -- env states (snapshots: checkpoints with env states, crash replay) -------------------
+
+    def sub_env_state(self, index: int) -> Any:
+        """Sub-env ``index``'s row of every array its future depends on: its key, its gymnax state, its observation.
+
+        Returns:
+            ``{"env": id, "key": ..., "state": [leaves], "obs": [leaves]}``: the gymnax id, numpy
+            copies of the key and of the state's and the observation's leaves in ``jax.tree`` order.
+        """
+        import jax
+
+        def row(tree: Any) -> list[np.ndarray]:
+            return [np.array(np.asarray(leaf)[index]) for leaf in jax.tree.leaves(tree)]
+
+        key = np.array(np.asarray(self._keys)[index])
+        return {"env": self.name, "key": key, "state": row(self._state), "obs": row(self._obs)}
+
+    def set_sub_env_state(self, index: int, state: Any) -> None:
+        """Put sub-env ``index``'s rows back (:meth:`sub_env_state`); the other sub-envs are untouched.
+
+        Raises:
+            EnvStateError: ``state`` is not a sub-env state of this gymnax env (one of another id,
+                of other shapes, or not a state at all); nothing is changed then.
+        """
+        import jax
+
+        what = f"a sub-env state of batched env {self.describe()}"
+        if not isinstance(state, dict) or set(state) != {"env", "key", "state", "obs"}:
+            raise EnvStateError(f"not {what}: got {type(state).__name__}")
+        if state["env"] != self.name:
+            raise EnvStateError(f"a sub-env state of gymnax {state['env']} cannot be restored into {self.describe()}")
+        trees = {"key": self._keys, "state": self._state, "obs": self._obs}
+        for part, tree in trees.items():
+            leaves = jax.tree.leaves(tree)
+            saved = [state["key"]] if part == "key" else state[part]
+            rows = [(tuple(leaf.shape[1:]), np.dtype(leaf.dtype)) for leaf in leaves]
+            got = [(np.shape(row), np.asarray(row).dtype) for row in saved]
+            if got != rows:
+                raise EnvStateError(f"{what} cannot hold this one: its {part} rows are {got}, not {rows}")
+        self._keys = self._keys.at[index].set(state["key"])
+
+        def restored(tree: Any, saved: list[np.ndarray]) -> Any:
+            leaves, structure = jax.tree.flatten(tree)
+            return jax.tree.unflatten(
+                structure, [leaf.at[index].set(row) for leaf, row in zip(leaves, saved, strict=True)]
+            )
+
+        self._state = restored(self._state, state["state"])
+        self._obs = restored(self._obs, state["obs"])
 
     def _numpy(self, tree: Any) -> Any:
         """JAX arrays as numpy ones (a view of each CPU buffer), in the observation's structure."""
