@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from test_vector_semantics import _pair, _run, assert_same
 
 import pycollect
-from pycollect import ConfigError, EnvCreationError, UnknownEnvError
+from pycollect import ConfigError, EnvCreationError, EnvOutputError, UnknownEnvError
 from pycollect.envs.batched import BatchedEnv, VectorEnvAdapter, as_batched
 from pycollect.plugins import resolve_env
 from pycollect.testing.envs import CountingEnv, SpacesEnv
@@ -225,6 +225,65 @@ def test_a_batched_env_of_another_size_than_envs_per_worker_is_refused_naming_bo
     factory = functools.partial(_sync_of, CountingEnv, 3, AutoresetMode.NEXT_STEP)
     with pytest.raises(ConfigError, match=r"batched env of 3 sub-envs.*envs_per_worker is 2.*envs_per_worker=3"):
         pycollect.Collector(factory, None, frames_per_batch=8, envs_per_worker=2, num_workers=2)
+
+
+class _MisdeclaredVectorEnv(gym.vector.VectorEnv):
+    """Four sub-envs of a Box(3) observation; ``fault`` breaks one thing a gymnasium vector env must get right."""
+
+    def __init__(self, fault: str) -> None:
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.num_envs, self.fault = 4, fault
+        self.single_observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, 4)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, 4)
+        if fault == "unbatched observation_space":
+            self.observation_space = self.single_observation_space
+        elif fault == "action_space of 3 sub-envs":
+            self.action_space = gym.vector.utils.batch_space(self.single_action_space, 3)
+        elif fault == "no single_action_space":
+            del self.single_action_space
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        rows = 3 if self.fault == "3 reset rows" else 4
+        return np.zeros((rows, 3), np.float32), {}
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        return np.zeros((4, 3), np.float32), np.zeros(4), np.zeros(4, bool), np.zeros(4, bool), {}
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        (
+            "unbatched observation_space",
+            r"batched env _MisdeclaredVectorEnv of 4 sub-envs declares observation_space Box\(-1.0, 1.0, \(3,\), "
+            r"float32\), not its single_observation_space batched over its 4 sub-envs as gymnasium batches it "
+            r"\(gymnasium.vector.utils.batch_space\): Box\(-1.0, 1.0, \(4, 3\), float32\)",
+        ),
+        (
+            "action_space of 3 sub-envs",
+            r"declares action_space MultiDiscrete\(\[2 2 2\]\), not .*MultiDiscrete\(\[2 2 2 2\]\)",
+        ),
+        ("no single_action_space", r"_MisdeclaredVectorEnv of 4 sub-envs has no single_action_space: a gymnasium"),
+    ],
+)
+def test_a_vector_env_whose_spaces_are_not_batched_as_gymnasiums_is_refused_before_any_worker(
+    fault: str, message: str
+) -> None:
+    factory = functools.partial(_MisdeclaredVectorEnv, fault)
+    with pytest.raises(ConfigError, match=message):
+        pycollect.Collector(factory, None, frames_per_batch=8, envs_per_worker=4, num_workers=2)
+    with pytest.raises(ConfigError, match=message):
+        make_vec(factory, 4, num_workers=1, autoreset_mode="same_step")
+
+
+def test_a_reset_with_neither_every_row_nor_the_reset_ones_is_an_output_error_naming_the_env() -> None:
+    factory = functools.partial(_MisdeclaredVectorEnv, "3 reset rows")
+    expected = r"batched env _MisdeclaredVectorEnv of 4 sub-envs reset 4 sub-envs and returned 3 observations"
+    collector = pycollect.Collector(factory, None, frames_per_batch=8, envs_per_worker=4)
+    with collector, pytest.raises(EnvOutputError, match=expected):
+        collector.next_batch()
 
 
 def test_a_built_vector_env_is_refused_with_what_to_pass_instead() -> None:

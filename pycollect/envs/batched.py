@@ -298,10 +298,9 @@ class BatchedEnv(abc.ABC):
             observations, infos = self.reset_batch(given, chosen)
         wanted = self.infos_wanted and bool(infos)
         which = range(count) if chosen is None else np.flatnonzero(chosen).tolist()
-        rows = _rows(observations, None, self.describe())
-        every = len(rows) == count  # the env returned every sub-env's observation, or the reset ones only
+        rows, every = self.rows_of(observations, which)  # every sub-env's observation, or the reset ones only
         for n, i in enumerate(which):
-            self._resets[i] = (rows[i] if every else rows[n], info_row(infos, i if every else n) if wanted else {})
+            self._resets[i] = (rows[n], info_row(infos, i if every else n) if wanted else {})
             self._ended[i] = False
 
     def rows_of(self, observations: Any, which: Sequence[int]) -> tuple[list[Any], bool]:
@@ -442,10 +441,14 @@ class VectorEnvAdapter(BatchedEnv):
     envs); otherwise the first sub-env's seed seeds the batch (one stream for all its sub-envs).
     """
 
+    declares_batch_spaces = True
+    """Whether ``observation_space`` and ``action_space`` are the batch's (gymnasium's rule), checked as such."""
+
     def __init__(self, env: Any) -> None:
         super().__init__()
         self.env = env
         self.num_envs = int(env.num_envs)
+        self._check_spaces()
         self.single_observation_space = env.single_observation_space
         self.single_action_space = env.single_action_space
         self.metadata = dict(getattr(env, "metadata", {}) or {})
@@ -461,6 +464,37 @@ class VectorEnvAdapter(BatchedEnv):
     def describe(self) -> str:
         """The vector env's class and size."""
         return f"{type(self.env).__name__} of {self.env.num_envs} sub-envs"
+
+    def _check_spaces(self) -> None:
+        """Refuse a vector env whose spaces are not a sub-env's and the batch's as gymnasium's are.
+
+        Raises:
+            ConfigError: A ``single_*_space`` is missing, or (where the env declares its batch's
+                spaces) ``observation_space`` or ``action_space`` is not the single space batched
+                over the sub-envs (``gymnasium.vector.utils.batch_space``); both are named.
+        """
+        from gymnasium.vector.utils import batch_space
+
+        for kind in ("observation", "action"):
+            single = getattr(self.env, f"single_{kind}_space", None)
+            if single is None:
+                raise ConfigError(
+                    f"batched env {self.describe()} has no single_{kind}_space: a gymnasium VectorEnv declares one "
+                    f"sub-env's space there (and the batch's as {kind}_space)"
+                )
+            declared = getattr(self.env, f"{kind}_space", None)
+            if not self.declares_batch_spaces or declared is None:
+                continue
+            try:
+                expected = batch_space(single, self.num_envs)
+            except (TypeError, ValueError):
+                continue  # a space gymnasium cannot batch: the field checks refuse it by name
+            if declared != expected:
+                raise ConfigError(
+                    f"batched env {self.describe()} declares {kind}_space {declared}, not its single_{kind}_space "
+                    f"batched over its {self.num_envs} sub-envs as gymnasium batches it "
+                    f"(gymnasium.vector.utils.batch_space): {expected}"
+                )
 
     def attribute(self, name: str) -> Any:
         """The vector env's attribute ``name`` (through its wrappers)."""
@@ -532,6 +566,8 @@ class EnvPoolAdapter(VectorEnvAdapter):
     gives one), a full reset whose first seed is not the pool's rebuilds the pool with that seed;
     without, a reset's seeds are not passed on.
     """
+
+    declares_batch_spaces = False  # EnvPool's observation_space and action_space are a sub-env's
 
     def __init__(self, env: Any, remake: Callable[[int], Any] | None = None, seed: int | None = None) -> None:
         super().__init__(env)
