@@ -51,6 +51,8 @@ Start with:
   pycollect run --workers 2              step the environments in 2 worker processes
   pycollect run --workers 2 -v           ... and say when each worker starts and ends
   pycollect run --workers 4 --top        ... with a live view of each worker instead of the bar
+  pycollect run envpool:Pong-v5 --workers 2 --envs-per-worker 4
+                                         a batched env: each worker hosts one EnvPool of 4 envs
   pycollect run --help                   every option of 'run'
   pycollect top                          watch a collection running in another terminal: each
                                          worker's frames/s, step latency, where its time goes,
@@ -267,7 +269,8 @@ def _add_collection_options(run: argparse.ArgumentParser) -> None:
         metavar="ENV",
         help=(
             f"environment: a gymnasium id such as {DEFAULT_ENV} (the default), or "
-            "'BACKEND:TARGET' such as 'gymnasium:Pendulum-v1' or 'callable:pkg.module:make_env'"
+            "'BACKEND:TARGET' such as 'gymnasium:Pendulum-v1' or 'callable:pkg.module:make_env'; a batched env "
+            "('envpool:Pong-v5', 'gymnax:CartPole-v1' with pycollect-jax) has --envs-per-worker sub-envs"
         ),
     )
     run.add_argument(

@@ -264,6 +264,17 @@ def test_run_with_workers(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["restarts"] == 0 and summary["episodes"] > 0
 
 
+@pytest.mark.timeout(180)
+def test_the_batched_env_example_of_the_help_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if "envpool:Pong-v5" in line)
+    args = line.split()[1:]  # the command as the help writes it, less "pycollect"
+    assert main([*args, "--frames", "2000", "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["workers"] == 2 and summary["frames"] >= 2000 and summary["restarts"] == 0
+
+
 def test_the_plugin_variables_named_in_help_are_the_managers() -> None:
     from pycollect import cli, plugins
 
