@@ -980,3 +980,35 @@ def test_a_sync_vector_envs_sub_env_restores_with_its_pending_autoreset() -> Non
     np.testing.assert_array_equal(expected[0][0], got[0][0])  # the reset observation, from the same stream
     for _ in range(5):
         np.testing.assert_array_equal(source.env.step(actions)[0][0], target.env.step(actions)[0][0])
+
+
+def test_a_snapshot_of_every_sub_env_plans_each_sub_env_a_fixed_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Linear in the sub-envs: asking every sub-env whether the whole batch can be saved made a
+    # snapshot of 256 CartPoles take 0.9 s (quadratic) where it takes 8 ms.
+    from pycollect.envs import state
+    from pycollect.envs.state import get_env_state, snapshot_refusal
+
+    plans = 0
+    plan = state._plan
+
+    def counted(env: Any) -> Any:
+        nonlocal plans
+        plans += 1
+        return plan(env)
+
+    monkeypatch.setattr(state, "_plan", counted)
+
+    def plans_for(count: int) -> int:
+        nonlocal plans
+        batch = VectorEnvAdapter(SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(count)]))
+        batch.env.reset(seed=list(range(count)))
+        plans = 0
+        for view in batch.views():
+            assert snapshot_refusal(view) is None
+            get_env_state(view)
+        batch.close()
+        return plans
+
+    assert plans_for(32) == 4 * plans_for(8)

@@ -40,7 +40,7 @@ a batched env that can save one sub-env apart from the others implements
 :meth:`BatchedEnv.sub_env_state` and :meth:`BatchedEnv.set_sub_env_state`. gymnasium's
 ``SyncVectorEnv`` of single envs pycollect can save does; any other (EnvPool, a vector entry
 point, ``AsyncVectorEnv``, whose sub-envs live in processes of their own) is refused by name
-(:meth:`BatchedEnv.state_refusal`) before a feature that needs snapshots starts.
+(:meth:`BatchedEnv.sub_env_refusal`) before a feature that needs snapshots starts.
 """
 
 from __future__ import annotations
@@ -176,8 +176,12 @@ class BatchedEnv(abc.ABC):
 
     # -- env states, sub-env by sub-env (a subclass that can save them overrides these) ----
 
-    def state_refusal(self) -> str | None:
-        """Why the sub-envs' states cannot be saved one by one (``None``: they can), for snapshots."""
+    def sub_env_refusal(self, index: int) -> str | None:
+        """Why sub-env ``index``'s state cannot be saved (``None``: it can), asked before snapshots start.
+
+        The default: ``None`` where the subclass implements :meth:`sub_env_state`, a refusal naming
+        this batched env otherwise. Cheap: it is asked of each sub-env at each snapshot.
+        """
         if type(self).sub_env_state is BatchedEnv.sub_env_state:
             return self._unsaved()
         return None
@@ -193,9 +197,9 @@ class BatchedEnv(abc.ABC):
         """Everything sub-env ``index``'s future depends on, picklable and not shared with the env.
 
         Raises:
-            EnvStateError: This batched env cannot save its sub-envs (:meth:`state_refusal` says why).
+            EnvStateError: This batched env cannot save its sub-envs (:meth:`sub_env_refusal` says why).
         """
-        raise EnvStateError(self.state_refusal() or f"batched env {self.describe()} saves no sub-env state")
+        raise EnvStateError(self._unsaved())
 
     def set_sub_env_state(self, index: int, state: Any) -> None:
         """Put sub-env ``index`` back where :meth:`sub_env_state` found it; the other sub-envs are untouched.
@@ -203,7 +207,7 @@ class BatchedEnv(abc.ABC):
         Raises:
             EnvStateError: This batched env cannot restore its sub-envs, or ``state`` does not fit.
         """
-        raise EnvStateError(self.state_refusal() or f"batched env {self.describe()} restores no sub-env state")
+        raise EnvStateError(self._unsaved())
 
     def describe(self) -> str:
         """A short name: the batched env's class and size."""
@@ -416,8 +420,8 @@ class SubEnv:
         self.batch.set_sub_env_state(self.index, state)
 
     def snapshot_refusal(self) -> str | None:
-        """Why this sub-env cannot be saved (:meth:`BatchedEnv.state_refusal`), or ``None``."""
-        return self.batch.state_refusal()
+        """Why this sub-env cannot be saved (:meth:`BatchedEnv.sub_env_refusal`), or ``None``."""
+        return self.batch.sub_env_refusal(self.index)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("batch", "index"):
@@ -523,38 +527,39 @@ class VectorEnvAdapter(BatchedEnv):
         """``env.close()``."""
         self.env.close()
 
-    def state_refusal(self) -> str | None:
-        """``None`` for a ``SyncVectorEnv`` whose every sub-env pycollect can save; why not otherwise."""
-        from gymnasium.vector import SyncVectorEnv
-
-        if not isinstance(self.env, SyncVectorEnv):
+    def sub_env_refusal(self, index: int) -> str | None:
+        """Why sub-env ``index`` cannot be saved: ``None`` for a ``SyncVectorEnv``'s that pycollect can save."""
+        if not self._saves_sub_envs():
             return self._unsaved()
-        for index, env in enumerate(self.env.envs):
-            why = env_state.snapshot_refusal(env)
-            if why is not None:
-                return f"sub-env {index} of batched env {self.describe()} cannot be saved: {why}"
-        return None
+        why = env_state.snapshot_refusal(self.env.envs[index])
+        return None if why is None else f"sub-env {index} of batched env {self.describe()} cannot be saved: {why}"
 
     def sub_env_state(self, index: int) -> Any:
         """A ``SyncVectorEnv``'s sub-env ``index``: its env's state and whether it autoresets at the next step."""
-        if (why := self.state_refusal()) is not None:
-            raise EnvStateError(why)
+        if not self._saves_sub_envs():
+            raise EnvStateError(self._unsaved())
         autoreset = getattr(self.env, "_autoreset_envs", None)  # NEXT_STEP mode's: gymnasium 1.x
         return {
-            "env": env_state.get_env_state(self.env.envs[index]),
+            "env": env_state.get_env_state(self.env.envs[index]),  # raises, naming the part, for one it cannot
             "autoreset": None if autoreset is None else bool(autoreset[index]),
         }
 
     def set_sub_env_state(self, index: int, state: Any) -> None:
         """Restore a ``SyncVectorEnv``'s sub-env ``index`` (its env, and its pending autoreset)."""
-        if (why := self.state_refusal()) is not None:
-            raise EnvStateError(why)
+        if not self._saves_sub_envs():
+            raise EnvStateError(self._unsaved())
         if not isinstance(state, dict) or set(state) != {"env", "autoreset"}:
             raise EnvStateError(f"not a sub-env state of batched env {self.describe()}: got {type(state).__name__}")
         env_state.set_env_state(self.env.envs[index], state["env"])
         autoreset = getattr(self.env, "_autoreset_envs", None)
         if autoreset is not None and state["autoreset"] is not None:
             autoreset[index] = state["autoreset"]
+
+    def _saves_sub_envs(self) -> bool:
+        """Whether the env is gymnasium's ``SyncVectorEnv``, whose sub-envs are envs of this process."""
+        from gymnasium.vector import SyncVectorEnv
+
+        return isinstance(self.env, SyncVectorEnv)
 
 
 class EnvPoolAdapter(VectorEnvAdapter):
