@@ -306,7 +306,9 @@ def test_a_worker_killed_mid_run_is_replayed_every_batch_identical(env: str, bat
 
 
 def test_replay_is_refused_for_a_batched_env_whose_sub_envs_cannot_be_saved() -> None:
-    with pytest.raises(EnvStateError, match=r"batched env EnvPool \w+ of 4 sub-envs cannot save .*SyncVectorEnv"):
+    with pytest.raises(
+        EnvStateError, match=r"batched env EnvPool CartPole-v1 of 4 sub-envs cannot save .*SyncVectorEnv"
+    ):
         Collector("envpool:CartPole-v1", frames_per_batch=8, num_workers=1, envs_per_worker=4, recovery="replay")
     with pytest.raises(EnvStateError, match=r"sub-env 0 of batched env SyncVectorEnv of 2 sub-envs .*UnsaveableEnv"):
         Collector(_unsaveable_pair, frames_per_batch=8, num_workers=1, envs_per_worker=2, snapshots=True)

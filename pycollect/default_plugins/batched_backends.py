@@ -99,7 +99,7 @@ class EnvPoolBackend(EnvBackend):
             seed %= _INT32_SEEDS - num_envs
             return envpool.make(target, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
 
-        return EnvPoolAdapter(build(0), remake=build, seed=0)
+        return EnvPoolAdapter(build(0), remake=build, seed=0, task=str(target))
 
 
 def _refuse_reserved(backend: str, env_kwargs: Mapping[str, Any], more: tuple[str, ...] = ()) -> None:

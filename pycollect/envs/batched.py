@@ -569,12 +569,16 @@ class EnvPoolAdapter(VectorEnvAdapter):
     returns theirs only), so it serves ``SAME_STEP`` too. Its sub-envs are seeded when the pool is
     built (sub-env ``i`` with ``seed + i``, EnvPool's rule): with ``remake`` (the envpool backend
     gives one), a full reset whose first seed is not the pool's rebuilds the pool with that seed;
-    without, a reset's seeds are not passed on.
+    without, a reset's seeds are not passed on. ``task``: the EnvPool task id, for messages (an
+    EnvPool object does not say it; its class name is used without one).
     """
 
     declares_batch_spaces = False  # EnvPool's observation_space and action_space are a sub-env's
 
-    def __init__(self, env: Any, remake: Callable[[int], Any] | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self, env: Any, remake: Callable[[int], Any] | None = None, seed: int | None = None, task: str | None = None
+    ) -> None:
+        self.task = task or getattr(getattr(env, "spec", None), "id", None) or type(env).__name__
         super().__init__(env)
         self.autoreset_mode = AutoresetMode.NEXT_STEP
         self.partial_reset = True
@@ -582,9 +586,8 @@ class EnvPoolAdapter(VectorEnvAdapter):
         self._remake, self._seed = remake, seed
 
     def describe(self) -> str:
-        """EnvPool's task and size."""
-        task = getattr(getattr(self.env, "spec", None), "id", None) or type(self.env).__name__
-        return f"EnvPool {task} of {self.num_envs} sub-envs"
+        """EnvPool's task and size: ``EnvPool Pong-v5 of 4 sub-envs``."""
+        return f"EnvPool {self.task} of {self.num_envs} sub-envs"
 
     def reset_batch(
         self, seeds: Sequence[int | None] | None, mask: np.ndarray | None, options: Mapping[str, Any] | None = None
