@@ -700,9 +700,7 @@ def _check_snapshots_wanted(config: CollectorConfig) -> None:
     if config.recovery == "replay":
         raise ConfigError(f"recovery='replay': engine {engine!r} cannot restore its envs (the workers engine can)")
     if config.snapshots:
-        raise ConfigError(
-            f"snapshots=True: engine {engine!r} does not save its envs' states (inprocess and workers do)"
-        )
+        raise ConfigError(f"snapshots=True: engine {engine!r} does not save its envs' states (the built-in engines do)")
 
 
 def _versions(batch: TensorDictBase) -> np.ndarray | None:

@@ -30,7 +30,14 @@ from pycollect.envs import DeviceBatchedEnv, EnvBackend, is_device_env
 from pycollect.envs.device import device_env_refusal
 from pycollect.envs.source import EnvSource
 from pycollect.envs.specs import specs_from_spaces
-from pycollect.exceptions import ConfigError, ConformanceError, EnvCreationError, EnvOutputError, PolicyError
+from pycollect.exceptions import (
+    ConfigError,
+    ConformanceError,
+    EnvCreationError,
+    EnvOutputError,
+    EnvStateError,
+    PolicyError,
+)
 from pycollect.testing.device_envs import (
     HostCartPole,
     TorchCartPole,
@@ -659,7 +666,7 @@ def test_state_dict_continues_the_trajectory_numbering() -> None:
     with device_collector(None) as collector:
         collector.next_batch()
         collector.next_batch()
-        state = collector.state_dict()
+        state = collector.state_dict(env_states=False)  # fresh episodes, the numbering carried on
         last = int(collector.next_batch()["collector", "traj_ids"].max())
     assert state["runner"]["next_traj_id"] > N
     with device_collector(None) as resumed:
@@ -672,6 +679,67 @@ def test_state_dict_continues_the_trajectory_numbering() -> None:
         host_state = host.state_dict()
     with device_collector(None) as resumed, pytest.raises(ConfigError, match=r"engine: saved 'inprocess'"):
         resumed.load_state_dict(host_state)
+
+
+POLICIES: dict[str, Any] = {"random": lambda: None, "argmax": Argmax, "lstm": lstm_actor}
+RESUMES: dict[str, dict[str, Any]] = {
+    "random": {},
+    "argmax with a trajectory limit": {"policy": "argmax", "max_frames_per_traj": 7},
+    "lstm": {"policy": "lstm"},
+    "point mass": {"env": TorchPointMass},
+    "random first, reset at each batch": {
+        "policy": "argmax",
+        "init_random_frames": 2 * N * T,
+        "reset_at_each_iter": True,
+    },
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(RESUMES))
+@pytest.mark.parametrize("done", [0, 3])
+def test_a_resumed_run_makes_the_batches_of_the_uninterrupted_one(device: str, case: str, done: int) -> None:
+    settings = dict(RESUMES[case])
+    make_policy = POLICIES[settings.pop("policy", "random")]
+    env = settings.pop("env", TorchCartPole)
+    whole = batches(device_collector(make_policy(), env=env, device=device, **settings), 6)
+    with device_collector(make_policy(), env=env, device=device, **settings) as first:
+        assert_equal([first.next_batch() for _ in range(done)], whole[:done])
+        state = first.state_dict(env_states=True)  # mid-episode: env, observations, streams, ids
+    resumed = device_collector(make_policy(), env=env, device=device, resume=state, **settings)
+    assert_equal(batches(resumed, 6 - done), whole[done:])
+
+
+class StatelessCartPole(TorchCartPole):
+    """A device env that does not save its state: the base class's refusing methods."""
+
+    get_state = DeviceBatchedEnv.get_state
+    set_state = DeviceBatchedEnv.set_state
+
+
+def test_env_states_of_a_device_env_that_cannot_save_them_are_refused_by_name() -> None:
+    with pytest.raises(
+        EnvStateError, match=r"env 'callable:StatelessCartPole' cannot: StatelessCartPole of 6 .*get_state"
+    ):
+        device_collector(None, env=StatelessCartPole, snapshots=True)
+    with device_collector(None, env=StatelessCartPole) as collector:
+        collector.next_batch()
+        with pytest.raises(ConfigError, match="keeps no env states"):
+            collector.state_dict(env_states=True)
+        assert "env_snapshot" not in collector.state_dict()  # the trajectory numbering only, as before
+
+
+def test_a_state_of_another_env_is_refused_and_nothing_changes() -> None:
+    env, other = TorchCartPole(4), TorchCartPole(3)
+    env.reset([1, 2, 3, 4])
+    before = env.get_state()
+    with pytest.raises(
+        EnvStateError, match="a state of TorchCartPole of 3 sub-envs cannot be restored into a TorchCartPole of 4"
+    ):
+        env.set_state(other.get_state())
+    with pytest.raises(EnvStateError, match="a state of TorchPointMass of 4 sub-envs cannot be restored"):
+        env.set_state(TorchPointMass(4).get_state())
+    assert all(torch.equal(env.get_state()[k], v) for k, v in before.items() if isinstance(v, torch.Tensor))
 
 
 def test_shutdown_closes_the_env_once() -> None:

@@ -47,6 +47,7 @@ return is checked by shape, dtype and device at every step, which costs no devic
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -83,10 +84,17 @@ from pycollect._rollout.policy import add_group_dims, parameters_device
 from pycollect._rollout.seeding import action_rng, env_seeds
 from pycollect.config import CollectorConfig, ordinal_device
 from pycollect.engines import Engine, RolloutPlan
-from pycollect.envs.device import DeviceBatchedEnv, has_rollout, is_device_env
+from pycollect.envs.device import DeviceBatchedEnv, has_rollout, has_state, is_device_env
 from pycollect.envs.source import EnvSource, foreign_env
 from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
-from pycollect.exceptions import ConfigError, EnvCreationError, EnvOutputError, PolicyError, PyCollectError
+from pycollect.exceptions import (
+    ConfigError,
+    EnvCreationError,
+    EnvOutputError,
+    EnvStateError,
+    PolicyError,
+    PyCollectError,
+)
 
 __all__ = ["DeviceEngine", "build_device_env", "env_device"]
 
@@ -194,6 +202,12 @@ class DeviceEngine(Engine):
             )
             plan = RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried))
             _check_memory(config, plan, env)
+            if (config.snapshots or config.checkpoint_dir is not None) and not has_state(env):
+                raise EnvStateError(
+                    f"snapshots=True (or a checkpoint_dir) saves every env's state, but env {name!r} cannot: "
+                    f"{env.describe()} does not implement get_state() and set_state(state) "
+                    "(pycollect.envs.DeviceBatchedEnv)"
+                )
             return cls(plan, env, config, name, policy)
         except BaseException:
             env.close()
@@ -427,14 +441,58 @@ class DeviceEngine(Engine):
         """Nothing to move: the env steps with the very policy object being trained."""
 
     def state(self) -> dict[str, Any]:
-        """Trajectory numbering, to continue it after :meth:`load_state` (the in-process engine's layout)."""
-        return {"runner": {"next_traj_id": int(self._next_traj_id.item())}}
+        """Trajectory numbering and, where the env saves its state (:func:`has_state`), what the next batch needs.
+
+        The env snapshot (pickled) holds the env's state, what the policy reads next (the
+        observations, ``is_init`` and recurrent states), each sub-env's trajectory id and
+        episode length, the random actions' generator and torch's streams: a collector that
+        loads it makes the batch this one would make next. Read between batches: it waits for
+        the device once.
+        """
+        state: dict[str, Any] = {"runner": {"next_traj_id": int(self._next_traj_id.item())}}
+        if has_state(self.env):
+            snapshot: dict[str, Any] = {
+                "started": self._started,
+                "batches": self._batches,
+                "random": self._random.generator.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            }
+            if self._started:
+                snapshot |= {
+                    "env": self.env.get_state(),
+                    "current": [value.clone() for value in self._current],
+                    "carried": {key: value.clone() for key, value in self._carried.items()},
+                    "traj_ids": self._traj_ids.clone(),
+                    "lengths": self._lengths.clone(),
+                    "clock": self._clock,
+                }
+            state["env_snapshot"] = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+        return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state` (an in-process engine's state loads too)."""
+        """Restore :meth:`state` (the env too, if it holds its snapshot; an in-process engine's numbering loads too)."""
         if "runner" in state:
             value = int(state["runner"]["next_traj_id"])
             self._next_traj_id = torch.tensor(value, dtype=torch.int64, device=self.device)
+        if "env_snapshot" not in state:
+            return
+        snapshot = pickle.loads(state["env_snapshot"])
+        device = self.device
+        if snapshot["started"]:
+            self.env.set_state(snapshot["env"])  # first: an env that refuses the state leaves the engine as it was
+            self._current = [value.to(device) for value in snapshot["current"]]
+            for key, value in snapshot["carried"].items():
+                self._carried[key].copy_(value)
+            self._traj_ids = snapshot["traj_ids"].to(device)
+            self._lengths = snapshot["lengths"].to(device)
+            self._clock = int(snapshot["clock"])
+            self._started = True
+        self._batches = int(snapshot["batches"])
+        self._random.generator.set_state(snapshot["random"])
+        torch.set_rng_state(snapshot["torch"])
+        if snapshot["cuda"] is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(snapshot["cuda"], device)
 
     def close(self) -> None:
         """Close the env (once)."""

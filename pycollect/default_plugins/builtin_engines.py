@@ -155,6 +155,7 @@ class Device(EngineFactory):
     name = "device"
     default_weight_sync = "no_sync"  # nothing moves: update_policy_weights_() needs no scheme
     policy_in_trainer = True
+    snapshots_envs = True  # an env implementing get_state/set_state: checkpoints, state_dict() (no replay: no workers)
 
     def check(self, config: CollectorConfig) -> None:
         """Refuse workers and the settings that only mean something for host envs or workers."""

@@ -23,6 +23,9 @@ What a simulator implements (see :class:`DeviceBatchedEnv`):
   JAX env's ``lax.scan``), which the ``device`` engine calls instead of ``T`` steps wherever the
   actions do not depend on the observations (random actions, no trajectory limit); see
   :func:`has_rollout`.
+* optionally, :meth:`~DeviceBatchedEnv.get_state` and :meth:`~DeviceBatchedEnv.set_state`: every
+  sub-env's state, for checkpoints with env states (``snapshots=True``, ``checkpoint_dir=``,
+  ``state_dict()``); see :func:`has_state`.
 
 A JAX simulator hands its arrays over without a copy with ``torch.from_dlpack(array)`` (a JAX
 array on a GPU becomes a CUDA tensor sharing its memory) and takes its actions back with
@@ -42,7 +45,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from pycollect.exceptions import ActionError
+from pycollect.exceptions import ActionError, EnvStateError
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +56,7 @@ __all__ = [
     "DeviceStep",
     "device_env_refusal",
     "has_rollout",
+    "has_state",
     "is_device_env",
 ]
 
@@ -202,6 +206,29 @@ class DeviceBatchedEnv(abc.ABC):
         observation, reward, terminated, truncated, final = stacked
         return observation, reward, terminated, truncated, final
 
+    def get_state(self) -> Any:
+        """Everything every sub-env's future depends on: their simulator state and random streams.
+
+        Optional (:func:`has_state`): the ``device`` engine saves it with its own state for a
+        checkpoint or ``state_dict()``, between batches, never per step, so it may read the
+        device. Return a picklable value that shares no memory with the env (tensors cloned,
+        on the device or the host); :meth:`set_state` given it, in this env or a fresh one built
+        the same way, makes every sub-env go on exactly as this one would.
+
+        Raises:
+            EnvStateError: This env does not save its state (the default).
+        """
+        raise EnvStateError(_stateless(self))
+
+    def set_state(self, state: Any) -> None:
+        """Put every sub-env back where :meth:`get_state` found them (its simulator state and streams).
+
+        Raises:
+            EnvStateError: This env does not restore its state (the default), or ``state`` is
+                not one of an env built the same way; nothing is changed then.
+        """
+        raise EnvStateError(_stateless(self))
+
     def close(self) -> None:  # noqa: B027 - optional: most simulators hold nothing to release
         """Release the simulator (called once, when the collector shuts down)."""
 
@@ -213,6 +240,22 @@ class DeviceBatchedEnv(abc.ABC):
 def has_rollout(env: DeviceBatchedEnv) -> bool:
     """Whether ``env``'s class overrides :meth:`DeviceBatchedEnv.rollout` (the engine then calls it)."""
     return getattr(type(env), "rollout", None) is not DeviceBatchedEnv.rollout
+
+
+def has_state(env: DeviceBatchedEnv) -> bool:
+    """Whether ``env``'s class overrides :meth:`DeviceBatchedEnv.get_state` and :meth:`~DeviceBatchedEnv.set_state`."""
+    klass = type(env)
+    return (
+        getattr(klass, "get_state", None) is not DeviceBatchedEnv.get_state
+        and getattr(klass, "set_state", None) is not DeviceBatchedEnv.set_state
+    )
+
+
+def _stateless(env: DeviceBatchedEnv) -> str:
+    return (
+        f"device env {_describe(env)} does not save its state: implement get_state() and set_state(state) on it "
+        "(pycollect.envs.DeviceBatchedEnv) to checkpoint it"
+    )
 
 
 def _map(function: Any, tree: Any) -> Any:

@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pycollect.envs.batched import BatchedEnv
 from pycollect.envs.device import DeviceBatchedEnv
-from pycollect.exceptions import ConfigError, ConformanceError
+from pycollect.exceptions import ConfigError, ConformanceError, EnvStateError
 
 __all__ = [
     "HostCartPole",
@@ -94,6 +94,24 @@ def stream_uniform(keys: torch.Tensor, episodes: torch.Tensor, count: int) -> to
 
 def _fresh_seeds(count: int) -> list[int]:
     return [int.from_bytes(os.urandom(4), "little") for _ in range(count)]
+
+
+def _saved(env: DeviceBatchedEnv, names: Sequence[str]) -> dict[str, Any]:
+    """``env``'s attributes ``names`` (tensors cloned), with its class and size: its whole state."""
+    parts = {name: getattr(env, name) for name in names}
+    parts = {name: value.clone() if isinstance(value, torch.Tensor) else value for name, value in parts.items()}
+    return {"class": type(env).__qualname__, "num_envs": env.num_envs, **parts}
+
+
+def _restore(env: DeviceBatchedEnv, state: Any, names: Sequence[str]) -> None:
+    """Set :func:`_saved`'s attributes back on ``env``, on its device; a state of another env is refused."""
+    kind = f"{type(env).__qualname__} of {env.num_envs} sub-envs"
+    if not isinstance(state, dict) or f"{state.get('class')} of {state.get('num_envs')} sub-envs" != kind:
+        got = f"{state.get('class')} of {state.get('num_envs')} sub-envs" if isinstance(state, dict) else type(state)
+        raise EnvStateError(f"{env.describe()}: a state of {got} cannot be restored into a {kind}")
+    for name in names:
+        value = state[name]
+        setattr(env, name, value.to(env.device) if isinstance(value, torch.Tensor) else value)
 
 
 class TorchCartPole(DeviceBatchedEnv):
@@ -201,6 +219,16 @@ class TorchCartPole(DeviceBatchedEnv):
         """Nothing to release; remembered for tests."""
         self.closed = True
 
+    _STATE = ("_keys", "_episodes", "_steps", "_state", "_started")
+
+    def get_state(self) -> dict[str, Any]:
+        """Every sub-env's stream key, episode and step counters and dynamics state (cloned)."""
+        return _saved(self, self._STATE)
+
+    def set_state(self, state: Any) -> None:
+        """Restore :meth:`get_state`'s state (a TorchCartPole's of as many sub-envs, or refused by name)."""
+        _restore(self, state, self._STATE)
+
     def _first_states(self, episodes: torch.Tensor) -> torch.Tensor:
         """Each sub-env's first state of episode ``episodes`` (gymnasium: uniform in [-0.05, 0.05])."""
         return stream_uniform(self._keys, episodes, 4) * 0.1 - 0.05
@@ -299,6 +327,16 @@ class TorchPointMass(DeviceBatchedEnv):
         self._velocity = torch.where(mask[:, None], 0.0, self._velocity)
         self._steps = torch.where(mask, 0, self._steps)
         return self._observation()
+
+    _STATE = ("_keys", "_episodes", "_steps", "_position", "_velocity")
+
+    def get_state(self) -> dict[str, Any]:
+        """Every sub-env's stream key, episode and step counters, position and velocity (cloned)."""
+        return _saved(self, self._STATE)
+
+    def set_state(self, state: Any) -> None:
+        """Restore :meth:`get_state`'s state (a TorchPointMass's of as many sub-envs, or refused by name)."""
+        _restore(self, state, self._STATE)
 
     def _starts(self, episodes: torch.Tensor) -> torch.Tensor:
         return (stream_uniform(self._keys, episodes, 2) * 0.2 - 0.1).to(torch.float32)

@@ -29,7 +29,7 @@ import pycollect
 import pycollect.plugins
 from pycollect import Collector, CollectorConfig
 from pycollect.envs import DeviceBatchedEnv, is_device_env
-from pycollect.exceptions import ConfigError, UnknownEnvError
+from pycollect.exceptions import ConfigError, EnvStateError, UnknownEnvError
 from pycollect.testing.device_envs import SeededArgmax as Argmax
 from pycollect.testing.device_envs import forbid_host_transfers
 from pycollect_jax import GymnaxBackend, GymnaxBatchedEnv, GymnaxDeviceEnv
@@ -456,6 +456,49 @@ def test_the_same_seed_gives_the_same_batches_and_another_seed_others() -> None:
     for x, y in zip(first, again, strict=True):
         assert all(torch.equal(u, v) for u, v in zip(leaves(x).values(), leaves(y).values(), strict=True))
     assert not torch.equal(first[0]["observation"], other[0]["observation"])
+
+
+@pytest.mark.parametrize(
+    ("policy", "settings"),
+    [(None, {}), (Argmax, {"max_frames_per_traj": 7})],
+    ids=["random-rollouts", "module-limit"],
+)
+def test_a_resumed_device_run_makes_the_batches_of_the_uninterrupted_one(policy: Any, settings: dict[str, Any]) -> None:
+    def collector(**more: Any) -> Collector:
+        made = None if policy is None else policy()
+        return Collector(
+            SPEC, made, engine="device", envs_per_worker=N, frames_per_batch=N * T, seed=0, **settings, **more
+        )
+
+    with collector() as whole:
+        expected = [whole.next_batch() for _ in range(5)]
+    with collector(snapshots=True) as first:
+        for want in expected[:2]:
+            assert torch.equal(first.next_batch()["next", "observation"], want["next", "observation"])
+        state = first.state_dict(env_states=True)  # every sub-env mid-episode: keys, state, observations
+    with collector(resume=state) as resumed:
+        for n, want in enumerate(expected[2:]):
+            got = resumed.next_batch()
+            for key, value in leaves(want).items():
+                assert torch.equal(leaves(got)[key], value), f"batch {n + 2}, {key}"
+
+
+def test_a_device_state_of_another_env_is_refused_and_nothing_changes() -> None:
+    env, acrobot = device_env(), GymnaxBackend().make_device("Acrobot-v1", {}, N, None)
+    env.reset(list(range(N)))
+    acrobot.reset(list(range(N)))
+    before = env.get_state()
+    with pytest.raises(
+        EnvStateError, match=r"state of gymnax Acrobot-v1 cannot be restored into device env gymnax CartPole-v1"
+    ):
+        env.set_state(acrobot.get_state())
+    with pytest.raises(
+        EnvStateError, match=r"state of device env gymnax CartPole-v1 of 8 .* its key arrays are \[\(\(4, 2\)"
+    ):
+        env.set_state(device_env(4).get_state())
+    after = env.get_state()
+    for part in ("key", "state", "obs"):
+        assert all(np.array_equal(a, b) for a, b in zip(before[part], after[part], strict=True)), part
 
 
 @pytest.mark.parametrize("device", DEVICES)

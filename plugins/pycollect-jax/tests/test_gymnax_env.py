@@ -297,7 +297,7 @@ def test_a_state_of_another_gymnax_env_is_refused_and_nothing_changes() -> None:
     env.reset_batch(_seeds(), None)
     keys = np.asarray(env._keys).copy()
     with pytest.raises(
-        EnvStateError, match=r"state of gymnax Acrobot-v1 cannot be restored into gymnax CartPole-v1 of 8"
+        EnvStateError, match=r"state of gymnax Acrobot-v1 cannot be restored into batched env gymnax CartPole-v1 of 8"
     ):
         set_env_state(env.views()[0], get_env_state(acrobot.views()[0]))
     np.testing.assert_array_equal(np.asarray(env._keys), keys)

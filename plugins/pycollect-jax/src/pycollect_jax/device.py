@@ -36,7 +36,7 @@ import numpy as np
 
 from pycollect.envs.device import DeviceBatchedEnv, DeviceObservation
 from pycollect.exceptions import ConfigError
-from pycollect_jax.env import SubEnvFunctions, configure_jax, seed_arrays
+from pycollect_jax.env import SubEnvFunctions, check_saved, configure_jax, saved_arrays, seed_arrays
 
 if TYPE_CHECKING:
     import torch
@@ -399,9 +399,39 @@ class GymnaxDeviceEnv(DeviceBatchedEnv):
         self._keys, self._state, self._obs = self._reset_masked(self._keys, keep, self._state, self._obs, self._params)
         return self._torch(self._obs)
 
+    def get_state(self) -> dict[str, Any]:
+        """Every sub-env's key, gymnax state and observation: numpy copies read from the device, between batches.
+
+        Returns:
+            :func:`~pycollect_jax.env.saved_arrays`' layout, the whole ``[N, ...]`` arrays.
+        """
+        return saved_arrays(self.name, self._trees())
+
+    def set_state(self, state: Any) -> None:
+        """Put every sub-env back where :meth:`get_state` found it (the arrays placed on :attr:`jax_device`).
+
+        Raises:
+            EnvStateError: ``state`` is not one of this gymnax env with as many sub-envs (another
+                id, other shapes); nothing is changed then.
+        """
+        import jax
+
+        check_saved(state, self.name, self._trees(), f"device env {self.describe()}")
+
+        def placed(tree: Any, saved: list[np.ndarray]) -> Any:
+            structure = jax.tree.structure(tree)
+            return jax.tree.unflatten(structure, [jax.device_put(array, self.jax_device) for array in saved])
+
+        self._keys = placed(self._keys, state["key"])
+        self._state = placed(self._state, state["state"])
+        self._obs = placed(self._obs, state["obs"])
+
     def close(self) -> None:
         """Drop the sub-envs' arrays (JAX frees them with the last reference; tensors handed out keep theirs)."""
         self._state = self._obs = self._keys = None
+
+    def _trees(self) -> dict[str, Any]:
+        return {"key": self._keys, "state": self._state, "obs": self._obs}
 
     def _torch(self, tree: Any) -> DeviceObservation:
         """JAX arrays as torch tensors over the same memory, in the observation's structure."""

@@ -44,8 +44,10 @@ __all__ = [
     "WORKER_XLA_FLAGS",
     "GymnaxBatchedEnv",
     "SubEnvFunctions",
+    "check_saved",
     "configure_jax",
     "gymnasium_space",
+    "saved_arrays",
     "seed_arrays",
 ]
 
@@ -316,6 +318,56 @@ class SubEnvFunctions:
 # -- the env -------------------------------------------------------------------------------------
 
 
+def saved_arrays(name: str, trees: Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
+    """A gymnax env's state: its id and numpy copies of every leaf of ``trees``, or of each leaf's row ``index``.
+
+    Args:
+        name: The gymnax id (a state of another id is refused on restore).
+        trees: ``{"key": keys, "state": gymnax state, "obs": observations}``, each a JAX array or tree
+            of ``[N, ...]`` arrays.
+        index: A sub-env's row only (``None``: the whole arrays).
+
+    Returns:
+        ``{"env": name, "key": [leaves], "state": [leaves], "obs": [leaves]}``, leaves in ``jax.tree`` order.
+    """
+    import jax
+
+    def copy(leaf: Any) -> np.ndarray:
+        array = np.asarray(leaf)
+        return np.array(array if index is None else array[index])
+
+    return {"env": name, **{part: [copy(leaf) for leaf in jax.tree.leaves(tree)] for part, tree in trees.items()}}
+
+
+def check_saved(state: Any, name: str, trees: Mapping[str, Any], env: str, index: int | None = None) -> None:
+    """Refuse a :func:`saved_arrays` state that ``trees`` (or their row ``index``) cannot take.
+
+    Args:
+        state: The state to restore.
+        name: The env's gymnax id.
+        trees: The env's arrays, as :func:`saved_arrays` takes them.
+        env: The env's description, for messages.
+        index: The sub-env whose rows would take it (``None``: the whole arrays).
+
+    Raises:
+        EnvStateError: ``state`` is not such a state, is of another gymnax id, or its arrays have
+            other shapes or dtypes than the env's (both named).
+    """
+    import jax
+
+    what = f"a {'sub-env ' if index is not None else ''}state of {env}"
+    if not isinstance(state, dict) or set(state) != {"env", *trees}:
+        raise EnvStateError(f"not {what}: got {type(state).__name__}")
+    if state["env"] != name:
+        raise EnvStateError(f"a state of gymnax {state['env']} cannot be restored into {env}")
+    kind, skip = ("arrays", 0) if index is None else ("rows", 1)
+    for part, tree in trees.items():
+        want = [(tuple(leaf.shape[skip:]), np.dtype(leaf.dtype)) for leaf in jax.tree.leaves(tree)]
+        got = [(np.shape(array), np.asarray(array).dtype) for array in state[part]]
+        if got != want:
+            raise EnvStateError(f"{what} cannot hold this one: its {part} {kind} are {got}, not {want}")
+
+
 class GymnaxBatchedEnv(BatchedEnv):
     """``num_envs`` sub-envs of one gymnax environment, stepped by one jitted, vmapped call.
 
@@ -444,16 +496,9 @@ class GymnaxBatchedEnv(BatchedEnv):
         """Sub-env ``index``'s row of every array its future depends on: its key, its gymnax state, its observation.
 
         Returns:
-            ``{"env": id, "key": ..., "state": [leaves], "obs": [leaves]}``: the gymnax id, numpy
-            copies of the key and of the state's and the observation's leaves in ``jax.tree`` order.
+            :func:`saved_arrays`' layout, each leaf the sub-env's row.
         """
-        import jax
-
-        def row(tree: Any) -> list[np.ndarray]:
-            return [np.array(np.asarray(leaf)[index]) for leaf in jax.tree.leaves(tree)]
-
-        key = np.array(np.asarray(self._keys)[index])
-        return {"env": self.name, "key": key, "state": row(self._state), "obs": row(self._obs)}
+        return saved_arrays(self.name, self._trees(), index)
 
     def set_sub_env_state(self, index: int, state: Any) -> None:
         """Put sub-env ``index``'s rows back (:meth:`sub_env_state`); the other sub-envs are untouched.
@@ -464,20 +509,7 @@ class GymnaxBatchedEnv(BatchedEnv):
         """
         import jax
 
-        what = f"a sub-env state of batched env {self.describe()}"
-        if not isinstance(state, dict) or set(state) != {"env", "key", "state", "obs"}:
-            raise EnvStateError(f"not {what}: got {type(state).__name__}")
-        if state["env"] != self.name:
-            raise EnvStateError(f"a sub-env state of gymnax {state['env']} cannot be restored into {self.describe()}")
-        trees = {"key": self._keys, "state": self._state, "obs": self._obs}
-        for part, tree in trees.items():
-            leaves = jax.tree.leaves(tree)
-            saved = [state["key"]] if part == "key" else state[part]
-            rows = [(tuple(leaf.shape[1:]), np.dtype(leaf.dtype)) for leaf in leaves]
-            got = [(np.shape(row), np.asarray(row).dtype) for row in saved]
-            if got != rows:
-                raise EnvStateError(f"{what} cannot hold this one: its {part} rows are {got}, not {rows}")
-        self._keys = self._keys.at[index].set(state["key"])
+        check_saved(state, self.name, self._trees(), f"batched env {self.describe()}", index)
 
         def restored(tree: Any, saved: list[np.ndarray]) -> Any:
             leaves, structure = jax.tree.flatten(tree)
@@ -485,8 +517,12 @@ class GymnaxBatchedEnv(BatchedEnv):
                 structure, [leaf.at[index].set(row) for leaf, row in zip(leaves, saved, strict=True)]
             )
 
+        self._keys = restored(self._keys, state["key"])
         self._state = restored(self._state, state["state"])
         self._obs = restored(self._obs, state["obs"])
+
+    def _trees(self) -> dict[str, Any]:
+        return {"key": self._keys, "state": self._state, "obs": self._obs}
 
     def _numpy(self, tree: Any) -> Any:
         """JAX arrays as numpy ones (a view of each CPU buffer), in the observation's structure."""
