@@ -717,11 +717,15 @@ class StatelessCartPole(TorchCartPole):
     set_state = DeviceBatchedEnv.set_state
 
 
-def test_env_states_of_a_device_env_that_cannot_save_them_are_refused_by_name() -> None:
+def test_env_states_of_a_device_env_that_cannot_save_them_are_refused_by_name(tmp_path: Any) -> None:
     with pytest.raises(
         EnvStateError, match=r"env 'callable:StatelessCartPole' cannot: StatelessCartPole of 6 .*get_state"
     ):
         device_collector(None, env=StatelessCartPole, snapshots=True)
+    with pytest.raises(EnvStateError, match=r"snapshots=False keeps checkpoints without env states"):
+        device_collector(None, env=StatelessCartPole, checkpoint_dir=tmp_path)  # checkpoints save env states
+    with device_collector(None, env=StatelessCartPole, checkpoint_dir=tmp_path, snapshots=False) as collector:
+        collector.next_batch()  # checkpoints of the counters and weights only, as asked
     with device_collector(None, env=StatelessCartPole) as collector:
         collector.next_batch()
         with pytest.raises(ConfigError, match="keeps no env states"):

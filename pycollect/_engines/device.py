@@ -202,11 +202,11 @@ class DeviceEngine(Engine):
             )
             plan = RolloutPlan(specs, actions, batch_fields(specs, actions.outputs, actions.carried))
             _check_memory(config, plan, env)
-            if (config.snapshots or config.checkpoint_dir is not None) and not has_state(env):
+            if config.takes_snapshots and not has_state(env):
                 raise EnvStateError(
                     f"snapshots=True (or a checkpoint_dir) saves every env's state, but env {name!r} cannot: "
                     f"{env.describe()} does not implement get_state() and set_state(state) "
-                    "(pycollect.envs.DeviceBatchedEnv)"
+                    "(pycollect.envs.DeviceBatchedEnv); snapshots=False keeps checkpoints without env states"
                 )
             return cls(plan, env, config, name, policy)
         except BaseException:
