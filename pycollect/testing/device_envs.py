@@ -105,10 +105,13 @@ def _saved(env: DeviceBatchedEnv, names: Sequence[str]) -> dict[str, Any]:
 
 def _restore(env: DeviceBatchedEnv, state: Any, names: Sequence[str]) -> None:
     """Set :func:`_saved`'s attributes back on ``env``, on its device; a state of another env is refused."""
-    kind = f"{type(env).__qualname__} of {env.num_envs} sub-envs"
-    if not isinstance(state, dict) or f"{state.get('class')} of {state.get('num_envs')} sub-envs" != kind:
-        got = f"{state.get('class')} of {state.get('num_envs')} sub-envs" if isinstance(state, dict) else type(state)
-        raise EnvStateError(f"{env.describe()}: a state of {got} cannot be restored into a {kind}")
+    ours = (type(env).__qualname__, env.num_envs)
+    theirs = (state.get("class"), state.get("num_envs")) if isinstance(state, dict) else None
+    if theirs != ours:
+        got = f"{theirs[0]} of {theirs[1]} sub-envs" if theirs is not None else type(state).__name__
+        raise EnvStateError(
+            f"{env.describe()}: a state of {got} cannot be restored into a {ours[0]} of {ours[1]} sub-envs"
+        )
     for name in names:
         value = state[name]
         setattr(env, name, value.to(env.device) if isinstance(value, torch.Tensor) else value)
