@@ -296,10 +296,12 @@ class Producer:
     @property
     def committed(self) -> int:
         """Slots committed so far by every generation (the last at index ``(committed - 1) % slots``)."""
-    def claim(self, timeout_s: float | None = None) -> int | None:
+    def claim(self, timeout_s: float | None = None, until_request: StepChannel | None = None) -> int | None:
         """Claim the next free slot (blocking up to timeout_s, GIL released).
 
-        Returns the slot index, or None on timeout/shutdown.
+        With ``until_request`` (this worker's step channel) the wait also ends as soon as a
+        request is posted there (the trainer then calls :meth:`Consumer.wake_producer`).
+        Returns the slot index, or None on timeout, shutdown or such a request.
         """
     def commit(self, slot: int, flags: int = 0) -> None:
         """Publish the claimed slot (stamped with seq and this generation)."""
@@ -309,6 +311,8 @@ class Consumer:
     @property
     def worker(self) -> int: ...
     def available(self) -> int: ...
+    def wake_producer(self) -> None:
+        """Wake the worker if it waits for a free slot, to see a request just posted on its step channel."""
     def peek(self) -> tuple[int, int, int] | None:
         """``(seq, generation, flags)`` of the next committed slot, without popping it."""
     def try_pop(self) -> Lease | None: ...
@@ -419,6 +423,13 @@ class StepChannel:
             ConfigError: A request is being served (answer it first).
             TransportError: A request is for a newer generation (this process was replaced),
                 or the channel is corrupt.
+        """
+    def poll_request(self) -> tuple[int, int, int, bytes] | None:
+        """Worker: take the next request if one is posted, never waiting; as :meth:`wait_request` otherwise.
+
+        Raises:
+            ConfigError: A request is being served (answer it first).
+            TransportError: A request is for a newer generation (this process was replaced).
         """
     def respond(self, status: int, payload: Buffer = b"") -> int:
         """Worker: answer the request being served; return its seq.

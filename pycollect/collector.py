@@ -41,7 +41,7 @@ from pycollect.weights.layout import WeightsLayout
 
 if TYPE_CHECKING:
     from pycollect._core import WorkerEvent, WorkerStats
-    from pycollect.engines import Engine, EngineFactory
+    from pycollect.engines import Engine, EngineFactory, EnvCalls
     from pycollect.envs.specs import EnvSpecs, Field
 
 __all__ = ["Collector", "CollectorStats"]
@@ -394,6 +394,95 @@ class Collector:
         envs = f"{self.envs_per_worker} envs"
         where = f"{self.num_workers} workers x {envs}" if self.num_workers else envs
         return f"{self.env_source.describe()} ({engine}, {where})"
+
+    # -- reaching the envs ----------------------------------------------------------------
+
+    def env_call(self, name: str, *args: Any, indices: Sequence[int] | None = None, **kwargs: Any) -> list[Any]:
+        """Call method ``name`` of each env, where the env lives, and return the results.
+
+        gymnasium's ``VectorEnv.call`` (SB3's ``env_method``) on a running collector: the
+        attribute is found through the env's wrappers; one that is not callable is returned as
+        it is. In worker processes, each worker runs the call between two of its rollouts (see
+        docs/env-calls.md for when its effect shows in the batches).
+
+        Args:
+            name: The env attribute to call.
+            *args: Its positional arguments (pickled to the workers).
+            indices: The envs, numbered as the rows of a sync batch: env ``i`` is worker
+                ``i // envs_per_worker``'s env ``i % envs_per_worker``. ``None``: every env.
+            **kwargs: Its keyword arguments.
+
+        Returns:
+            One result per env named, in the order of ``indices``.
+
+        Raises:
+            ConfigError: An index out of range, arguments that cannot be pickled (nothing was
+                sent), or an engine that does not reach its envs (``engine="device"``).
+            Exception: What an env raised, once every worker has answered (the workers go on).
+            WorkerCrashedError: A worker was given up on while the call waited.
+        """
+        return self._env_calls().call(name, args, kwargs, indices)
+
+    def env_get_attr(self, name: str, *, indices: Sequence[int] | None = None) -> list[Any]:
+        """The attribute ``name`` of each env (through its wrappers), as :meth:`env_call` gives it.
+
+        Args:
+            name: The env attribute.
+            indices: The envs (see :meth:`env_call`); ``None``: every env.
+
+        Raises:
+            ConfigError, Exception: As :meth:`env_call`.
+        """
+        return self._env_calls().get_attr(name, indices)
+
+    def env_set_attr(self, name: str, values: Any, *, indices: Sequence[int] | None = None) -> None:
+        """Set the attribute ``name`` of each env (through its wrappers), as gymnasium's ``VectorEnv.set_attr``.
+
+        A worker restarted afterwards builds its envs afresh, without the value: set it again
+        after a restart (``stats()`` counts them), or give the envs the value where they are
+        built.
+
+        Args:
+            name: The env attribute.
+            values: A list or tuple: one value per env named, in order; anything else: the
+                same value for every env named.
+            indices: The envs (see :meth:`env_call`); ``None``: every env.
+
+        Raises:
+            ConfigError: A list or tuple of another length than the envs named, and as
+                :meth:`env_call`.
+        """
+        calls = self._env_calls()
+        if not isinstance(values, list | tuple):
+            count = max(self.num_workers, 1) * self.envs_per_worker if indices is None else len(indices)
+            values = [values] * count
+        calls.set_attr(name, list(values), indices)
+
+    def env_apply(self, function: Callable[[Any], Any], *, indices: Sequence[int] | None = None) -> list[Any]:
+        """``function(env)`` for each env, where the env lives; the results.
+
+        ``function`` travels to the workers with cloudpickle, so a lambda or a local function
+        works; it gets the env as it was built (wrappers included).
+
+        Args:
+            function: What to run on each env.
+            indices: The envs (see :meth:`env_call`); ``None``: every env.
+
+        Raises:
+            ConfigError, Exception: As :meth:`env_call`.
+        """
+        return self._env_calls().apply(function, indices)
+
+    def _env_calls(self) -> EnvCalls:
+        self._check_open()
+        calls = self._engine.env_calls()
+        if calls is None:
+            engine = getattr(self.config.engine, "name", type(self.config.engine).__name__)
+            raise ConfigError(
+                f"engine {engine!r} does not reach its envs while it runs: env_call, env_get_attr, env_set_attr "
+                "and env_apply need engine 'inprocess', 'workers' or 'central'"
+            )
+        return calls
 
     # -- weights and state -----------------------------------------------------------------
 

@@ -80,13 +80,14 @@ def test_a_worker_none_of_whose_envs_is_named_gets_no_request(monkeypatch: pytes
     venv = make_vec(MarkedEnv, 4, num_workers=2, restart="never")
     backend: Any = venv._backend
     asked: list[list[int]] = []
-    exchange = backend._exchange
+    requests = backend._env_requests
+    exchange = requests.exchange
 
     def spy(command: int, payloads: dict[int, bytes], *, retry: bool) -> dict[int, Any]:
         asked.append(sorted(payloads))
         return exchange(command, payloads, retry=retry)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(backend, "_exchange", spy)
+    monkeypatch.setattr(requests, "exchange", spy)
     try:
         backend.call("mark", ["x"], {}, indices=[3])
         backend.get_attr("marks", indices=[1, 0])

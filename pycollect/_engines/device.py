@@ -83,7 +83,7 @@ from pycollect._rollout.fields import NEVER_WRITTEN, batch_fields
 from pycollect._rollout.policy import add_group_dims, parameters_device
 from pycollect._rollout.seeding import action_rng, env_seeds
 from pycollect.config import CollectorConfig, ordinal_device
-from pycollect.engines import Engine, RolloutPlan
+from pycollect.engines import Engine, EnvCalls, RolloutPlan
 from pycollect.envs.device import DeviceBatchedEnv, has_rollout, has_state, is_device_env
 from pycollect.envs.source import EnvSource, foreign_env
 from pycollect.envs.specs import EnvSpecs, FieldSpec, specs_from_spaces
@@ -493,6 +493,19 @@ class DeviceEngine(Engine):
         torch.set_rng_state(snapshot["torch"])
         if snapshot["cuda"] is not None and device.type == "cuda":
             torch.cuda.set_rng_state(snapshot["cuda"], device)
+
+    def env_calls(self) -> EnvCalls:
+        """Refused: the device engine's env is one batched env, whose sub-envs are rows of its arrays.
+
+        Raises:
+            ConfigError: Always, naming the engine and what to do instead.
+        """
+        raise ConfigError(
+            f"engine='device' steps one batched env ({self.env_name}) whose sub-envs are rows of its arrays, "
+            "not envs with attributes of their own: env_call, env_get_attr, env_set_attr and env_apply reach "
+            "gymnasium-like envs (engine='inprocess', 'workers' or 'central'); change a device env through the "
+            "object you built it from"
+        )
 
     def close(self) -> None:
         """Close the env (once)."""

@@ -21,7 +21,7 @@ from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._rollout.runner import EnvRunner
 from pycollect._rollout.seeding import env_seeds
 from pycollect.config import CollectorConfig
-from pycollect.engines import Engine, RolloutPlan, close_within, plan_rollout
+from pycollect.engines import Engine, EnvCalls, RolloutPlan, close_within, plan_rollout
 from pycollect.envs.batched import check_probe, is_view
 from pycollect.envs.source import EnvSource
 from pycollect.metrics._segment import counters_segment
@@ -179,6 +179,10 @@ class InProcessEngine(Engine):
             self.runner.restore(snapshot["runner"], self.env_source.backend.set_state)
             torch.set_rng_state(torch.from_numpy(snapshot["torch"]))
             self._batches = int(snapshot["batches"])
+
+    def env_calls(self) -> EnvCalls:
+        """The runner's envs, reached in this thread between batches."""
+        return self.runner.group
 
     def close(self) -> None:
         """Close the environments (once) and let go of the batch memory kept for reuse."""

@@ -39,14 +39,16 @@ from pycollect._keys import NEXT_DONE, NEXT_OBS_PREFIX, Key
 from pycollect._native import _core
 from pycollect._rollout.observations import fill_observations, observation_pairs
 from pycollect._workers import forkserver
+from pycollect._workers.env_requests import WorkerRequests
 from pycollect._workers.processes import WorkerProcesses
 from pycollect._workers.snapshots import RESUMED, read_snapshot, snapshot_capacity
 from pycollect._workers.spec import RolloutLoop, WorkerSpec, field_name
+from pycollect._workers.step_protocol import MAILBOX_BYTES
 from pycollect._workers.supervision import SupervisionLog
 from pycollect.config import MAX_WEIGHT_BUFFERS, SLOTS_PER_WORKER, WEIGHT_BUFFERS, CollectorConfig
 from pycollect.devices import placement as _placement
 from pycollect.devices.placement import DevicePolicy, Placement
-from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
+from pycollect.engines import Engine, EnvCalls, RolloutPlan, Supervision, close_within, pack_policy, plan_rollout
 from pycollect.envs.batched import check_probe
 from pycollect.envs.pool import check_pool
 from pycollect.envs.source import EnvSource
@@ -123,6 +125,7 @@ class WorkerPool(Engine):
         self._scheme_name = weights.scheme.name if weights is not None else ""
         self._sender: WeightSender | None = None
         self.consumers: list[Any] = []
+        self._channels: list[Any] = []
         # The digest of the weights of each version published (pycollect.weights.digest), which
         # every batch checks the workers' against; the oldest go once there are many.
         self._digests: dict[int, int] = {0: weights.initial_digest} if weights is not None else {}
@@ -140,6 +143,17 @@ class WorkerPool(Engine):
                 receiver = self._sender.receiver()
                 _picklable(receiver, f"the worker half of weight-sync scheme {weights.scheme.name!r}")
             self.consumers = [self.segment.consumer(w) for w in range(self.num_workers)]
+            self._channels = [self.segment.step_channel(w) for w in range(self.num_workers)]
+            # Env commands (Collector.env_call and its kin), which a worker serves between two
+            # rollouts; a worker waiting for a free slot is woken to serve one.
+            self._env_requests = WorkerRequests(
+                self._live_channels,
+                config.envs_per_worker,
+                generation=lambda w: self.segment.worker_control(w).generation,
+                restarted=lambda w, generation: None,  # the request goes again, to the new generation
+                wait_checks=self._env_wait_checks,
+                posted=lambda w: self.consumers[w].wake_producer(),
+            )
             self._processes.start(
                 replace(spec, loop=replace(spec.loop, weights=receiver)),
                 hide_cuda=not any(placement.cuda for placement in placements),
@@ -267,6 +281,24 @@ class WorkerPool(Engine):
         if segment is None or not consumers:
             raise CollectorClosedError("the collector is shut down")
         return consumers, segment
+
+    def env_calls(self) -> EnvCalls:
+        """The workers' envs, through their step channels; each worker serves a command between two rollouts."""
+        return self._env_requests
+
+    def _live_channels(self) -> list[Any]:
+        self._live()
+        return self._channels
+
+    def _env_wait_checks(self, workers: Sequence[int]) -> None:
+        """While an env command waits: a worker given up on or stopped, or the collector closed, ends the wait."""
+        log = self._poll()
+        for w in workers:
+            if log.stopped(w):
+                raise log.stopped_error(w, "and its envs cannot answer")
+        _, segment = self._live()
+        if segment.is_shutdown:
+            raise CollectorClosedError("the collector is shutting down")
 
     def _poll(self) -> SupervisionLog:
         log = self._processes.log
@@ -504,6 +536,7 @@ class WorkerPool(Engine):
         if hasattr(self, "segment"):
             del self.segment  # first: _live() reads the consumers, then the segment
         self.consumers = []
+        self._channels = []
         self._sender = None  # the weights store's writer maps the segment
         self._memory = staging_memory(torch.device("cpu"))  # the recycled batch buffers go
 
@@ -569,6 +602,7 @@ def _segment_layout(config: CollectorConfig, plan: RolloutPlan, weights: _Weight
         "slots_per_worker": SLOTS_PER_WORKER,
         "weights_capacity": _store_bytes(weights),
         "weights_buffers": _store_buffers(weights, config.num_workers),
+        "mailbox_bytes": MAILBOX_BYTES,  # env commands (Collector.env_call and its kin)
     }
 
 

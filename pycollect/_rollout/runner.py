@@ -235,6 +235,11 @@ class EnvRunner(PolicyRunner):
         )
 
     @property
+    def group(self) -> EnvGroup:
+        """The group that steps the envs (a worker's env commands reach the envs through it)."""
+        return self._group
+
+    @property
     def action_space(self) -> Any:
         """One env's action space."""
         return self.envs[0].action_space

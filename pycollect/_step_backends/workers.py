@@ -37,12 +37,13 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from pycollect._native import _core
-from pycollect._steps.backend import InfoParts, StepBackend, check_indices
+from pycollect._steps.backend import InfoParts, StepBackend
 from pycollect._steps.group import EnvSlotState, InfoEntry, Material
 from pycollect._steps.info_fields import probe_info_fields
 from pycollect._steps.spaces import SpaceLayout
 from pycollect._workers import forkserver
 from pycollect._workers import step_protocol as protocol
+from pycollect._workers.env_requests import AGAIN, RESTARTED, WorkerRequests
 from pycollect._workers.processes import WorkerProcesses
 from pycollect._workers.spec import StepLoop, WorkerSpec, info_arrays, step_fields
 from pycollect.config import WEIGHT_BUFFERS, VectorConfig
@@ -52,10 +53,8 @@ from pycollect.envs.pool import check_pool
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError, TransportError, VectorEnvClosedError
 
-__all__ = ["MAILBOX_BYTES", "RESTARTED_KEY", "WorkerStepBackend"]
+__all__ = ["RESTARTED_KEY", "WorkerStepBackend"]
 
-MAILBOX_BYTES = 1 << 20
-"""Bytes a request, and an answer, may take in a worker's mailbox (reset options, infos, call results)."""
 RESTARTED_KEY = "worker_restarted"
 """The info entry (True) of the envs whose episode a worker restart cut."""
 _POLL_S = 0.1  # how often a waiting trainer looks at the supervisor's events
@@ -107,7 +106,7 @@ class WorkerStepBackend(StepBackend):
             "slots_per_worker": 1,
             "weights_capacity": 0,
             "weights_buffers": WEIGHT_BUFFERS,
-            "mailbox_bytes": MAILBOX_BYTES,
+            "mailbox_bytes": protocol.MAILBOX_BYTES,
         }
         self._loop = loop
         self._processes = WorkerProcesses(segment_layout, config.supervision)
@@ -123,6 +122,14 @@ class WorkerStepBackend(StepBackend):
             self._bind(self._views.__getitem__)
             self._channels = [self.segment.step_channel(w) for w in range(self.num_workers)]
             self._requests = _core.StepRequests(self._channels)
+            self._env_requests = WorkerRequests(
+                self._live,
+                k,
+                generation=self._generations.__getitem__,
+                restarted=self._restarted,
+                wait_checks=self._wait_checks,
+                idle=self._idle,
+            )
             # owner: closed at interpreter exit and on SIGTERM, and forgotten by a fork child, as a Collector is
             self._processes.start(spec, hide_cuda=True, owner=self)
             self._processes.await_running()  # an env that fails to build fails here
@@ -232,7 +239,7 @@ class WorkerStepBackend(StepBackend):
                 block[...] = leaf
         channels, requests = self._open()
         if requests.any_pending():
-            self._drain(channels)
+            self._env_requests.drain(channels)
         payload = None if envs is None else protocol.step_range(envs.start, envs.stop)
         self._workers_posted = None if workers is None else list(workers)
         requests.post_all(protocol.STEP, self._generations, payload, self._workers_posted)
@@ -246,13 +253,13 @@ class WorkerStepBackend(StepBackend):
         """
         channels, requests = self._open()
         if not requests.wait_all(timeout_s=_POLL_S):
-            self._wait(channels, dict(enumerate(requests.seqs())))
+            self._env_requests.wait(channels, dict(enumerate(requests.seqs())))
         parts: InfoParts = []
         self.last_restarted = []
         for w, _generation, status, payload in requests.unusual(self._workers_posted):
             if status != protocol.OK:
-                material = self._answer(w, status, payload, retry=False)
-                if material is _RESTARTED:
+                material = self._env_requests.answer(w, status, payload, retry=False)
+                if material is RESTARTED:
                     material = self._cut(w)
                     self.last_restarted.append(w)
             else:
@@ -266,7 +273,7 @@ class WorkerStepBackend(StepBackend):
     def pool_reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None) -> None:
         """Post a reset to every worker and return: :meth:`pool_recv` collects the answers."""
         channels, k = self._live(), self._k
-        self._drain(channels)
+        self._env_requests.drain(channels)
         self._in_flight = {
             w: channel.post(
                 protocol.RESET, self._generations[w], protocol.dumps((list(seeds[w * k : (w + 1) * k]), options, None))
@@ -305,16 +312,18 @@ class WorkerStepBackend(StepBackend):
                 reset = self._resets.get(w)
                 answer = None  # done, nothing to add: the common step
                 if w in said:
-                    answer = self._answer(w, *said[w], retry=reset is not None)  # raises: w stays in flight
+                    answer = self._env_requests.answer(
+                        w, *said[w], retry=reset is not None
+                    )  # raises: w stays in flight
                 del self._in_flight[w]
-                if answer is _AGAIN:  # a reset its restarted worker did not serve: post it again, last
+                if answer is AGAIN:  # a reset its restarted worker did not serve: post it again, last
                     assert reset is not None
                     self._in_flight[w] = channels[w].post(
                         protocol.RESET, self._generations[w], protocol.dumps((list(reset), None, None))
                     )
                     continue
                 self._resets.pop(w, None)
-                materials[w] = self._cut(w) if answer is _RESTARTED else answer
+                materials[w] = self._cut(w) if answer is RESTARTED else answer
                 picked.append(w)
         return picked, materials
 
@@ -340,74 +349,27 @@ class WorkerStepBackend(StepBackend):
         self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None
     ) -> list[Any]:
         """Each env's ``name`` (of ``indices``), called with the arguments if callable."""
-        args, kwargs = tuple(args), dict(kwargs)
-        return self._gather(
-            protocol.CALL, lambda local: (name, args, kwargs, local), indices, f"call({name!r})'s arguments"
-        )
+        return self._env_requests.call(name, args, kwargs, indices)
 
     def get_attr(self, name: str, indices: Sequence[int] | None = None) -> list[Any]:
         """Each env's ``name`` (of ``indices``)."""
-        return self._gather(protocol.GET_ATTR, lambda local: (name, local), indices, f"get_attr({name!r})")
+        return self._env_requests.get_attr(name, indices)
 
     def set_attr(self, name: str, values: Sequence[Any], indices: Sequence[int] | None = None) -> None:
         """Set ``name`` on env ``indices[j]`` (``None``: env ``j``) to ``values[j]``."""
-        targets = self._targets(indices)
-        count = sum(len(positions) for _, positions in targets.values())
-        if len(values) != count:
-            raise ConfigError(f"set_attr({name!r}): {len(values)} values for {count} envs")
-        payloads = {
-            w: _dumps((name, [values[p] for p in positions], local), f"set_attr({name!r})'s values")
-            for w, (local, positions) in targets.items()
-        }
-        self._exchange(protocol.SET_ATTR, payloads, retry=True)
+        self._env_requests.set_attr(name, values, indices)
 
     def apply(self, function: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[Any]:
-        """``function(env)`` on each env (of ``indices``), in the workers; ``function`` travels cloudpickled.
-
-        Raises:
-            ConfigError: ``function`` cannot be pickled; nothing was sent.
-        """
-        return self._gather(protocol.APPLY, lambda local: (function, local), indices, f"apply's function {function!r}")
+        """``function(env)`` on each env (of ``indices``), in the workers; ``function`` travels cloudpickled."""
+        return self._env_requests.apply(function, indices)
 
     def env_states(self, envs_per_request: int | None = None) -> list[EnvSlotState]:
-        """Every env's saved state, in env order (see :meth:`~pycollect._steps.group.EnvGroup.env_states`).
-
-        Asked between steps, every worker at once, ``envs_per_request`` of its envs a request
-        (``None``: all of them in one), so that an answer of big envs (Atari's frames) still
-        fits a worker's mailbox.
-
-        Raises:
-            TransportError: The states of a request are too large for the mailbox, or cannot be pickled.
-        """
-        states: dict[int, EnvSlotState] = {}
-        for envs in self._env_chunks(envs_per_request):
-            answers = self._gather(protocol.GET_STATE, lambda local: local, envs, "env states")
-            states.update(zip(envs, answers, strict=True))
-        return [states[index] for index in range(self.num_envs)]
+        """Every env's saved state, in env order (see :meth:`.WorkerRequests.env_states`)."""
+        return self._env_requests.env_states(envs_per_request)
 
     def load_env_states(self, states: Sequence[EnvSlotState], envs_per_request: int | None = None) -> None:
-        """Restore :meth:`env_states` into every env, ``envs_per_request`` envs of every worker a request.
-
-        Raises:
-            ConfigError: Not one state per env, or a state that cannot be pickled.
-        """
-        if len(states) != self.num_envs:
-            raise ConfigError(f"{len(states)} env states for a vector env of {self.num_envs} envs")
-        for envs in self._env_chunks(envs_per_request):
-            targets = self._targets(envs)
-            payloads = {
-                w: _dumps(([states[envs[p]] for p in positions], local), "an env state")
-                for w, (local, positions) in targets.items()
-            }
-            self._exchange(protocol.SET_STATE, payloads, retry=True)
-
-    def _env_chunks(self, envs_per_request: int | None) -> list[list[int]]:
-        """The envs of each round of requests: ``envs_per_request`` of every worker's (``None``: all)."""
-        k, n = self._k, self.num_workers
-        size = k if envs_per_request is None else max(1, min(envs_per_request, k))
-        return [
-            [w * k + j for w in range(n) for j in range(start, min(start + size, k))] for start in range(0, k, size)
-        ]
+        """Restore :meth:`env_states` into every env (see :meth:`.WorkerRequests.load_env_states`)."""
+        self._env_requests.load_env_states(states, envs_per_request)
 
     def counters(self) -> Any | None:
         """The segment: the workers count their steps in their control blocks (None once closed)."""
@@ -460,96 +422,16 @@ class WorkerStepBackend(StepBackend):
 
     # -- requests --------------------------------------------------------------------------
 
-    def _targets(self, indices: Sequence[int] | None) -> dict[int, tuple[list[int] | None, list[int]]]:
-        """Per worker that ``indices`` names: its local env indices (``None``: all), their positions in ``indices``."""
-        checked = check_indices(indices, self.num_envs)
-        k = self._k
-        if checked is None:
-            return {w: (None, list(range(w * k, (w + 1) * k))) for w in range(self.num_workers)}
-        targets: dict[int, tuple[list[int] | None, list[int]]] = {}
-        for position, index in enumerate(checked):
-            local, positions = targets.setdefault(index // k, ([], []))
-            assert local is not None
-            local.append(index % k)
-            positions.append(position)
-        return targets
-
-    def _gather(
-        self, command: int, arguments: Callable[[list[int] | None], Any], indices: Sequence[int] | None, what: str
-    ) -> list[Any]:
-        """Send ``command`` with ``arguments(local indices)`` to each worker ``indices`` names; the results in order.
-
-        Raises:
-            ConfigError: The arguments (``what``) cannot be pickled; nothing was sent.
-        """
-        targets = self._targets(indices)
-        payloads = {w: _dumps(arguments(local), what) for w, (local, _) in targets.items()}
-        answers = self._exchange(command, payloads, retry=True)
-        results: list[Any] = [None] * sum(len(positions) for _, positions in targets.values())
-        for w, (_, positions) in targets.items():
-            for position, value in zip(positions, answers[w], strict=True):
-                results[position] = value
-        return results
-
     def _exchange(self, command: int, payloads: dict[int, bytes], *, retry: bool) -> dict[int, Any]:
-        """Post ``command`` to each worker of ``payloads``, wait for every answer, return them unpickled.
+        """:meth:`.WorkerRequests.exchange` (refused while a pool has steps in flight)."""
+        return self._env_requests.exchange(command, payloads, retry=retry)
 
-        A worker that was restarted answers without serving: with ``retry`` the request goes
-        again to its new generation; else its answer is :data:`_RESTARTED`. An error a worker
-        answered with (a ``call`` that raised, an answer too large for the mailbox) is raised
-        here once every answer is in, so the channels are all free again.
-
-        Raises:
-            WorkerCrashedError: A worker was given up on.
-            WorkerStoppedError: A worker ended cleanly and its restart policy leaves it down.
-            VectorEnvClosedError: The vector env was closed (or is closing).
-        """
-        channels = self._live()
+    def _idle(self) -> None:
         if self._in_flight:
             raise ConfigError(
                 f"envs of workers {sorted(self._in_flight)} have a step or reset in flight: recv() them before "
                 "calling reset(), call(), get_attr() or set_attr()"
             )
-        self._drain(channels)
-        answers: dict[int, Any] = {}
-        error: BaseException | None = None
-        todo = dict(payloads)
-        while todo:
-            posted = {w: channels[w].post(command, self._generations[w], payload) for w, payload in todo.items()}
-            self._wait(channels, posted)
-            again = {}
-            for w in posted:
-                _, status, payload = channels[w].response()
-                try:
-                    answer = self._answer(w, status, payload, retry)
-                except Exception as exc:  # raised once every answer is in: the channels are free again
-                    error = error or exc
-                    continue
-                if answer is _AGAIN:
-                    again[w] = todo[w]
-                else:
-                    answers[w] = answer
-            todo = again
-        if error is not None:
-            raise error
-        return answers
-
-    def _answer(self, worker: int, status: int, payload: bytes, retry: bool) -> Any:
-        """What worker ``worker``'s answer means: the value, :data:`_AGAIN` (post again) or :data:`_RESTARTED`.
-
-        Raises:
-            Exception: What the worker answered with (a ``call`` that raised, an answer too large).
-        """
-        if status == protocol.OK:
-            return protocol.loads(payload)
-        if status in (protocol.NOT_MINE, protocol.RESTARTED):
-            self._restarted(worker, self._channels[worker].response()[0])
-            return _AGAIN if retry else _RESTARTED
-        if status == protocol.CALL_FAILED:
-            exc, trace = protocol.loads(payload)
-            logger.debug("worker %d raised:\n%s", worker, trace)
-            raise exc
-        raise TransportError(f"worker {worker} answered with unknown status {status}")
 
     def _wait_checks(self, workers: Sequence[int]) -> None:
         """Between two slices of a wait: a worker given up on or stopped, or the env closed, ends it.
@@ -569,27 +451,6 @@ class WorkerStepBackend(StepBackend):
         segment = self.segment  # None once closed (from another thread, by a signal or at exit)
         if segment is None or segment.is_shutdown:
             raise VectorEnvClosedError("the vector env is shutting down")
-
-    def _wait(self, channels: list[Any], posted: dict[int, int]) -> None:
-        """Wait until every posted request is answered, looking at the supervisor between slices."""
-        waiting = dict(posted)
-        while waiting:
-            self._wait_checks(list(waiting))
-            workers = list(waiting)
-            done = _core.wait_answers([channels[w] for w in workers], [waiting[w] for w in workers], timeout_s=_POLL_S)
-            for i in done:
-                del waiting[workers[i]]
-
-    def _drain(self, channels: list[Any]) -> None:
-        """Wait out requests left unanswered by an interrupted call (Ctrl-C); their answers are dropped."""
-        pending = {w: seq for w, channel in enumerate(channels) if (seq := channel.pending) is not None}
-        if not pending:
-            return
-        self._wait(channels, pending)
-        for w in pending:
-            generation, status, _ = channels[w].response()
-            if status in (protocol.NOT_MINE, protocol.RESTARTED):
-                self._restarted(w, generation)
 
     def _restarted(self, worker: int, generation: int) -> None:
         if generation <= self._generations[worker]:
@@ -641,24 +502,3 @@ class WorkerStepBackend(StepBackend):
         if requests is None:
             raise VectorEnvClosedError("the vector env is closed")
         return channels, requests
-
-
-def _dumps(value: Any, what: str) -> bytes:
-    """A request's payload; what cannot be pickled is the caller's error, raised before anything is sent."""
-    try:
-        return protocol.dumps(value)
-    except Exception as exc:
-        raise ConfigError(
-            f"{what} cannot be pickled to go to the worker processes: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-class _Restarted:
-    """The answer of a worker that was restarted instead of serving a request (not retried)."""
-
-    def __repr__(self) -> str:
-        return "<restarted>"
-
-
-_RESTARTED = _Restarted()
-_AGAIN = object()  # a restarted worker did not serve a request that is to be posted again

@@ -386,13 +386,15 @@ def _preload() -> None:
     import torch
 
     torch.set_num_threads(1)
-    # Worker modules (see rollouts.collect_rollouts); importing them touches no CUDA.
+    # Worker modules (see serve.serve and rollouts.RolloutWork); importing them touches no CUDA.
     import pycollect._rollout.actions
     import pycollect._rollout.runner
     import pycollect._rollout.seeding
     import pycollect._workers.main
     import pycollect._workers.rollouts
+    import pycollect._workers.serve
     import pycollect._workers.spec
+    import pycollect._workers.steps
     import pycollect.weights.scheme  # noqa: F401
 
 

@@ -1,13 +1,12 @@
-"""The worker process (run by ``python -m pycollect.worker``): attach, run the loop its spec names, report.
+"""The worker process (run by ``python -m pycollect.worker``): attach, run the worker loop, report.
 
 A worker attaches to the collector's shared-memory segment, guards its process group (nothing
 an env starts outlives it), watches its lifeline to the supervisor, reads its
-:class:`~.spec.WorkerSpec` and runs the loop the spec asks for:
-
-* a collector's rollouts (:class:`~.spec.RolloutLoop`): :func:`.rollouts.collect_rollouts`, which
-  fills the worker's ring slots with rollouts of its policy;
-* a vector env's (or the central engine's) steps (:class:`~.spec.StepLoop`):
-  :func:`.steps.serve_steps`, which steps its envs one request at a time, as the trainer asks.
+:class:`~.spec.WorkerSpec` and runs the one worker loop, :func:`.serve.serve`: it answers the
+trainer's requests on its step channel and, between them, does the local work its spec asks
+for: a collector's rollouts (:class:`~.spec.RolloutLoop`, :mod:`.rollouts`, which fills the
+worker's ring slots with rollouts of its policy) or a vector env's (or the central engine's)
+steps (:class:`~.spec.StepLoop`, :mod:`.steps`, which steps its envs as the trainer asks).
 
 On any exception it writes the exception type, message and traceback into its control block,
 where the trainer reads them, and exits with status 1.
@@ -82,8 +81,9 @@ def _watch_lifeline(fd: int) -> None:
 
 
 def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
-    """Read the spec and run the loop it asks for: rollouts (a collector's) or steps (a vector env's)."""
-    from pycollect._workers.spec import StepLoop, read_spec
+    """Read the spec, check it is for this segment, and run the worker loop (:func:`.serve.serve`)."""
+    from pycollect._workers.serve import serve
+    from pycollect._workers.spec import read_spec
     from pycollect.exceptions import LayoutMismatchError
 
     spec_fd = int(os.environ[contract.ENV_SPEC_FD])
@@ -91,14 +91,7 @@ def _work(segment: Any, control: Any, worker: int, generation: int) -> None:
     os.close(spec_fd)  # read once; nothing this worker runs may inherit it
     if segment.layout_hash != spec.layout_hash:
         raise LayoutMismatchError(f"segment layout {segment.layout_hash:#x} is not the spec's {spec.layout_hash:#x}")
-    if isinstance(spec.loop, StepLoop):
-        from pycollect._workers.steps import serve_steps
-
-        serve_steps(segment, control, worker, generation, spec)
-    else:
-        from pycollect._workers.rollouts import collect_rollouts
-
-        collect_rollouts(segment, control, worker, generation, spec)
+    serve(segment, control, worker, generation, spec)
 
 
 def _stderr_logger(worker: int, generation: int) -> logging.Logger:

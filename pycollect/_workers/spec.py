@@ -1,9 +1,11 @@
 """What a worker process needs to know, and how it gets there.
 
 Every worker is told one :class:`WorkerSpec`: the envs it builds, the segment layout it must
-find, and the loop it runs with what that loop needs: :class:`RolloutLoop` (a collector's
-rollout worker, :func:`pycollect._workers.rollouts.collect_rollouts`) or :class:`StepLoop` (a vector
-env's step-serving worker, the central engine's too, :func:`pycollect._workers.steps.serve_steps`).
+find, and the local work it does between the trainer's requests (every worker runs one loop,
+:func:`pycollect._workers.serve.serve`), with what that work needs: :class:`RolloutLoop` (a
+collector's rollout worker, :class:`pycollect._workers.rollouts.RolloutWork`) or
+:class:`StepLoop` (a vector env's step-serving worker, the central engine's too,
+:class:`pycollect._workers.steps.StepWork`).
 The trainer pickles it with cloudpickle, so lambdas and local classes work, into an anonymous
 memory file whose descriptor every worker inherits. It is trusted
 data from the parent, read once at start; what moves during the run (rollouts, weights) goes

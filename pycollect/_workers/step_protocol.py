@@ -35,6 +35,7 @@ __all__ = [
     "CLOSE",
     "GET_ATTR",
     "GET_STATE",
+    "MAILBOX_BYTES",
     "NOT_MINE",
     "OK",
     "RESET",
@@ -47,6 +48,9 @@ __all__ = [
     "read_step_range",
     "step_range",
 ]
+
+MAILBOX_BYTES = 1 << 20
+"""Bytes a request, and an answer, may take in a worker's mailbox (reset options, infos, call results)."""
 
 # Commands (the trainer's): the native module's, and two more.
 STEP = _core.STEP_CMD_STEP

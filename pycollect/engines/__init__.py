@@ -23,13 +23,14 @@ Modules:
 
 from __future__ import annotations
 
-from pycollect.engines.base import Engine, EngineFactory, Supervision
+from pycollect.engines.base import Engine, EngineFactory, EnvCalls, Supervision
 from pycollect.engines.plan import RolloutPlan, close_within, plan_rollout, policy_device
 from pycollect.engines.policy_blob import pack_policy, unpack_policy
 
 __all__ = [
     "Engine",
     "EngineFactory",
+    "EnvCalls",
     "RolloutPlan",
     "Supervision",
     "close_within",

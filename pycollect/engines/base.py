@@ -10,9 +10,9 @@ reports supervision and closes. An :class:`EngineFactory` (the class a plugin re
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pycollect._engine_traits import EngineTraits
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pycollect.engines.plan import RolloutPlan
     from pycollect.envs.source import EnvSource
 
-__all__ = ["Engine", "EngineFactory", "Supervision"]
+__all__ = ["Engine", "EngineFactory", "EnvCalls", "Supervision"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,33 @@ class Supervision:
     workers: tuple[WorkerStats, ...] = ()
     events: tuple[WorkerEvent, ...] = ()
     actors: tuple[Any, ...] = ()
+
+
+class EnvCalls(Protocol):
+    """What reaches an engine's envs while it runs, env by env (:meth:`Engine.env_calls`).
+
+    Env ``i`` is the one whose rows are row ``i`` of a sync batch (worker ``i // K``'s env
+    ``i % K`` for an engine with workers). ``indices`` names envs in that numbering, in the
+    order the results come back in; ``None``: every env, in order.
+    """
+
+    def call(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None
+    ) -> list[Any]:
+        """Each env's attribute ``name`` (through its wrappers), called with the arguments if callable."""
+        ...
+
+    def get_attr(self, name: str, indices: Sequence[int] | None = None) -> list[Any]:
+        """Each env's attribute ``name`` (through its wrappers)."""
+        ...
+
+    def set_attr(self, name: str, values: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """Set ``name`` on each env to its value in ``values`` (one per env named)."""
+        ...
+
+    def apply(self, function: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[Any]:
+        """``function(env)`` for each env, where the env lives."""
+        ...
 
 
 class Engine(abc.ABC):
@@ -86,6 +113,14 @@ class Engine(abc.ABC):
 
     def load_state(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Restore :meth:`state`."""
+
+    def env_calls(self) -> EnvCalls | None:
+        """What reaches the envs while the engine runs (``Collector.env_call`` and its kin).
+
+        ``None``, the default: the engine does not reach them, and the collector refuses the
+        calls naming the engine. An engine may raise ``ConfigError`` instead, to say why.
+        """
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -29,10 +29,11 @@ from pycollect._rollout.policy import PolicyRunner, parameters_device
 from pycollect._rollout.seeding import action_rng, env_seeds, torch_seed
 from pycollect._rollout.streams import TorchStreams, WorkerDraws
 from pycollect._rollout.trajectories import TrajectoryIds
-from pycollect._step_backends.workers import MAILBOX_BYTES, WorkerStepBackend
+from pycollect._step_backends.workers import WorkerStepBackend
 from pycollect._workers import forkserver
+from pycollect._workers.step_protocol import MAILBOX_BYTES
 from pycollect.config import CollectorConfig, VectorConfig
-from pycollect.engines import Engine, RolloutPlan, Supervision, close_within, plan_rollout, policy_device
+from pycollect.engines import Engine, EnvCalls, RolloutPlan, Supervision, close_within, plan_rollout, policy_device
 from pycollect.envs.batched import is_view
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import CollectorClosedError, ConfigError, EnvStateError
@@ -440,6 +441,10 @@ class CentralEngine(Engine):
         """Whether every group has seen every worker's current generation (no restart is pending)."""
         generations = [self.backend.generation(w) for w in range(self.num_workers)]
         return all(runner.seen == generations for runner in self.runners)
+
+    def env_calls(self) -> EnvCalls:
+        """The workers' envs through their step channels, between batches (no step is in flight then)."""
+        return self.backend
 
     def close(self) -> None:
         """Stop the workers (they close their envs) and release the batch memory (once)."""

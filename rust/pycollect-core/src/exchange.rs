@@ -797,6 +797,17 @@ impl<M: Mailbox> StepWorker<M> {
         Ok(())
     }
 
+    /// Whether a request is posted that this end has not answered yet: the next
+    /// [`Self::try_request`] takes it (or answers it RESTARTED, if it was left for an older
+    /// generation). False while a request is being served.
+    pub fn has_request(&self) -> bool {
+        if self.serving.is_some() {
+            return false;
+        }
+        // SYNC POINT: Acquire pairs with post's Release of the request seq.
+        self.mem.ctl.request.seq.load(Ordering::Acquire) != self.answered
+    }
+
     /// Takes the next request for this generation if one is posted. One for an older
     /// generation is answered RESTARTED on the way (never served); one for a newer generation
     /// means this process was replaced: [`ExchangeError::Superseded`].

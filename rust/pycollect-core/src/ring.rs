@@ -404,20 +404,39 @@ impl Producer {
         deadline: Option<Instant>,
         should_abort: impl FnMut() -> bool,
     ) -> Waited<Claim> {
+        self.claim_wait_unless(policy, deadline, || false, should_abort)
+    }
+
+    /// [`Self::claim_wait`] that also gives up ([`Waited::Aborted`]) once `interrupted()`
+    /// holds: a rollout worker waiting for a free slot, which a request on its step channel
+    /// interrupts. `interrupted` is checked as the wait's condition is, after the waiter
+    /// registers on the space bell, so whoever makes it hold and then rings that bell
+    /// ([`Consumer::wake_producer`]) wakes the waiter: no wake-up is lost.
+    pub fn claim_wait_unless(
+        &mut self,
+        policy: &WaitPolicy,
+        deadline: Option<Instant>,
+        mut interrupted: impl FnMut() -> bool,
+        should_abort: impl FnMut() -> bool,
+    ) -> Waited<Claim> {
         if let Some(c) = self.claim() {
             return Waited::Ready(c);
+        }
+        if interrupted() {
+            return Waited::Aborted;
         }
         let ctl = self.mem.ctl.clone();
         let outcome = wait_until(
             ctl.space_bell(),
             policy,
             deadline,
-            || self.free(1) > 0,
+            || self.free(1) > 0 || interrupted(),
             should_abort,
         );
         match outcome {
             WaitOutcome::Ready => match self.claim() {
                 Some(c) => Waited::Ready(c),
+                None if interrupted() => Waited::Aborted,
                 None => Waited::TimedOut,
             },
             WaitOutcome::TimedOut => Waited::TimedOut,
@@ -486,6 +505,13 @@ impl Consumer {
     /// The ring's shared parts.
     pub fn mem(&self) -> &RingMem {
         &self.mem
+    }
+
+    /// Rings the space bell without freeing a slot, so that a producer waiting in
+    /// [`Producer::claim_wait_unless`] checks its `interrupted` condition again. Call it after
+    /// publishing what makes that condition hold (a request posted on the worker's step channel).
+    pub fn wake_producer(&self) {
+        self.mem.ctl.space.notify();
     }
 
     /// Number of committed slots not yet popped (always reloads the tail).

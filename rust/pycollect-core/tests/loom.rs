@@ -171,6 +171,36 @@ fn blocking_pop_and_blocking_claim_wake_each_other() {
     });
 }
 
+#[test]
+fn request_posted_to_a_worker_waiting_for_a_slot_wakes_it() {
+    // A rollout worker whose ring is full waits for a free slot, interrupted by a request on
+    // its step channel: the trainer posts the request, then rings the space bell
+    // (`wake_producer`). The futex model ignores timeouts, so a lost wake-up deadlocks.
+    loom::model(|| {
+        let ring = RingMem::new_heap(1).unwrap();
+        let mut p = Producer::new(ring.clone(), 1);
+        let c = Consumer::new(ring);
+        let mem = step_channel();
+        let mut trainer = StepTrainer::new(mem.clone());
+        let worker = StepWorker::new(mem, 7);
+        let first = p.claim().unwrap();
+        p.commit(first).unwrap(); // the ring is full: the next claim waits
+        let waiting = thread::spawn(move || {
+            let got = p.claim_wait_unless(
+                &WaitPolicy::BLOCKING,
+                None,
+                || worker.has_request(),
+                || false,
+            );
+            assert!(matches!(got, Waited::Aborted), "claim ended with {got:?}");
+            assert!(worker.has_request());
+        });
+        trainer.post(7, CMD_STEP, 1, &[1, 1]).unwrap();
+        c.wake_producer();
+        waiting.join().unwrap();
+    });
+}
+
 /// Weights buffers of 2 bytes each; a consistent buffer holds `[v, v]`.
 struct Bufs(Vec<UnsafeCell<[u8; 2]>>);
 

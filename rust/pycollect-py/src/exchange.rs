@@ -84,6 +84,11 @@ impl StepChannel {
     }
 
     /// Runs `f` on the worker's end, opening it on first use.
+    /// Worker: whether a request is posted that this end has not taken yet.
+    pub(crate) fn has_request(&self) -> bool {
+        self.with_worker(|w| w.has_request())
+    }
+
     pub(crate) fn with_worker<T>(&self, f: impl FnOnce(&mut StepWorker<ShmMailbox>) -> T) -> T {
         let mut end = lock(&self.worker);
         f(end.get_or_insert_with(|| StepWorker::new(self.mem.clone(), self.control.generation())))
@@ -166,6 +171,19 @@ impl StepChannel {
             return Ok(None);
         };
         self.with_worker(|w| {
+            let payload =
+                PyBytes::new_with(py, req.len, |dst| w.read_payload(&req, dst).map_err(py_err))?;
+            Ok(Some((req.seq, req.command, req.arg, payload)))
+        })
+    }
+
+    /// Worker: takes the next request if one is posted, never waiting (a rollout worker's
+    /// check between two rollouts). Returns `(seq, command, arg, payload)`, or `None`.
+    fn poll_request<'py>(&self, py: Python<'py>) -> PyResult<Option<RequestTuple<'py>>> {
+        self.with_worker(|w| {
+            let Some(req) = w.try_request().map_err(py_err)? else {
+                return Ok(None);
+            };
             let payload =
                 PyBytes::new_with(py, req.len, |dst| w.read_payload(&req, dst).map_err(py_err))?;
             Ok(Some((req.seq, req.command, req.arg, payload)))

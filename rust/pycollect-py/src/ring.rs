@@ -19,6 +19,7 @@ type AtomicBool = std::sync::atomic::AtomicBool;
 
 use crate::blocking::{deadline, wait_for, wait_sliced, Slice};
 use crate::errors::{config_error, py_err};
+use crate::exchange::StepChannel;
 use crate::view::{field_index, SlotView};
 
 /// Locks a mutex, ignoring poisoning: the guarded ring state stays consistent because every
@@ -83,16 +84,27 @@ impl Producer {
 
     /// Claims the next free slot, waiting up to `timeout_s` (GIL released).
     ///
-    /// Returns the slot index, or `None` on timeout or shutdown.
-    #[pyo3(signature = (timeout_s=None))]
-    fn claim(&self, py: Python<'_>, timeout_s: Option<f64>) -> PyResult<Option<usize>> {
+    /// With `until_request` (this worker's step channel), the wait also ends as soon as a
+    /// request is posted there (the trainer then rings :meth:`Consumer.wake_producer`).
+    /// Returns the slot index, or `None` on timeout, shutdown or such a request.
+    #[pyo3(signature = (timeout_s=None, until_request=None))]
+    fn claim(
+        &self,
+        py: Python<'_>,
+        timeout_s: Option<f64>,
+        until_request: Option<Bound<'_, StepChannel>>,
+    ) -> PyResult<Option<usize>> {
         let deadline = deadline(timeout_s)?;
         let policy = WaitPolicy::default();
         let segment = &self.segment;
+        let channel = until_request.as_ref().map(|c| c.get());
         let claim = wait_for(py, deadline, |slice_end| {
-            Ok::<_, RingError>(
-                lock(&self.inner).claim_wait(&policy, Some(slice_end), || segment.is_shutdown()),
-            )
+            Ok::<_, RingError>(lock(&self.inner).claim_wait_unless(
+                &policy,
+                Some(slice_end),
+                || channel.is_some_and(|c| c.has_request()),
+                || segment.is_shutdown(),
+            ))
         })?;
         Ok(claim.map(|claim| {
             let index = claim.index;
@@ -164,6 +176,12 @@ impl Consumer {
     #[getter]
     fn worker(&self) -> usize {
         self.worker
+    }
+
+    /// Wakes the worker if it waits for a free slot, so that it sees a request just posted
+    /// on its step channel (see `Producer.claim`'s `until_request`).
+    fn wake_producer(&self) {
+        lock(&self.inner).wake_producer();
     }
 
     /// Committed slots not yet popped.
