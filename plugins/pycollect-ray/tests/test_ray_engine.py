@@ -342,3 +342,25 @@ def test_an_actor_is_placeable_after_a_node_loss_only_where_a_node_has_what_it_a
     assert not _placeable({"scheduling_strategy": NodeAffinitySchedulingStrategy(gone, soft=False)}, [head], {"h"})
     assert _placeable({"scheduling_strategy": NodeAffinitySchedulingStrategy(gone, soft=True)}, [head], {"h"})
     assert not _placeable({"num_cpus": 0.5}, [], set())  # no node left at all
+
+
+@pytest.mark.timeout(240)
+def test_env_calls_reach_every_actors_envs_in_the_order_of_a_batchs_rows(ray_cluster: None) -> None:
+    engine = RayEngine(num_actors=2, num_cpus_per_actor=0.5)
+    settings = {"frames_per_batch": 64, "total_frames": -1, "num_workers": 1, "envs_per_worker": 2, "seed": 7}
+    with Collector(ENV, engine=engine, **settings) as collector:
+        collector.next_batch()
+        assert collector.env_get_attr("force_mag") == [10.0] * 4
+        collector.env_set_attr("force_mag", [1.0, 2.0, 3.0, 4.0])
+        assert collector.env_get_attr("force_mag", indices=[3, 0]) == [4.0, 1.0]
+        collector.env_set_attr("force_mag", 5.0, indices=[1])
+        assert collector.env_call("force_mag") == [1.0, 5.0, 3.0, 4.0]
+        pids = collector.env_apply(lambda env: os.getpid())
+        workers = [actor.worker_pids for actor in collector.stats().actors]
+        assert [pids[:2], pids[2:]] == [[workers[0][0]] * 2, [workers[1][0]] * 2]  # actor a: rows 2a, 2a+1
+        with pytest.raises(AttributeError, match="no_such_attribute"):
+            collector.env_get_attr("no_such_attribute")
+        with pytest.raises(ConfigError, match="4"):
+            collector.env_get_attr("force_mag", indices=[4])
+        collector.next_batch()
+        assert collector.env_get_attr("force_mag") == [1.0, 5.0, 3.0, 4.0]

@@ -236,3 +236,20 @@ def test_a_resumed_restart_gets_the_latest_weights(ray_cluster: None, runtime_en
 
             wait_until(resumed_on_version_1, timeout_s=120, what="actor 1 to resume after its restart")
             assert acts_with(collector, 1) and acts_with(collector, 1)
+
+
+@pytest.mark.timeout(400)
+def test_an_env_call_waiting_on_a_killed_actor_is_answered_by_its_restart(
+    ray_cluster: None, runtime_env: dict[str, Any]
+) -> None:
+    with _ray(ENV, None, runtime_env, frames_per_batch=32, num_workers=1) as collector:
+        collector.next_batch()
+        victim = collector.stats().actors[1].pid
+        before = collector.env_apply(lambda env: os.getpid())
+        os.kill(victim, signal.SIGKILL)
+        with pytest.warns(PyCollectWarning, match="ray actor 1 died"):
+            after = collector.env_apply(lambda env: os.getpid())  # asked again, of the restarted actor
+        assert collector.stats().actors[1].restarts == 1  # counted when it answered again
+        assert after[: len(after) // 2] == before[: len(before) // 2]
+        assert not set(after[len(after) // 2 :]) & set(before[len(before) // 2 :])
+        collector.next_batch()

@@ -31,6 +31,9 @@ def _node_ip() -> str:
     return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
 
+_ENV_METHODS = frozenset({"env_call", "env_get_attr", "env_set_attr", "env_apply"})
+
+
 class CollectorActor:
     """A local :class:`pycollect.Collector` in a Ray actor.
 
@@ -160,6 +163,22 @@ class CollectorActor:
         else:
             self.collector.load_state_dict(state)
         self._force_weights = True
+
+    def env_request(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The local collector's ``env_call``, ``env_get_attr``, ``env_set_attr`` or ``env_apply``.
+
+        An actor runs one call at a time, in the order they were submitted: this one runs
+        between two rollouts (the one in flight, and the next the trainer asks for).
+
+        Raises:
+            ConfigError: ``method`` is none of the four.
+            Exception: What the local collector raised (an env's error, a bad index).
+        """
+        if method not in _ENV_METHODS:
+            from pycollect import ConfigError
+
+            raise ConfigError(f"ray actor {self.index}: {method!r} is not one of {sorted(_ENV_METHODS)}")
+        return getattr(self.collector, method)(*args, **kwargs)
 
     def close(self) -> None:
         """Shut the local collector down (workers stopped and reaped, segment gone)."""

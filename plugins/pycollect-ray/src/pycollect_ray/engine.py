@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -314,6 +314,7 @@ class RayRun(Engine):
         self.deaths = [0] * factory.num_actors
         self.resumed = [0] * factory.num_actors
         self.snapshots = config.takes_snapshots
+        self._envs_per_actor = max(config.num_workers, 1) * config.envs_per_worker  # its rows of a sync batch
         # Per actor, its local collector's state after the last rollout delivered to the trainer
         # (None before the first: a fresh actor is that state). The actors collect ahead, so
         # their state now is never asked for: this is what state() saves and a restart resumes.
@@ -435,6 +436,20 @@ class RayRun(Engine):
         carry env states (snapshots), so it collects the lost rollout again; otherwise it starts
         afresh. Either way it gets the latest weights before its next rollout.
         """
+        self._recover(index, exc)
+        self._submit(index)
+
+    def _recover(self, index: int, exc: BaseException) -> None:
+        """After a call to actor ``index`` failed with ``exc`` (its rollout in flight, or an env call): wait for it.
+
+        If it then runs in a new process, Ray restarted it: the death is counted, with
+        snapshots it resumes from the state of its last delivered rollout (its rollout in
+        flight, made from the state it leaves, is dropped: the next is asked for by the
+        caller, or by the next batch), and it gets the latest weights.
+
+        Raises:
+            WorkerCrashedError: It is dead for good, or died more than ``max_restarts`` times.
+        """
         from ray.exceptions import RayActorError
 
         self._state[index] = "restarting"
@@ -475,7 +490,6 @@ class RayRun(Engine):
             if self._latest is not None:  # a restarted actor starts from its constructor's weights
                 version, ref = self._latest
                 self.actors[index].set_weights.remote(version, [ref])
-        self._submit(index)
 
     def _resume(self, indices: list[int], states: list[dict[str, Any] | None], *, what: str) -> None:
         """Have each actor of ``indices`` load its state of ``states`` (``None``: built afresh), and wait.
@@ -670,6 +684,10 @@ class RayRun(Engine):
             # Actor calls run in submission order: after the rollout in flight, before the next.
             actor.set_weights.remote(version, [ref])
 
+    def env_calls(self) -> _ActorEnvCalls:
+        """Every actor's envs, through its local collector (``Collector.env_call`` and its kin there)."""
+        return _ActorEnvCalls(self, self._envs_per_actor)
+
     def supervision(self) -> Supervision:
         """Per actor, an :class:`ActorStats` (the actors' workers are supervised inside the actors)."""
         return Supervision(actors=tuple(self.actor_stats()))
@@ -770,3 +788,96 @@ def _unpack(parts: list[tuple[int, dict[str, Any]]], num_actors: int) -> TensorD
         merged = np.concatenate(arrays) if len(arrays) > 1 else np.array(arrays[0])
         batch.set(key, torch.from_numpy(merged))
     return batch
+
+
+class _ActorEnvCalls:
+    """The envs of every actor, env ``i`` being row ``i`` of a sync batch: actor ``i // n``'s env ``i % n``.
+
+    Each actor gets one request for its envs (its local collector's method of the same name),
+    queued behind its rollout in flight; the answers are put back in the order of ``indices``.
+    An actor that died is waited for and asked again (a restarted actor builds its envs afresh);
+    one past ``max_restarts`` ends the call with :class:`~pycollect.WorkerCrashedError`. An error
+    an env raised is raised here once every actor has answered.
+    """
+
+    def __init__(self, run: RayRun, envs_per_actor: int) -> None:
+        self._run = run
+        self._n = envs_per_actor
+
+    def call(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], indices: Sequence[int] | None = None
+    ) -> list[Any]:
+        """Each env's ``name``, called with the arguments if callable."""
+        return self._gather("env_call", lambda local, _: ((name, *args), {**kwargs, "indices": local}), indices)
+
+    def get_attr(self, name: str, indices: Sequence[int] | None = None) -> list[Any]:
+        """Each env's ``name``."""
+        return self._gather("env_get_attr", lambda local, _: ((name,), {"indices": local}), indices)
+
+    def set_attr(self, name: str, values: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """Set ``name`` on each env to its value."""
+        count = self._n * len(self._run.actors) if indices is None else len(indices)
+        if len(values) != count:
+            raise ConfigError(f"set_attr({name!r}): {len(values)} values for {count} envs")
+        self._gather(
+            "env_set_attr",
+            lambda local, positions: ((name, [values[p] for p in positions]), {"indices": local}),
+            indices,
+        )
+
+    def apply(self, function: Callable[[Any], Any], indices: Sequence[int] | None = None) -> list[Any]:
+        """``function(env)`` for each env, in its actor."""
+        return self._gather("env_apply", lambda local, _: ((function,), {"indices": local}), indices)
+
+    def _gather(
+        self,
+        method: str,
+        arguments: Callable[[list[int] | None, list[int]], tuple[tuple[Any, ...], dict[str, Any]]],
+        indices: Sequence[int] | None,
+    ) -> list[Any]:
+        import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+
+        from pycollect.vector.backend import check_indices
+
+        run, n = self._run, self._n
+        checked = check_indices(indices, n * len(run.actors))
+        targets: dict[int, tuple[list[int] | None, list[int]]] = {}
+        if checked is None:
+            targets = {a: (None, list(range(a * n, (a + 1) * n))) for a in range(len(run.actors))}
+        else:
+            for position, index in enumerate(checked):
+                local, positions = targets.setdefault(index // n, ([], []))
+                assert local is not None
+                local.append(index % n)
+                positions.append(position)
+        results: list[Any] = [None] * sum(len(positions) for _, positions in targets.values())
+        error: BaseException | None = None
+        todo = dict(targets)
+        while todo:
+            refs = {a: run.actors[a].env_request.remote(method, *arguments(*todo[a])) for a in todo}
+            again = {}
+            for a, ref in refs.items():
+                try:
+                    answers = ray.get(ref, timeout=run.factory.timeout_s)
+                except GetTimeoutError:
+                    raise WorkerCrashedError(
+                        f"ray actor {a} did not answer {method}() within {run.factory.timeout_s:g} s",
+                        worker=a,
+                        generation=run.deaths[a],
+                        error=None,
+                    ) from None
+                except (RayActorError, ActorUnavailableError) as exc:  # died or restarting: ask its successor
+                    run._recover(a, exc)
+                    again[a] = todo[a]
+                    continue
+                except RayTaskError as exc:  # the local collector raised: raised once every answer is in
+                    error = error or (getattr(exc, "cause", None) or exc)
+                    continue
+                if answers is not None:  # env_set_attr answers nothing
+                    for position, value in zip(todo[a][1], answers, strict=True):
+                        results[position] = value
+            todo = again
+        if error is not None:
+            raise error
+        return results
