@@ -454,7 +454,8 @@ class Collector:
         """
         calls = self._env_calls()
         if not isinstance(values, list | tuple):
-            count = max(self.num_workers, 1) * self.envs_per_worker if indices is None else len(indices)
+            every = self.envs_per_worker * max(self.num_workers, 1) * self.config.replicas  # every engine's copies
+            count = every if indices is None else len(indices)
             values = [values] * count
         calls.set_attr(name, list(values), indices)
 

@@ -355,6 +355,9 @@ def test_env_calls_reach_every_actors_envs_in_the_order_of_a_batchs_rows(ray_clu
         assert collector.env_get_attr("force_mag", indices=[3, 0]) == [4.0, 1.0]
         collector.env_set_attr("force_mag", 5.0, indices=[1])
         assert collector.env_call("force_mag") == [1.0, 5.0, 3.0, 4.0]
+        collector.env_set_attr("force_mag", 6.0)  # one value for every env of every actor
+        assert collector.env_get_attr("force_mag") == [6.0] * 4
+        collector.env_set_attr("force_mag", [1.0, 5.0, 3.0, 4.0])
         pids = collector.env_apply(lambda env: os.getpid())
         workers = [actor.worker_pids for actor in collector.stats().actors]
         assert [pids[:2], pids[2:]] == [[workers[0][0]] * 2, [workers[1][0]] * 2]  # actor a: rows 2a, 2a+1
