@@ -390,7 +390,7 @@ class Collector:
 
     def _description(self) -> str:
         """What this collection is, as ``pycollect top`` titles it."""
-        engine = getattr(self.config.engine, "name", type(self.config.engine).__name__)
+        engine = _engine_name(self.config)
         envs = f"{self.envs_per_worker} envs"
         where = f"{self.num_workers} workers x {envs}" if self.num_workers else envs
         return f"{self.env_source.describe()} ({engine}, {where})"
@@ -478,7 +478,7 @@ class Collector:
         self._check_open()
         calls = self._engine.env_calls()
         if calls is None:
-            engine = getattr(self.config.engine, "name", type(self.config.engine).__name__)
+            engine = _engine_name(self.config)
             raise ConfigError(
                 f"engine {engine!r} does not reach its envs while it runs: env_call, env_get_attr, env_set_attr "
                 "and env_apply need engine 'inprocess', 'workers' or 'central'"
@@ -604,7 +604,7 @@ class Collector:
         if env_states is False:
             state = {key: value for key, value in state.items() if key not in _ENV_STATE_KEYS}
         elif env_states and not has_envs:
-            engine = getattr(self.config.engine, "name", type(self.config.engine).__name__)
+            engine = _engine_name(self.config)
             why = (
                 f"engine {engine!r} saves its envs' states only with Collector(..., snapshots=True)"
                 if getattr(self.config.engine, "snapshots_envs", False)
@@ -644,7 +644,7 @@ class Collector:
         return {
             "pycollect": _core.__version__,
             "env": self.env_source.describe(),
-            "engine": getattr(config.engine, "name", type(config.engine).__name__),
+            "engine": _engine_name(config),
             "num_workers": config.num_workers,
             "envs_per_worker": config.envs_per_worker,
             "frames_per_batch": config.batch_frames,
@@ -782,11 +782,16 @@ _ENV_STATE_KEYS = ("worker_states", "env_snapshot")
 """An engine's state entries that hold env states (left out by ``state_dict(env_states=False)``)."""
 
 
+def _engine_name(config: CollectorConfig) -> str:
+    """The engine's name as users select it (its class name, for an engine without one)."""
+    return str(getattr(config.engine, "name", type(config.engine).__name__))
+
+
 def _check_snapshots_wanted(config: CollectorConfig) -> None:
     """Refuse ``snapshots=True`` or ``recovery="replay"`` for an engine that cannot save its envs."""
     if getattr(config.engine, "snapshots_envs", False):
         return
-    engine = getattr(config.engine, "name", type(config.engine).__name__)
+    engine = _engine_name(config)
     if config.recovery == "replay":
         raise ConfigError(f"recovery='replay': engine {engine!r} cannot restore its envs (the workers engine can)")
     if config.snapshots:

@@ -29,7 +29,7 @@ from pycollect.config import VectorConfig
 from pycollect.envs.source import EnvSource
 from pycollect.exceptions import ConfigError
 
-__all__ = ["InfoParts", "StepBackend", "check_indices"]
+__all__ = ["InfoParts", "StepBackend", "check_indices", "split_indices"]
 
 InfoParts: TypeAlias = list[tuple[int, Material]]
 """``(index of a group's first env, the group's info material)`` for each group that returned
@@ -235,3 +235,27 @@ def check_indices(indices: Sequence[int] | None, num_envs: int) -> list[int] | N
             )
         checked.append(int(index))
     return checked
+
+
+def split_indices(
+    indices: Sequence[int] | None, parts: int, per_part: int
+) -> dict[int, tuple[list[int] | None, list[int]]]:
+    """Envs numbered across ``parts`` of ``per_part`` envs each (env ``i``: part ``i // per_part``), split by part.
+
+    For each part ``indices`` names: its own indices of those envs (``None``: all of its
+    envs, when ``indices`` is ``None``) and their positions in ``indices``, so that the parts'
+    answers can be put back in the order of ``indices``. Parts named by no index are left out.
+
+    Raises:
+        ConfigError: As :func:`check_indices`.
+    """
+    checked = check_indices(indices, parts * per_part)
+    if checked is None:
+        return {part: (None, list(range(part * per_part, (part + 1) * per_part))) for part in range(parts)}
+    split: dict[int, tuple[list[int] | None, list[int]]] = {}
+    for position, index in enumerate(checked):
+        local, positions = split.setdefault(index // per_part, ([], []))
+        assert local is not None
+        local.append(index % per_part)
+        positions.append(position)
+    return split

@@ -56,11 +56,11 @@ def refuse(channel: Any, exc: Exception) -> None:
 
 
 def answer_command(
-    channel: Any, group: EnvGroup, command: int, payload: bytes, backend: EnvBackend, *, states: bool = True
+    channel: Any, group: EnvGroup, command: int, payload: bytes, backend: EnvBackend, *, serves_states: bool = True
 ) -> None:
-    """Serve a ``call``/``get_attr``/``set_attr``/``apply``, or (``states``) a state's save or restore.
+    """Serve a ``call``/``get_attr``/``set_attr``/``apply``, or (``serves_states``) a state's save or restore.
 
-    Its result, or the exception it raised, goes back. ``states=False`` (a collector's worker,
+    Its result, or the exception it raised, goes back. ``serves_states=False`` (a collector's worker,
     whose snapshots save its envs' states with the rollout they belong to) refuses the two
     state commands.
     """
@@ -79,11 +79,11 @@ def answer_command(
         elif command == protocol.APPLY:
             function, indices = arguments
             result = group.apply(function, indices)
-        elif command == protocol.GET_STATE and states:
+        elif command == protocol.GET_STATE and serves_states:
             result = group.env_states(backend.get_state, arguments)
-        elif command == protocol.SET_STATE and states:
-            states_, indices = arguments
-            group.load_env_states(states_, backend.set_state, indices)
+        elif command == protocol.SET_STATE and serves_states:
+            states, indices = arguments
+            group.load_env_states(states, backend.set_state, indices)
             result = None
         else:
             raise TransportError(f"worker {channel.worker} does not serve command {command}")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pycollect._native import _core
-from pycollect._steps.backend import check_indices
+from pycollect._steps.backend import split_indices
 from pycollect._steps.group import EnvSlotState
 from pycollect._workers import step_protocol as protocol
 from pycollect.exceptions import ConfigError, TransportError
@@ -173,17 +173,7 @@ class WorkerRequests:
 
     def targets(self, indices: Sequence[int] | None) -> dict[int, tuple[list[int] | None, list[int]]]:
         """Per worker that ``indices`` names: its local env indices (``None``: all), their positions in ``indices``."""
-        checked = check_indices(indices, self.num_envs())
-        k = self._k
-        if checked is None:
-            return {w: (None, list(range(w * k, (w + 1) * k))) for w in range(len(self._channels()))}
-        targets: dict[int, tuple[list[int] | None, list[int]]] = {}
-        for position, index in enumerate(checked):
-            local, positions = targets.setdefault(index // k, ([], []))
-            assert local is not None
-            local.append(index % k)
-            positions.append(position)
-        return targets
+        return split_indices(indices, len(self._channels()), self._k)
 
     def gather(
         self, command: int, arguments: Callable[[list[int] | None], Any], indices: Sequence[int] | None, what: str

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pycollect._workers.commands import refuse, take
 from pycollect.exceptions import TransportError
 
 if TYPE_CHECKING:
@@ -197,8 +198,6 @@ class RolloutWork:
 
     def next_request(self, channel: Any) -> tuple[int, bytes, Any] | None:
         """A request waiting now; else fill the next slot (a request ends the wait for one) and give ``None``."""
-        from pycollect._workers.commands import take
-
         generation = self._producer.generation
         taken = take(channel, generation, channel.poll_request())
         if taken is not None:
@@ -256,8 +255,6 @@ class RolloutWork:
 
     def serve_step(self, channel: Any, command: int, payload: bytes, left: Any) -> None:
         """Refused: a collector's worker steps its envs itself."""
-        from pycollect._workers.commands import refuse
-
         refuse(channel, TransportError(f"worker {self._worker} collects rollouts; it takes no step or reset requests"))
 
     def close(self) -> None:

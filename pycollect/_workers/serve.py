@@ -86,6 +86,6 @@ def serve(segment: Any, control: Any, worker: int, generation: int, spec: Worker
             if command in (protocol.STEP, protocol.RESET):
                 work.serve_step(channel, command, payload, left)
             else:
-                answer_command(channel, work.group, command, payload, work.backend, states=work.serves_states)
+                answer_command(channel, work.group, command, payload, work.backend, serves_states=work.serves_states)
     finally:
         work.close()

@@ -19,9 +19,19 @@ that use them (the import layers of ``pyproject.toml``); these are their public 
 
 from __future__ import annotations
 
-from pycollect._steps.backend import InfoParts, StepBackend, check_indices
+from pycollect._steps.backend import InfoParts, StepBackend, check_indices, split_indices
 from pycollect._steps.group import InfoEntry, Material
 from pycollect._steps.info_fields import InfoArrays
 from pycollect._steps.spaces import Leaf, SpaceLayout
 
-__all__ = ["InfoArrays", "InfoEntry", "InfoParts", "Leaf", "Material", "SpaceLayout", "StepBackend", "check_indices"]
+__all__ = [
+    "InfoArrays",
+    "InfoEntry",
+    "InfoParts",
+    "Leaf",
+    "Material",
+    "SpaceLayout",
+    "StepBackend",
+    "check_indices",
+    "split_indices",
+]

@@ -512,12 +512,7 @@ class RayRun(Engine):
             try:
                 ray.get(ref, timeout=self.factory.timeout_s)
             except GetTimeoutError:
-                raise WorkerCrashedError(
-                    f"ray actor {index} did not {what} within {self.factory.timeout_s:g} s",
-                    worker=index,
-                    generation=self.deaths[index],
-                    error=None,
-                ) from None
+                raise self._timed_out(index, what) from None
             except RayError as exc:
                 cause = getattr(exc, "cause", None) or exc  # a task's error carries the actor's own
                 raise ConfigError(f"ray actor {index} could not {what}: {_cause(cause)}") from exc
@@ -563,8 +558,12 @@ class RayRun(Engine):
             except ActorUnavailableError:
                 time.sleep(_RESTART_POLL_S)  # Ray offers no wait for "restarted"; poll, bounded
                 ref = self.actors[index].ready.remote()
-        raise WorkerCrashedError(
-            f"ray actor {index} did not answer within {self.factory.timeout_s:g} s of losing a rollout",
+        raise self._timed_out(index, "answer again after a call to it failed")
+
+    def _timed_out(self, index: int, what: str) -> WorkerCrashedError:
+        """The error for actor ``index``, which did not ``what`` within the engine's ``timeout_s``."""
+        return WorkerCrashedError(
+            f"ray actor {index} did not {what} within {self.factory.timeout_s:g} s",
             worker=index,
             generation=self.deaths[index],
             error=None,
@@ -838,19 +837,10 @@ class _ActorEnvCalls:
         import ray
         from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
-        from pycollect.vector.backend import check_indices
+        from pycollect.vector.backend import split_indices
 
-        run, n = self._run, self._n
-        checked = check_indices(indices, n * len(run.actors))
-        targets: dict[int, tuple[list[int] | None, list[int]]] = {}
-        if checked is None:
-            targets = {a: (None, list(range(a * n, (a + 1) * n))) for a in range(len(run.actors))}
-        else:
-            for position, index in enumerate(checked):
-                local, positions = targets.setdefault(index // n, ([], []))
-                assert local is not None
-                local.append(index % n)
-                positions.append(position)
+        run = self._run
+        targets = split_indices(indices, len(run.actors), self._n)
         results: list[Any] = [None] * sum(len(positions) for _, positions in targets.values())
         error: BaseException | None = None
         todo = dict(targets)
@@ -861,12 +851,7 @@ class _ActorEnvCalls:
                 try:
                     answers = ray.get(ref, timeout=run.factory.timeout_s)
                 except GetTimeoutError:
-                    raise WorkerCrashedError(
-                        f"ray actor {a} did not answer {method}() within {run.factory.timeout_s:g} s",
-                        worker=a,
-                        generation=run.deaths[a],
-                        error=None,
-                    ) from None
+                    raise run._timed_out(a, f"answer {method}()") from None
                 except (RayActorError, ActorUnavailableError) as exc:  # died or restarting: ask its successor
                     run._recover(a, exc)
                     again[a] = todo[a]
